@@ -1,0 +1,97 @@
+"""Auth service contracts: API keys, key introspection and the events gateways listen to."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.memory import PROJECT_PATTERN
+
+API_KEY_PREFIX = "egm_"
+
+
+class Scope(StrEnum):
+    MEMORY_READ = "memory:read"
+    MEMORY_WRITE = "memory:write"
+    MEMORY_MAINTENANCE = "memory:maintenance"
+    ADMIN = "admin"
+
+
+DEFAULT_KEY_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE)
+
+
+class CreateApiKey(BaseModel):
+    """Create an API key. Without ``user_id`` a new user (tenant) is created for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,128}$")
+    user_name: str | None = Field(None, min_length=1, max_length=200)
+    name: str = Field("default", min_length=1, max_length=200)
+    scopes: list[Scope] = Field(default_factory=lambda: list(DEFAULT_KEY_SCOPES), min_length=1)
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)
+    expires_in_days: int | None = Field(None, ge=1, le=3650)
+
+
+class RevokeApiKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key_id: UUID
+
+
+class ListApiKeys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str | None = None
+
+
+class ApiKeyView(BaseModel):
+    key_id: UUID
+    user_id: str
+    name: str
+    prefix: str
+    scopes: list[Scope]
+    project: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class CreatedApiKey(BaseModel):
+    key: str | None = Field(description="the secret, shown once; null when replaying a command")
+    view: ApiKeyView
+
+
+class ApiKeyList(BaseModel):
+    keys: list[ApiKeyView]
+
+
+class IntrospectToken(BaseModel):
+    """Ask auth whether a bearer token is valid, and for whom."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1, max_length=4096)
+
+
+class TokenInfo(BaseModel):
+    active: bool
+    tenant: str | None = None
+    key_id: UUID | None = None
+    client_id: str | None = None
+    scopes: list[str] = Field(default_factory=list)
+    project: str | None = None
+    expires_at: int | None = None
+
+
+class AuthEventType(StrEnum):
+    API_KEY_CREATED = "ApiKeyCreated"
+    API_KEY_REVOKED = "ApiKeyRevoked"
+
+
+COMMANDS: dict[str, type[BaseModel]] = {"create_api_key": CreateApiKey, "revoke_api_key": RevokeApiKey}
+QUERIES: dict[str, type[BaseModel]] = {"introspect": IntrospectToken, "list_api_keys": ListApiKeys}

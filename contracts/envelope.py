@@ -1,0 +1,86 @@
+"""The envelopes every message on the bus travels in.
+
+Events carry the aggregate's *new state* (so the last event of an aggregate subject is enough to
+load it). Commands carry an idempotency key (``command_id``) which is also their ``Nats-Msg-Id``.
+Replies (command outcomes and query answers) share one shape.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+from uuid import UUID, uuid4
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.errors import ErrorBody, ErrorCode
+
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{8,128}$"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class EventEnvelope(BaseModel):
+    """One fact in the event log. ``data`` is the aggregate's state after the event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: UUID
+    type: str
+    version: int = Field(1, ge=1, description="schema version of `data` for this event type")
+    occurred_at: datetime
+    tenant: str
+    aggregate: str
+    aggregate_id: str
+    correlation_id: str
+    causation_id: str
+    data: dict[str, Any]
+
+
+class CommandEnvelope(BaseModel):
+    """A request to change state. ``command_id`` is the idempotency key: one effect per key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command_id: str = Field(pattern=IDEMPOTENCY_KEY_PATTERN)
+    type: str
+    version: int = Field(1, ge=1)
+    issued_at: datetime = Field(default_factory=utcnow)
+    tenant: str
+    correlation_id: str = Field(default_factory=lambda: uuid4().hex)
+    payload: dict[str, Any]
+
+
+class QueryEnvelope(BaseModel):
+    """A read request answered over core NATS request-reply."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    version: int = Field(1, ge=1)
+    tenant: str | None = None
+    correlation_id: str = Field(default_factory=lambda: uuid4().hex)
+    payload: dict[str, Any]
+
+
+ResultT = TypeVar("ResultT")
+
+
+class Reply(BaseModel, Generic[ResultT]):
+    """The outcome of a command or the answer to a query."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    result: ResultT | None = None
+    error: ErrorBody | None = None
+
+    @classmethod
+    def success(cls, result: Any) -> "Reply[Any]":
+        return Reply[Any](ok=True, result=result)
+
+    @classmethod
+    def failure(cls, code: ErrorCode, message: str, field: str | None = None) -> "Reply[Any]":
+        return Reply[Any](ok=False, error=ErrorBody(code=code, message=message, field=field))

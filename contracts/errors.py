@@ -1,0 +1,46 @@
+"""Error codes shared by every service, and the error body that crosses the wire."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorCode(StrEnum):
+    """Stable, machine-readable error codes. Their HTTP status lives in ``HTTP_STATUS``."""
+
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 422,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+class ErrorBody(BaseModel):
+    """An error a client can act on: what went wrong, which field, and what to do next."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: ErrorCode
+    message: str
+    field: str | None = None
+
+    def __str__(self) -> str:
+        where = f" (field '{self.field}')" if self.field else ""
+        return f"{self.code.value}{where}: {self.message}"

@@ -1,0 +1,175 @@
+"""The `engram` command line: run the stack or one service, manage API keys, show status."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from contracts.auth import Scope
+from kit.config import default_home
+
+app = typer.Typer(help="Engram: long-term memory for AI assistants, served over MCP.", no_args_is_help=True)
+keys = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+app.add_typer(keys, name="keys")
+console = Console()
+err = Console(stderr=True)
+
+SERVICE_MAINS = {
+    "gateway": "services.gateway.main",
+    "auth": "services.auth.main",
+    "memory": "services.memory.main",
+}
+
+
+@app.command()
+def up(
+    home: Annotated[Optional[Path], typer.Option(help="data folder (env ENGRAM_HOME)")] = None,
+    nats_url: Annotated[Optional[str], typer.Option(help="use this NATS instead of starting one (env ENGRAM_NATS_URL)")] = None,
+    database_url: Annotated[Optional[str], typer.Option(help="use this Postgres instead of starting one (env ENGRAM_DATABASE_URL)")] = None,
+    port: Annotated[int, typer.Option(help="gateway port; a free one is used when taken")] = 8080,
+    host: Annotated[str, typer.Option(help="gateway bind address")] = "127.0.0.1",
+    public_url: Annotated[Optional[str], typer.Option(help="externally visible base URL")] = None,
+) -> None:
+    """Start NATS, Postgres and every service on this machine; print the MCP URL and an API key."""
+    from deploy.stack import StackOptions, run_up
+
+    options = StackOptions(
+        home=(home or default_home()).expanduser().resolve(),
+        nats_url=nats_url or os.environ.get("ENGRAM_NATS_URL"),
+        database_url=database_url or os.environ.get("ENGRAM_DATABASE_URL"),
+        namespace=os.environ.get("ENGRAM_NAMESPACE", "engram"),
+        gateway_host=host,
+        gateway_port=port,
+        public_url=public_url or os.environ.get("ENGRAM_PUBLIC_URL"),
+    )
+    raise typer.Exit(run_up(options))
+
+
+@app.command()
+def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory")]) -> None:
+    """Run one service in the foreground, configured by ENGRAM_* environment variables."""
+    module = SERVICE_MAINS.get(service)
+    if module is None:
+        err.print(f"[red]unknown service {service!r}[/red]: choose one of {', '.join(SERVICE_MAINS)}")
+        raise typer.Exit(2)
+    import importlib
+
+    importlib.import_module(module).main()
+
+
+def _run(coro_factory):  # type: ignore[no-untyped-def]
+    from kit.bus import BusUnavailable
+
+    try:
+        return asyncio.run(coro_factory())
+    except BusUnavailable as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+@keys.command("create")
+def keys_create(
+    user: Annotated[Optional[str], typer.Option(help="existing user id; omitted = a new user")] = None,
+    name: Annotated[str, typer.Option(help="a label for the key")] = "cli",
+    scope: Annotated[Optional[list[Scope]], typer.Option(help="scopes (repeat); default memory:read + memory:write")] = None,
+    project: Annotated[Optional[str], typer.Option(help="restrict the key to one project")] = None,
+    expires_in_days: Annotated[Optional[int], typer.Option(help="expiry in days")] = None,
+) -> None:
+    """Create an API key (shown once) — for a new user unless --user is given."""
+    from deploy.client import admin_command, connect
+
+    payload: dict[str, object] = {"name": name}
+    if user:
+        payload["user_id"] = user
+    if scope:
+        payload["scopes"] = [s.value for s in scope]
+    if project:
+        payload["project"] = project
+    if expires_in_days:
+        payload["expires_in_days"] = expires_in_days
+
+    async def go():  # type: ignore[no-untyped-def]
+        bus = await connect()
+        try:
+            return await admin_command(bus, "create_api_key", payload)
+        finally:
+            await bus.close()
+
+    reply = _run(go)
+    if not reply.ok:
+        err.print(f"[red]error:[/red] {reply.error}")
+        raise typer.Exit(1)
+    view = reply.result["view"]
+    console.print(f"API key for user {view['user_id']} (key id {view['key_id']}, scopes {', '.join(view['scopes'])}):")
+    print(reply.result["key"])
+    console.print("[dim]Shown once: store it now. Use it as `Authorization: Bearer <key>`.[/dim]")
+
+
+@keys.command("list")
+def keys_list(user: Annotated[Optional[str], typer.Option(help="only this user's keys")] = None) -> None:
+    """List API keys (never their secrets)."""
+    from deploy.client import admin_query, connect
+
+    async def go():  # type: ignore[no-untyped-def]
+        bus = await connect()
+        try:
+            return await admin_query(bus, "list_api_keys", {"user_id": user})
+        finally:
+            await bus.close()
+
+    reply = _run(go)
+    if not reply.ok:
+        err.print(f"[red]error:[/red] {reply.error}")
+        raise typer.Exit(1)
+    table = Table("key id", "user", "name", "prefix", "scopes", "project", "last used", "state")
+    for k in reply.result["keys"]:
+        state = "revoked" if k["revoked_at"] else "active"
+        table.add_row(k["key_id"], k["user_id"], k["name"], k["prefix"] + "…", " ".join(k["scopes"]),
+                      k["project"] or "-", (k["last_used_at"] or "never")[:19], state)
+    console.print(table)
+
+
+@keys.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="the key id shown by `engram keys list`")]) -> None:
+    """Revoke an API key; every gateway refuses it at once."""
+    from deploy.client import admin_command, connect
+
+    async def go():  # type: ignore[no-untyped-def]
+        bus = await connect()
+        try:
+            return await admin_command(bus, "revoke_api_key", {"key_id": key_id})
+        finally:
+            await bus.close()
+
+    reply = _run(go)
+    if not reply.ok:
+        err.print(f"[red]error:[/red] {reply.error}")
+        raise typer.Exit(1)
+    console.print(f"Revoked key {key_id}.")
+
+
+@app.command()
+def status() -> None:
+    """Show what runs: streams, consumers (pending, redelivered, lag) and the dead-letter count."""
+    from deploy.status import collect, render
+
+    async def go():  # type: ignore[no-untyped-def]
+        from deploy.client import connect
+
+        bus = await connect()
+        try:
+            return await collect(bus)
+        finally:
+            await bus.close()
+
+    render(console, _run(go))
+
+
+def main() -> None:
+    app()

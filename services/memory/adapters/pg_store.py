@@ -1,0 +1,135 @@
+"""The memory service's Postgres read model (schema ``memory`` by default)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from contracts.envelope import Reply
+from contracts.memory import MemoryState, MemoryView
+from kit.pg import migrate
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_COLUMNS = (
+    "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
+    "forget_reason, created_at, updated_at, last_seq"
+)
+
+
+def _state(row: asyncpg.Record) -> MemoryState:
+    return MemoryState.model_validate({k: row[k] for k in MemoryState.model_fields})
+
+
+class Tx:
+    """Writes of one projection step, inside one transaction."""
+
+    def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
+        self.conn = conn
+        self.s = schema
+
+    async def lock(self, memory_id: UUID) -> int | None:
+        """Serialise appliers of one memory; return the sequence already applied to it."""
+        await self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", str(memory_id))
+        return await self.conn.fetchval(f"SELECT last_seq FROM {self.s}.memories WHERE id = $1", memory_id)
+
+    async def upsert(self, state: MemoryState, content_hash: str, seq: int) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)
+                ON CONFLICT (id) DO UPDATE SET
+                  project=EXCLUDED.project, content=EXCLUDED.content, category=EXCLUDED.category,
+                  memory_key=EXCLUDED.memory_key, importance=EXCLUDED.importance,
+                  confidence=EXCLUDED.confidence, source=EXCLUDED.source, version=EXCLUDED.version,
+                  status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
+                  updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
+                  content_hash=EXCLUDED.content_hash
+                WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq""",
+            state.id, state.tenant, state.project, state.content,
+            state.category.value if state.category else None, state.memory_key, state.importance,
+            state.confidence, state.source, state.version, state.status.value, state.forget_reason,
+            state.created_at, state.updated_at, seq, content_hash,
+        )
+
+    async def record_outcome(self, tenant: str, command_id: str, type_: str, reply: Reply[Any]) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($1,$2,$3,$4)
+                ON CONFLICT (tenant, command_id) DO NOTHING""",
+            tenant, command_id, type_, reply.model_dump_json(),
+        )
+
+    async def advance_checkpoint(self, projection: str, seq: int) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.checkpoints (projection, last_seq) VALUES ($1, $2)
+                ON CONFLICT (projection) DO UPDATE SET last_seq = GREATEST({self.s}.checkpoints.last_seq, $2),
+                updated_at = now()""",
+            projection, seq,
+        )
+
+
+class MemoryStore:
+    """Reads and transactional writes of the memory read model."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str = "memory") -> None:
+        self.pool = pool
+        self.s = schema
+
+    async def migrate(self) -> list[str]:
+        return await migrate(self.pool, self.s, MIGRATIONS)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Tx]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield Tx(conn, self.s)
+
+    async def record_outcome(self, tenant: str, command_id: str, type_: str, reply: Reply[Any]) -> None:
+        async with self.transaction() as tx:
+            await tx.record_outcome(tenant, command_id, type_, reply)
+
+    async def outcome(self, tenant: str, command_id: str) -> Reply[Any] | None:
+        raw = await self.pool.fetchval(
+            f"SELECT outcome FROM {self.s}.command_log WHERE tenant = $1 AND command_id = $2", tenant, command_id
+        )
+        return Reply[Any].model_validate(json.loads(raw)) if raw is not None else None
+
+    async def find_active_by_hash(self, tenant: str, project: str, content_hash: str) -> MemoryState | None:
+        row = await self.pool.fetchrow(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND project = $2 AND content_hash = $3 AND status = 'active'
+                ORDER BY created_at LIMIT 1""",
+            tenant, project, content_hash,
+        )
+        return _state(row) if row else None
+
+    async def get(self, tenant: str, memory_id: UUID) -> MemoryState | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_COLUMNS} FROM {self.s}.memories WHERE tenant = $1 AND id = $2", tenant, memory_id
+        )
+        return _state(row) if row else None
+
+    async def active_views(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, MemoryView]:
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND id = ANY($2::uuid[]) AND status = 'active'""",
+            tenant, list(ids),
+        )
+        return {r["id"]: MemoryView.model_validate(dict(r)) for r in rows}
+
+    async def checkpoint(self, projection: str) -> int:
+        return await self.pool.fetchval(
+            f"SELECT coalesce(max(last_seq), 0) FROM {self.s}.checkpoints WHERE projection = $1", projection
+        )
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self.pool.fetch(f"SELECT status, count(*) AS n FROM {self.s}.memories GROUP BY status")
+        return {r["status"]: r["n"] for r in rows}
+
+    async def drop_read_model(self) -> None:
+        """Empty every projected table (the command log stays: it is idempotency, not a projection)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"TRUNCATE {self.s}.memories, {self.s}.checkpoints")

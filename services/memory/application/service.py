@@ -1,0 +1,272 @@
+"""Memory service use cases: save, forget, recall, and the projection of memory events.
+
+Command handling appends an event (optimistic concurrency on the aggregate subject) and projects
+it inline before replying, so the caller reads its own write at once. The projector consumer
+applies the same events again; every projection step is idempotent by stream sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+from pydantic import BaseModel, ValidationError
+
+from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply, utcnow
+from contracts.errors import ErrorCode
+from contracts.memory import (
+    ForgetMemory,
+    ForgetMemoryResult,
+    MemoryEventType,
+    MemoryState,
+    MemoryStatus,
+    Recall,
+    RecallHit,
+    RecallMode,
+    RecallResult,
+    SaveMemory,
+    SaveMemoryResult,
+)
+from contracts.subjects import Names
+from kit.bus import ConcurrencyConflict, validation_reply
+from services.memory.adapters.embedder import Embedder
+from services.memory.adapters.pg_store import MemoryStore
+from services.memory.adapters.vectors import SearchFilter, VectorIndex, VectorPoint
+from services.memory.domain import model
+from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
+from services.memory.domain.keywords import document_vector, query_vector
+
+log = logging.getLogger("engram.memory")
+
+PROJECTOR = "memory-projector"
+_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}
+
+
+class EventLog(Protocol):
+    async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int: ...
+    async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None: ...
+
+
+class MemoryService:
+    """The application layer of the memory service."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        events: EventLog,
+        names: Names,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self.embedder = embedder
+        self.events = events
+        self.names = names
+        self.clock = clock
+
+    # commands -----------------------------------------------------------------------------
+    async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
+        """Run one command exactly once per idempotency key and return its outcome."""
+        prior = await self.store.outcome(env.tenant, env.command_id)
+        if prior is not None:
+            return prior
+        try:
+            if env.type == "save_memory":
+                return await self.save(env, SaveMemory.model_validate(env.payload))
+            if env.type == "forget_memory":
+                return await self.forget(env, ForgetMemory.model_validate(env.payload))
+            raise InvalidArgument(f"unknown command type {env.type!r}: use save_memory or forget_memory", "type")
+        except ValidationError as exc:
+            reply = validation_reply(exc)
+        except DomainError as exc:
+            reply = Reply.failure(exc.code, exc.message, exc.field)
+        await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
+        return reply
+
+    async def save(self, env: CommandEnvelope, cmd: SaveMemory) -> Reply[Any]:
+        existing = await self.store.find_active_by_hash(env.tenant, cmd.project, model.content_hash(cmd.content))
+        if existing is not None:
+            reply = Reply.success(
+                SaveMemoryResult(memory_id=existing.id, project=existing.project, version=existing.version, created=False)
+                .model_dump(mode="json")
+            )
+            await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
+            return reply
+        now = self.clock()
+        state = model.new_memory(env.tenant, env.command_id, cmd, now)
+        event = model.event_for(
+            state, MemoryEventType.SAVED, command_id=env.command_id, correlation_id=env.correlation_id, now=now
+        )
+        seq = await self.events.append_event(self._subject(state), event, expected_last_seq=0)
+        reply = Reply.success(
+            SaveMemoryResult(memory_id=state.id, project=state.project, version=state.version, created=True)
+            .model_dump(mode="json")
+        )
+        await self.apply(event, seq, outcome=(env, reply))
+        return reply
+
+    async def forget(self, env: CommandEnvelope, cmd: ForgetMemory) -> Reply[Any]:
+        if (cmd.memory_id is None) == (cmd.content is None):
+            raise InvalidArgument("give exactly one of memory_id or content", "content")
+        found = await self._find_to_forget(env.tenant, cmd)
+        if found is None:
+            result = ForgetMemoryResult(
+                forgotten=False,
+                message="No memory matches that content closely enough; nothing was forgotten. "
+                "Recall first to see what is stored, then forget with the exact text.",
+            )
+            reply = Reply.success(result.model_dump(mode="json"))
+            await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
+            return reply
+        target, match, similarity = found
+        for _ in range(5):
+            loaded = await self.events.last_event(self._subject(target))
+            if loaded is None:
+                raise NotFound(f"memory {target.id} has no history", "memory_id")
+            current, last_seq = model.state_of(loaded[0]), loaded[1]
+            if current.status is MemoryStatus.FORGOTTEN:
+                result = ForgetMemoryResult(
+                    forgotten=False, match=match, memory_id=current.id, content=current.content,
+                    message="That memory was already forgotten.",
+                )
+                reply = Reply.success(result.model_dump(mode="json"))
+                await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
+                return reply
+            now = self.clock()
+            new_state = model.forget(current, cmd.reason, now)
+            event = model.event_for(
+                new_state, MemoryEventType.FORGOTTEN, command_id=env.command_id,
+                correlation_id=env.correlation_id, now=now,
+            )
+            try:
+                seq = await self.events.append_event(self._subject(new_state), event, expected_last_seq=last_seq)
+            except ConcurrencyConflict:
+                continue
+            result = ForgetMemoryResult(
+                forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
+                content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
+            )
+            reply = Reply.success(result.model_dump(mode="json"))
+            await self.apply(event, seq, outcome=(env, reply))
+            return reply
+        raise ConcurrencyConflict(f"memory {target.id} kept changing while being forgotten; retry")
+
+    async def _find_to_forget(
+        self, tenant: str, cmd: ForgetMemory
+    ) -> tuple[MemoryState, str, float | None] | None:
+        if cmd.memory_id is not None:
+            state = await self.store.get(tenant, cmd.memory_id)
+            if state is None:
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            return state, "id", None
+        assert cmd.content is not None
+        exact = await self.store.find_active_by_hash(tenant, cmd.project, model.content_hash(cmd.content))
+        if exact is not None:
+            return exact, "exact", 1.0
+        dense = await self._embed_one(cmd.content)
+        hits = await self.index.search(
+            dense=dense, sparse=None, mode="dense", limit=3,
+            filter=SearchFilter(tenant=tenant, project=cmd.project, status=MemoryStatus.ACTIVE.value),
+        )
+        for hit in hits:
+            if hit.score < model.SEMANTIC_FORGET_THRESHOLD:
+                break
+            state = await self.store.get(tenant, UUID(hit.id))
+            if state is not None and state.status is MemoryStatus.ACTIVE:
+                return state, "semantic", round(hit.score, 4)
+        return None
+
+    # projection ---------------------------------------------------------------------------
+    async def apply(
+        self,
+        event: EventEnvelope,
+        seq: int,
+        *,
+        outcome: tuple[CommandEnvelope, Reply[Any]] | None = None,
+        checkpoint: str | None = None,
+    ) -> bool:
+        """Project one memory event into Postgres and the vector index, once per sequence.
+
+        Returns False when the memory already reflects this or a later sequence.
+        """
+        state = model.state_of(event)
+        dense = await self._embed_one(state.content) if state.status is MemoryStatus.ACTIVE else None
+        async with self.store.transaction() as tx:
+            applied = await tx.lock(state.id)
+            fresh = applied is None or applied < seq
+            if fresh:
+                if dense is not None:
+                    await self.index.upsert([self._point(state, dense)])
+                else:
+                    await self.index.delete([str(state.id)])
+                await tx.upsert(state, model.content_hash(state.content), seq)
+            if outcome is not None:
+                env, reply = outcome
+                await tx.record_outcome(env.tenant, env.command_id, env.type, reply)
+            if checkpoint is not None:
+                await tx.advance_checkpoint(checkpoint, seq)
+        return fresh
+
+    def _point(self, state: MemoryState, dense: list[float]) -> VectorPoint:
+        return VectorPoint(
+            id=str(state.id),
+            dense=dense,
+            sparse=document_vector(state.content),
+            payload={
+                "tenant": state.tenant,
+                "project": state.project,
+                "status": state.status.value,
+                "category": state.category.value if state.category else None,
+                "memory_key": state.memory_key,
+                "importance": state.importance,
+                "created_at": state.created_at.isoformat(),
+            },
+        )
+
+    # queries ------------------------------------------------------------------------------
+    async def recall(self, tenant: str, query: Recall) -> RecallResult:
+        """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project."""
+        mode = _MODES[query.mode]
+        dense = await self._embed_one(query.query) if mode != "sparse" else None
+        sparse = query_vector(query.query) if mode != "dense" else None
+        hits = await self.index.search(
+            dense=dense, sparse=sparse, mode=mode, limit=query.limit,
+            filter=SearchFilter(tenant=tenant, project=query.project, status=MemoryStatus.ACTIVE.value),
+        )
+        views = await self.store.active_views(tenant, [UUID(h.id) for h in hits])
+        return RecallResult(
+            hits=[RecallHit(memory=views[UUID(h.id)], score=h.score) for h in hits if UUID(h.id) in views]
+        )
+
+    async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
+        if not query.tenant:
+            return Reply.failure(ErrorCode.INVALID_ARGUMENT, "tenant is required", "tenant")
+        try:
+            if query.type == "recall":
+                result: BaseModel = await self.recall(query.tenant, Recall.model_validate(query.payload))
+                return Reply.success(result.model_dump(mode="json"))
+            if query.type == "command_outcome":
+                command_id = str(query.payload.get("command_id", ""))
+                outcome = await self.store.outcome(query.tenant, command_id)
+                if outcome is None:
+                    return Reply.failure(ErrorCode.NOT_FOUND, f"no outcome yet for command {command_id}")
+                return Reply.success({"outcome": outcome.model_dump(mode="json")})
+        except ValidationError as exc:
+            return validation_reply(exc)
+        except DomainError as exc:
+            return Reply.failure(exc.code, exc.message, exc.field)
+        return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown query {query.type!r}", "type")
+
+    # helpers ------------------------------------------------------------------------------
+    async def _embed_one(self, text: str) -> list[float]:
+        vectors = await asyncio.to_thread(self.embedder.embed, [text])
+        return [float(x) for x in vectors[0]]
+
+    def _subject(self, state: MemoryState) -> str:
+        return self.names.event(state.tenant, model.AGGREGATE, str(state.id))

@@ -1,0 +1,19 @@
+"""Memory service settings (environment variables with the ENGRAM_ prefix)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from kit.config import CommonSettings
+
+
+class MemorySettings(CommonSettings):
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
+    qdrant_collection: str = "memories"
+    embedder: str = Field("minilm", description="minilm (offline, default) | openai")
+    embedder_url: str | None = None
+    embedder_model: str | None = None
+    embedder_dim: int | None = None
+    embedder_api_key: str | None = None
+    embedder_threads: int | None = None
+    memory_schema: str = "memory"

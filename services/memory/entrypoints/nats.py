@@ -1,0 +1,44 @@
+"""NATS entrypoints of the memory service: its command consumer, projector and query answers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.aio.msg import Msg
+
+from contracts.envelope import CommandEnvelope, EventEnvelope, Reply
+from contracts.errors import ErrorCode
+from contracts.subjects import MEMORY
+from kit.bus import Bus, reply_to
+from services.memory.application.service import PROJECTOR, MemoryService
+
+
+def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+    """Start the consumers as tasks; query subscriptions are set up by ``serve_queries``."""
+
+    async def on_command(msg: Msg) -> None:
+        env = CommandEnvelope.model_validate_json(msg.data)
+        reply = await service.handle_command(env)
+        await reply_to(bus, msg, reply)
+
+    async def on_dead_command(msg: Msg, reason: str) -> None:
+        await reply_to(
+            bus, msg,
+            Reply.failure(ErrorCode.INTERNAL, f"the command could not be handled and was dead-lettered: {reason}"),
+        )
+
+    async def on_event(msg: Msg) -> None:
+        event = EventEnvelope.model_validate_json(msg.data)
+        await service.apply(event, msg.metadata.sequence.stream, checkpoint=PROJECTOR)
+
+    names = bus.names
+    return [
+        asyncio.create_task(bus.consume(names.command_consumer(MEMORY), on_command, stop, on_dead=on_dead_command)),
+        asyncio.create_task(bus.consume(names.projector(MEMORY, "memory"), on_event, stop)),
+    ]
+
+
+async def serve_queries(bus: Bus, service: MemoryService) -> list[object]:
+    return await bus.serve_queries(
+        MEMORY, {"recall": service.handle_query, "command_outcome": service.handle_query}
+    )

@@ -1,0 +1,91 @@
+"""Composition root of the memory service: Settings → adapters → application → entrypoints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from kit.bus import Bus
+from kit.config import setup_logging
+from kit.pg import create_pool
+from services.memory.adapters.embedder import Embedder, build_embedder
+from services.memory.adapters.pg_store import MemoryStore
+from services.memory.adapters.vectors import VectorIndex, build_vector_index
+from services.memory.application.service import MemoryService
+from services.memory.config import MemorySettings
+from services.memory.entrypoints import nats as nats_entry
+
+log = logging.getLogger("engram.memory")
+
+
+def make_embedder(settings: MemorySettings) -> Embedder:
+    if settings.embedder == "openai":
+        return build_embedder(
+            "openai", base_url=settings.embedder_url, model=settings.embedder_model,
+            dim=settings.embedder_dim, api_key=settings.embedder_api_key,
+        )
+    return build_embedder(settings.embedder, threads=settings.embedder_threads)
+
+
+@dataclass
+class MemoryApp:
+    settings: MemorySettings
+    bus: Bus
+    store: MemoryStore
+    index: VectorIndex
+    service: MemoryService
+
+
+@asynccontextmanager
+async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
+    """Open every adapter of the memory service (no consumers started)."""
+    bus = await Bus.connect(settings.nats_url, settings.names, name="engram-memory")
+    pool = await create_pool(settings.database_url)
+    index: VectorIndex | None = None
+    try:
+        await bus.ensure_streams(settings.stream_replicas)
+        store = MemoryStore(pool, settings.memory_schema)
+        await store.migrate()
+        embedder = make_embedder(settings)
+        await asyncio.to_thread(embedder.embed, ["warm-up"])
+        index = build_vector_index(
+            qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
+            collection=settings.qdrant_collection,
+        )
+        await index.ensure()
+        service = MemoryService(store, index, embedder, bus, settings.names)
+        yield MemoryApp(settings, bus, store, index, service)
+    finally:
+        if index is not None:
+            await index.close()
+        await pool.close()
+        await bus.close()
+
+
+async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> None:
+    """Run the memory service until ``stop`` is set (or SIGINT/SIGTERM)."""
+    stop = stop or _stop_on_signals()
+    async with memory_app(settings) as app:
+        tasks = nats_entry.start(app.bus, app.service, stop)
+        await nats_entry.serve_queries(app.bus, app.service)
+        log.info("memory service ready (namespace %s)", settings.namespace)
+        await stop.wait()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def main() -> None:
+    settings = MemorySettings()
+    setup_logging(settings.log_level)
+    asyncio.run(run(settings))

@@ -1,0 +1,175 @@
+"""The bus on real JetStream: idempotent commands, optimistic concurrency, redelivery, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import replace
+
+import pytest
+from nats.aio.msg import Msg
+
+from contracts.envelope import CommandEnvelope, EventEnvelope, utcnow
+from contracts.subjects import HEADER_ERROR, HEADER_MSG_ID
+from kit.bus import Bus, ConcurrencyConflict, PoisonMessage
+
+pytestmark = pytest.mark.integration
+
+
+def command(command_id: str, text: str = "x") -> CommandEnvelope:
+    return CommandEnvelope(command_id=command_id, type="noop", tenant="alice", payload={"text": text})
+
+
+def event(aggregate_id: str) -> EventEnvelope:
+    return EventEnvelope(
+        event_id=uuid.uuid4(), type="Thing", occurred_at=utcnow(), tenant="alice", aggregate="thing",
+        aggregate_id=aggregate_id, correlation_id="c", causation_id="k", data={"n": 1},
+    )
+
+
+async def run_consumer(bus: Bus, spec, handler, until, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    stop = asyncio.Event()
+    task = asyncio.create_task(bus.consume(spec, handler, stop, batch=8))
+    try:
+        async with asyncio.timeout(timeout):
+            while not until():
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+
+
+async def dead_letters(bus: Bus) -> list[Msg]:
+    sub = await bus.js.subscribe(f"{bus.names.namespace}.dlq.>", ordered_consumer=True)
+    out = []
+    try:
+        while True:
+            out.append(await sub.next_msg(timeout=1.0))
+    except Exception:
+        pass
+    await sub.unsubscribe()
+    return out
+
+
+async def test_duplicate_command_has_one_effect(bus: Bus) -> None:
+    subject = bus.names.command("svc", "noop")
+    for _ in range(3):
+        await bus.js.publish(subject, command("same-key-123").model_dump_json().encode(),
+                             headers={HEADER_MSG_ID: "same-key-123"})
+    await bus.js.publish(subject, command("other-key-456").model_dump_json().encode(),
+                         headers={HEADER_MSG_ID: "other-key-456"})
+    seen: list[str] = []
+
+    async def handle(msg: Msg) -> None:
+        seen.append(CommandEnvelope.model_validate_json(msg.data).command_id)
+
+    await run_consumer(bus, bus.names.command_consumer("svc"), handle, lambda: len(seen) >= 2)
+    await asyncio.sleep(0.3)
+    assert sorted(seen) == ["other-key-456", "same-key-123"]
+
+
+async def test_concurrent_writers_on_one_aggregate_one_wins(bus: Bus) -> None:
+    subject = bus.names.event("alice", "thing", "a1")
+    results = await asyncio.gather(
+        *(bus.append_event(subject, event("a1"), expected_last_seq=0) for _ in range(5)), return_exceptions=True
+    )
+    wins = [r for r in results if isinstance(r, int)]
+    losses = [r for r in results if isinstance(r, ConcurrencyConflict)]
+    assert len(wins) == 1 and len(losses) == 4
+    last = await bus.last_event(subject)
+    assert last is not None and last[1] == wins[0]
+
+
+async def test_retried_event_append_is_recognised(bus: Bus) -> None:
+    subject = bus.names.event("alice", "thing", "a2")
+    e = event("a2")
+    first = await bus.append_event(subject, e, expected_last_seq=0)
+    again = await bus.append_event(subject, e, expected_last_seq=0)
+    assert again == first
+    info = await bus.js.stream_info(bus.names.events_stream)
+    assert info.state.messages == 1
+
+
+async def test_redelivery_after_crash_mid_handling(bus: Bus) -> None:
+    spec = replace(bus.names.command_consumer("crashy"), ack_wait_s=1.0, backoff_s=())
+    await bus.js.publish(bus.names.command("crashy", "noop"), command("crash-key-001").model_dump_json().encode(),
+                         headers={HEADER_MSG_ID: "crash-key-001"})
+    # A worker takes the message and dies before acknowledging it.
+    await bus.ensure_consumer(spec)
+    doomed = await bus.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
+    taken = await doomed.fetch(1, timeout=5)
+    assert len(taken) == 1
+    await doomed.unsubscribe()
+    handled: list[int] = []
+
+    async def handle(msg: Msg) -> None:
+        handled.append(msg.metadata.num_delivered)
+
+    await run_consumer(bus, spec, handle, lambda: bool(handled))
+    assert handled == [2]
+
+
+async def test_transient_failure_retries_then_succeeds(bus: Bus) -> None:
+    spec = replace(bus.names.command_consumer("flaky"), backoff_s=(0.1, 0.2))
+    await bus.js.publish(bus.names.command("flaky", "noop"), command("flaky-key-01").model_dump_json().encode())
+    attempts: list[int] = []
+
+    async def handle(msg: Msg) -> None:
+        attempts.append(msg.metadata.num_delivered)
+        if len(attempts) < 3:
+            raise ConnectionError("database briefly unavailable")
+
+    await run_consumer(bus, spec, handle, lambda: len(attempts) >= 3)
+    assert attempts == [1, 2, 3]
+    assert await dead_letters(bus) == []
+
+
+async def test_poison_message_goes_to_dead_letter_and_consumer_keeps_running(bus: Bus) -> None:
+    spec = bus.names.command_consumer("poison")
+    subject = bus.names.command("poison", "noop")
+    await bus.js.publish(subject, b"{not json at all")
+    await bus.js.publish(subject, command("good-key-001").model_dump_json().encode())
+    good: list[str] = []
+
+    async def handle(msg: Msg) -> None:
+        good.append(CommandEnvelope.model_validate_json(msg.data).command_id)
+
+    await run_consumer(bus, spec, handle, lambda: bool(good))
+    assert good == ["good-key-001"]
+    dead = await dead_letters(bus)
+    assert len(dead) == 1
+    assert dead[0].data == b"{not json at all"
+    assert "ValidationError" in dead[0].headers[HEADER_ERROR]
+
+
+async def test_exhausted_retries_go_to_dead_letter(bus: Bus) -> None:
+    spec = replace(bus.names.command_consumer("doomed"), max_deliver=3, backoff_s=(0.05,))
+    await bus.js.publish(bus.names.command("doomed", "noop"), command("doomed-key-1").model_dump_json().encode())
+    attempts: list[int] = []
+
+    async def handle(msg: Msg) -> None:
+        attempts.append(msg.metadata.num_delivered)
+        raise RuntimeError("always fails")
+
+    await run_consumer(bus, spec, handle, lambda: len(attempts) >= 3)
+    await asyncio.sleep(0.3)
+    dead = await dead_letters(bus)
+    assert attempts == [1, 2, 3]
+    assert len(dead) == 1 and "after 3 attempts" in dead[0].headers[HEADER_ERROR]
+    assert json.loads(dead[0].data)["command_id"] == "doomed-key-1"
+
+
+async def test_explicit_poison_is_not_retried(bus: Bus) -> None:
+    spec = bus.names.command_consumer("refuse")
+    await bus.js.publish(bus.names.command("refuse", "noop"), command("refuse-key-1").model_dump_json().encode())
+    attempts: list[int] = []
+
+    async def handle(msg: Msg) -> None:
+        attempts.append(1)
+        raise PoisonMessage("unknown schema version 99")
+
+    await run_consumer(bus, spec, handle, lambda: bool(attempts))
+    await asyncio.sleep(0.3)
+    assert attempts == [1]
+    assert len(await dead_letters(bus)) == 1
