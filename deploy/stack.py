@@ -26,9 +26,7 @@ from contracts.errors import ErrorCode
 from contracts.subjects import MEMORY, Names
 from contracts.envelope import QueryEnvelope
 from deploy.client import StackInfo, admin_command
-from deploy.embedded.nats import EmbeddedNats
 from deploy.embedded.ports import pick_port
-from deploy.embedded.postgres import EmbeddedPostgres
 from kit.bus import Bus, BusUnavailable
 
 SERVICES = ("auth", "memory", "gateway")
@@ -83,8 +81,8 @@ class Stack:
     def __init__(self, options: StackOptions, say: Callable[[str], None] = print) -> None:
         self.o = options
         self.say = say
-        self.nats: EmbeddedNats | None = None
-        self.postgres: EmbeddedPostgres | None = None
+        self.nats: Any = None
+        self.postgres: Any = None
         self.services: dict[str, ServiceProcess] = {}
         self.nats_url = options.nats_url or ""
         self.database_url = options.database_url or ""
@@ -94,12 +92,16 @@ class Stack:
         home = self.o.home
         home.mkdir(parents=True, exist_ok=True)
         if not self.nats_url:
+            from deploy.embedded.nats import EmbeddedNats
+
             self.nats = EmbeddedNats(home / "nats", port=4222)
             self.nats_url = self.nats.start()
             self.say(f"NATS JetStream   {self.nats_url} (data in {home / 'nats'})")
         else:
             self.say(f"NATS JetStream   {self.nats_url} (given)")
         if not self.database_url:
+            from deploy.embedded.postgres import EmbeddedPostgres
+
             self.postgres = EmbeddedPostgres(home / "postgres", port=5432)
             self.database_url = self.postgres.start()
             self.say(f"PostgreSQL       {self.database_url} (data in {home / 'postgres'})")

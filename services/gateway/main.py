@@ -19,6 +19,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 from starlette.middleware.authentication import AuthenticationMiddleware
 
+from contracts.auth import Scope
 from contracts.errors import ErrorBody, ErrorCode
 from kit.bus import Bus
 from kit.config import setup_logging
@@ -101,6 +102,18 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(build_router(backend, unauthorized))
     for route in mcp_app.routes:
         app.router.routes.append(route)
+    resource_metadata = {
+        "resource": settings.mcp_url,
+        "authorization_servers": [settings.base_url],
+        "scopes_supported": [s.value for s in Scope],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Engram memory (MCP)",
+    }
+
+    @app.get("/.well-known/oauth-protected-resource", tags=["oauth"], include_in_schema=False)
+    async def protected_resource_root() -> dict[str, Any]:
+        """RFC 9728 metadata at the root, for clients that look there first."""
+        return resource_metadata
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

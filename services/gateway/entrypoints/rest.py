@@ -1,6 +1,5 @@
 """REST under /v1: the same operations as the MCP tools, with OpenAPI docs."""
 
-from __future__ import annotations
 
 from typing import Annotated, Any
 from uuid import UUID

@@ -1,0 +1,45 @@
+"""A running Engram stack (every service as its own process) for end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from deploy.stack import Stack, StackOptions
+
+
+@dataclass
+class Running:
+    stack: Stack
+    base_url: str
+    mcp_url: str
+    key: str
+    user_id: str
+    other_key: str
+    other_user_id: str
+
+
+@pytest.fixture(scope="session")
+def running(infra) -> Iterator[Running]:  # type: ignore[no-untyped-def]
+    options = StackOptions(
+        home=infra.root / "stack-home",
+        nats_url=infra.nats_url,
+        database_url=infra.database_url,
+        namespace=infra.fresh_namespace(),
+        gateway_port=0,
+        extra_env={"ENGRAM_LOG_LEVEL": "INFO"},
+    )
+    stack = Stack(options, say=lambda _: None)
+    try:
+        stack.start()
+        alice = stack.create_key(None, "alice")
+        bob = stack.create_key(None, "bob")
+        yield Running(
+            stack=stack, base_url=stack.gateway_url, mcp_url=stack.gateway_url + "/mcp",
+            key=alice["key"], user_id=alice["view"]["user_id"],
+            other_key=bob["key"], other_user_id=bob["view"]["user_id"],
+        )
+    finally:
+        stack.stop()

@@ -1,0 +1,140 @@
+"""The memory service in-process on real JetStream, Postgres and the embedded Qdrant engine."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from contracts.envelope import CommandEnvelope, EventEnvelope
+from contracts.memory import Recall
+from kit.bus import Bus
+from services.memory.config import MemorySettings
+from services.memory.main import MemoryApp, memory_app
+from services.memory.entrypoints import nats as nats_entry
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def app(infra, tmp_path: Path) -> AsyncIterator[MemoryApp]:  # type: ignore[no-untyped-def]
+    settings = MemorySettings(
+        home=tmp_path, nats_url=infra.nats_url, database_url=infra.database_url,
+        namespace=infra.fresh_namespace(), memory_schema="mem_" + uuid.uuid4().hex[:8],
+    )
+    async with memory_app(settings) as a:
+        try:
+            yield a
+        finally:
+            for spec in a.bus.names.streams():
+                await a.bus.js.delete_stream(spec.name)
+
+
+def cmd(type_: str, payload: dict, tenant: str = "alice", key: str | None = None) -> CommandEnvelope:  # type: ignore[type-arg]
+    return CommandEnvelope(command_id=key or uuid.uuid4().hex, type=type_, tenant=tenant, payload=payload)
+
+
+async def recall(app: MemoryApp, text: str, tenant: str = "alice", **kw) -> list[str]:  # type: ignore[no-untyped-def]
+    result = await app.service.recall(tenant, Recall(query=text, **kw))
+    return [h.memory.content for h in result.hits]
+
+
+async def events(bus: Bus) -> list[EventEnvelope]:
+    info = await bus.js.stream_info(bus.names.events_stream)
+    out: list[EventEnvelope] = []
+    if info.state.messages == 0:
+        return out
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        raw = await bus.js.get_msg(bus.names.events_stream, seq)
+        out.append(EventEnvelope.model_validate_json(raw.data))
+    return out
+
+
+async def test_save_then_recall_reads_its_own_write(app: MemoryApp) -> None:
+    reply = await app.service.handle_command(cmd("save_memory", {"content": "My favourite tea is sencha"}))
+    assert reply.ok and reply.result["created"] is True
+    assert (await recall(app, "which tea do I like?"))[0] == "My favourite tea is sencha"
+
+
+async def test_same_command_twice_has_one_effect(app: MemoryApp) -> None:
+    c = cmd("save_memory", {"content": "I live in Lisbon"}, key="idem-key-0001")
+    first = await app.service.handle_command(c)
+    second = await app.service.handle_command(c)
+    assert first == second
+    assert len(await events(app.bus)) == 1
+
+
+async def test_identical_content_is_not_duplicated(app: MemoryApp) -> None:
+    a = await app.service.handle_command(cmd("save_memory", {"content": "I  play the cello"}))
+    b = await app.service.handle_command(cmd("save_memory", {"content": "i play the cello "}))
+    assert b.result["created"] is False and b.result["memory_id"] == a.result["memory_id"]
+
+
+async def test_invalid_payload_names_field_and_writes_nothing(app: MemoryApp) -> None:
+    reply = await app.service.handle_command(cmd("save_memory", {"content": "x" * 200_001}))
+    assert not reply.ok and reply.error.field == "content" and "200000" in reply.error.message
+    reply = await app.service.handle_command(cmd("save_memory", {"content": "ok", "project": "bad tag!"}))
+    assert not reply.ok and reply.error.field == "project"
+    reply = await app.service.handle_command(cmd("explode", {}))
+    assert not reply.ok and reply.error.field == "type"
+    assert await events(app.bus) == []
+    assert await app.store.counts() == {}
+
+
+async def test_forget_exact_then_semantic_then_nothing(app: MemoryApp) -> None:
+    for text in ["I am allergic to peanuts", "My dog is called Biscuit", "I work as a nurse"]:
+        await app.service.handle_command(cmd("save_memory", {"content": text}))
+    exact = await app.service.handle_command(cmd("forget_memory", {"content": "I am allergic to peanuts"}))
+    assert exact.result["forgotten"] and exact.result["match"] == "exact"
+    semantic = await app.service.handle_command(cmd("forget_memory", {"content": "My dog is named Biscuit"}))
+    assert semantic.result["forgotten"] and semantic.result["match"] == "semantic"
+    assert semantic.result["similarity"] >= 0.85
+    nothing = await app.service.handle_command(cmd("forget_memory", {"content": "I own a sailboat"}))
+    assert nothing.ok and nothing.result["forgotten"] is False
+    remaining = await recall(app, "allergy dog job", limit=10)
+    assert remaining == ["I work as a nurse"]
+    kinds = [e.type for e in await events(app.bus)]
+    assert kinds.count("MemoryForgotten") == 2
+
+
+async def test_tenants_never_see_each_other(app: MemoryApp) -> None:
+    await app.service.handle_command(cmd("save_memory", {"content": "Alice's secret: the vault code is 1234"}))
+    assert await recall(app, "vault code", tenant="mallory") == []
+    forget = await app.service.handle_command(
+        cmd("forget_memory", {"content": "Alice's secret: the vault code is 1234"}, tenant="mallory")
+    )
+    assert forget.result["forgotten"] is False
+    assert await recall(app, "vault code") == ["Alice's secret: the vault code is 1234"]
+
+
+async def test_projector_replays_events_idempotently(app: MemoryApp) -> None:
+    await app.service.handle_command(cmd("save_memory", {"content": "I prefer window seats"}))
+    await app.service.handle_command(cmd("forget_memory", {"content": "I prefer window seats"}))
+    await app.service.handle_command(cmd("save_memory", {"content": "I prefer aisle seats"}))
+    stop = asyncio.Event()
+    tasks = nats_entry.start(app.bus, app.service, stop)
+    async with asyncio.timeout(20):
+        while await app.store.checkpoint("memory-projector") < 3:
+            await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*tasks)
+    assert await recall(app, "seat preference") == ["I prefer aisle seats"]
+    assert await app.store.counts() == {"active": 1, "forgotten": 1}
+
+
+async def test_rebuild_from_event_log(app: MemoryApp) -> None:
+    for text in ["I run marathons", "我最喜欢喝绿茶", "My sister lives in Osaka"]:
+        await app.service.handle_command(cmd("save_memory", {"content": text}))
+    before = await recall(app, "绿茶", mode="keyword")
+    await app.store.drop_read_model()
+    await app.index.drop()
+    await app.index.ensure()
+    assert await recall(app, "marathon") == []
+    for seq, event in enumerate(await events(app.bus), 1):
+        await app.service.apply(event, seq, checkpoint="rebuild")
+    assert await recall(app, "绿茶", mode="keyword") == before == ["我最喜欢喝绿茶"]
+    assert await app.store.counts() == {"active": 3}
