@@ -1,0 +1,82 @@
+"""Memory aggregate rules, without I/O."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from contracts.memory import MemoryEventType, MemoryStatus, Recall, SaveMemory
+from contracts.subjects import Names
+from services.memory.domain import model
+from services.memory.domain.errors import Conflict
+
+pytestmark = pytest.mark.unit
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_identity_is_derived_from_the_idempotency_key() -> None:
+    a = model.new_memory("alice", "key-00000001", SaveMemory(content="x"), NOW)
+    b = model.new_memory("alice", "key-00000001", SaveMemory(content="x"), NOW)
+    c = model.new_memory("bob", "key-00000001", SaveMemory(content="x"), NOW)
+    assert a.id == b.id != c.id
+
+
+def test_content_is_compared_normalised() -> None:
+    assert model.content_hash("I  like\ttea ") == model.content_hash("i like tea")
+    assert model.content_hash("I like tea") != model.content_hash("I like coffee")
+
+
+def test_forget_keeps_history_and_refuses_twice() -> None:
+    state = model.new_memory("alice", "key-00000002", SaveMemory(content="likes cats"), NOW)
+    gone = model.forget(state, "changed their mind", NOW)
+    assert gone.status is MemoryStatus.FORGOTTEN and gone.version == 2 and gone.forget_reason == "changed their mind"
+    assert gone.content == state.content
+    with pytest.raises(Conflict):
+        model.forget(gone, None, NOW)
+
+
+def test_event_carries_new_state_and_deterministic_id() -> None:
+    state = model.new_memory("alice", "key-00000003", SaveMemory(content="x"), NOW)
+    e1 = model.event_for(state, MemoryEventType.SAVED, command_id="key-00000003", correlation_id="c", now=NOW)
+    e2 = model.event_for(state, MemoryEventType.SAVED, command_id="key-00000003", correlation_id="c", now=NOW)
+    assert e1.event_id == e2.event_id
+    assert model.state_of(e1) == state
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"content": ""}, "content"),
+        ({"content": "x" * 200_001}, "content"),
+        ({"content": "x", "project": "has space"}, "project"),
+        ({"content": "x", "project": "p" * 129}, "project"),
+        ({"content": "x", "importance": 6}, "importance"),
+        ({"content": "x", "confidence": 1.5}, "confidence"),
+        ({"content": "x", "category": "hobby"}, "category"),
+        ({"content": "x", "surprise": 1}, "surprise"),
+    ],
+)
+def test_save_limits_name_the_field(payload: dict, field: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ValidationError) as info:
+        SaveMemory.model_validate(payload)
+    assert info.value.errors()[0]["loc"][0] == field
+
+
+def test_recall_limit_bounds() -> None:
+    with pytest.raises(ValidationError):
+        Recall(query="x", limit=0)
+    with pytest.raises(ValidationError):
+        Recall(query="x", limit=101)
+    assert Recall(query="x").limit == 10
+
+
+def test_subjects_are_tenant_scoped_and_safe() -> None:
+    names = Names("engram")
+    assert names.event("u1", "memory", "abc") == "engram.evt.u1.memory.abc"
+    with pytest.raises(ValueError):
+        names.event("u1.evil", "memory", "abc")
+    with pytest.raises(ValueError):
+        names.event("*", "memory", "abc")
+    assert {s.name for s in names.streams()} == {"ENGRAM_EVENTS", "ENGRAM_COMMANDS", "ENGRAM_DLQ"}
