@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,8 @@ INSPECTOR = Path(__file__).resolve().parents[2] / "tools" / "inspector" / "node_
 
 def inspector(running, tmp_path: Path, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
     if not INSPECTOR.exists():
+        if shutil.which("npm") is None:
+            pytest.skip("Node.js/npm not installed: the MCP Inspector CLI cannot run here")
         pytest.fail(f"MCP Inspector not installed at {INSPECTOR}: run `npm ci --prefix tools/inspector` (make test does)")
     proc = subprocess.run(
         [str(INSPECTOR), "--cli", running.mcp_url, "--transport", "http",

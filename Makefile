@@ -1,0 +1,47 @@
+# Engram — the two commands a new user needs:
+#   make run    installs what Engram needs and starts it (NATS, Postgres, every service)
+#   make test   installs the test tools and runs the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+INSPECTOR := tools/inspector/node_modules/.bin/mcp-inspector
+
+.PHONY: run test test-unit test-integration lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+$(INSPECTOR): tools/inspector/package.json tools/inspector/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tools/inspector --no-audit --no-fund --loglevel=error; \
+	else \
+		echo "npm not found: the MCP Inspector CLI test will be skipped (install Node.js 20+ to run it)"; \
+	fi
+
+run: $(STAMP)
+	$(BIN)/engram up
+
+test: $(STAMP) $(INSPECTOR)
+	$(BIN)/python -m pytest -q
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m unit
+
+test-integration: $(STAMP) $(INSPECTOR)
+	$(BIN)/python -m pytest -q -m "integration or e2e"
+
+lint: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check contracts kit services deploy tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/recall_latency.py
+	$(BIN)/python bench/save_throughput.py
+
+clean:
+	rm -rf $(VENV) tools/inspector/node_modules .pytest_cache
