@@ -321,12 +321,15 @@ class Bus:
         *,
         batch: int = 64,
         on_dead: DeadHook | None = None,
+        prepare: Callable[[list[Msg]], Awaitable[None]] | None = None,
     ) -> None:
         """Run a durable pull consumer until ``stop`` is set.
 
         Messages are handled one at a time in stream order. Success → ack. PoisonMessage or an
         unparsable message → dead-letter stream, then term. Any other error → nak with the
         spec's backoff; after ``max_deliver`` attempts → dead-letter stream, then term.
+        ``prepare`` sees each fetched batch first (e.g. to embed all texts in one call); a failure
+        there is only logged, since every message is still handled on its own.
         """
         await self.ensure_consumer(spec)
         sub = await self.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
@@ -338,6 +341,11 @@ class Bus:
                     continue
                 except nats.errors.ConnectionClosedError:
                     return
+                if prepare is not None:
+                    try:
+                        await prepare(msgs)
+                    except Exception:
+                        log.exception("%s: batch preparation failed; handling one by one", spec.durable)
                 for msg in msgs:
                     await self._handle(spec, msg, handler, on_dead)
         finally:

@@ -15,6 +15,7 @@ from kit.pg import create_pool
 from services.memory.adapters.embedder import Embedder, build_embedder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
+from services.memory.application.embedding import PrimedEmbedder
 from services.memory.application.service import MemoryService
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
@@ -50,7 +51,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         await bus.ensure_streams(settings.stream_replicas)
         store = MemoryStore(pool, settings.memory_schema)
         await store.migrate()
-        embedder = make_embedder(settings)
+        embedder = PrimedEmbedder(make_embedder(settings))
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(
             qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,

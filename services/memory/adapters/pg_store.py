@@ -120,6 +120,12 @@ class MemoryStore:
         )
         return {r["id"]: MemoryView.model_validate(dict(r)) for r in rows}
 
+    async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]:
+        rows = await self.pool.fetch(
+            f"SELECT id, last_seq FROM {self.s}.memories WHERE id = ANY($1::uuid[])", list(ids)
+        )
+        return {r["id"]: r["last_seq"] for r in rows}
+
     async def checkpoint(self, projection: str) -> int:
         return await self.pool.fetchval(
             f"SELECT coalesce(max(last_seq), 0) FROM {self.s}.checkpoints WHERE projection = $1", projection

@@ -196,12 +196,12 @@ class MemoryService:
         Returns False when the memory already reflects this or a later sequence.
         """
         state = model.state_of(event)
-        dense = await self._embed_one(state.content) if state.status is MemoryStatus.ACTIVE else None
         async with self.store.transaction() as tx:
             applied = await tx.lock(state.id)
             fresh = applied is None or applied < seq
             if fresh:
-                if dense is not None:
+                if state.status is MemoryStatus.ACTIVE:
+                    dense = await self._embed_one(state.content)
                     await self.index.upsert([self._point(state, dense)])
                 else:
                     await self.index.delete([str(state.id)])
@@ -262,6 +262,30 @@ class MemoryService:
         except DomainError as exc:
             return Reply.failure(exc.code, exc.message, exc.field)
         return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown query {query.type!r}", "type")
+
+    # batching -----------------------------------------------------------------------------
+    async def prime_commands(self, envs: list[CommandEnvelope]) -> None:
+        """Embed the contents of a batch of save commands in one call."""
+        texts = []
+        for env in envs:
+            if env.type == "save_memory" and isinstance(env.payload.get("content"), str):
+                texts.append(model.normalize_content(env.payload["content"]))
+        await self._prime(texts)
+
+    async def prime_events(self, batch: list[tuple[EventEnvelope, int]]) -> None:
+        """Embed, in one call, the contents of the events this projection has not applied yet."""
+        states = {model.state_of(e).id: (model.state_of(e), seq) for e, seq in batch if e.aggregate == model.AGGREGATE}
+        applied = await self.store.applied_sequences(list(states))
+        texts = [
+            st.content for mid, (st, seq) in states.items()
+            if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq
+        ]
+        await self._prime(texts)
+
+    async def _prime(self, texts: list[str]) -> None:
+        prime = getattr(self.embedder, "prime", None)
+        if prime is not None and len(texts) > 1:
+            await asyncio.to_thread(prime, texts)
 
     # helpers ------------------------------------------------------------------------------
     async def _embed_one(self, text: str) -> list[float]:

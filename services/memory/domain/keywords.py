@@ -1,0 +1,222 @@
+"""CJK-aware keyword (sparse) vectors for the memory index.
+
+Pure domain code: stdlib only, no I/O.
+
+A text is turned into *terms*:
+
+* it is NFKC-normalised (full-width Latin and half-width katakana fold to their
+  canonical forms) and case-folded;
+* runs of CJK characters (Han, Hiragana, Katakana, Hangul) yield every
+  character as a unigram *and* every overlapping pair as a bigram, so a query
+  for ``绿茶`` shares the terms ``绿``, ``茶`` and ``绿茶`` with a memory
+  ``我最喜欢喝绿茶`` although neither text has spaces;
+* other letters and digits form words (split on anything that is not
+  alphanumeric, including ``_``). One-character words are dropped unless they
+  are digits, a small English stop-word list is dropped, and a light suffix
+  stripper conflates common inflections (``cats``/``cat``,
+  ``hiking``/``hiked``/``hikes``/``hike``). Words containing a digit are kept
+  verbatim.
+
+Terms are mapped to sparse-vector indices with a stable hash (BLAKE2b, 31
+bits), identical across processes, machines and Python versions, so vectors
+written today still match queries made after a restart.
+
+Weights: documents carry the BM25 term-frequency component (saturation and
+length normalisation, see :func:`document_vector`); queries carry 1.0 per
+distinct term. The vector index applies the IDF factor (Qdrant's ``idf``
+modifier), so the dot product of the two is a BM25 score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+__all__ = [
+    "SparseVector",
+    "document_vector",
+    "keyword_terms",
+    "query_vector",
+    "term_index",
+]
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """A sparse vector: strictly increasing ``indices`` and matching ``values``."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.indices) != len(self.values):
+            raise ValueError("indices and values must have the same length")
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the vector has no non-zero dimension."""
+        return not self.indices
+
+
+# --- tokenisation -----------------------------------------------------------
+
+# Han (CJK unified ideographs, extension A, compatibility ideographs, the
+# supplementary-plane extensions B..H), ideographic iteration/closing marks,
+# Hiragana, Katakana (+ phonetic extensions), Hangul syllables and jamo.
+_CJK_CHARS = (
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u3005-\u3007"  # iteration mark, closing mark, ideographic zero
+    "\u3040-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana (incl. ー)
+    "\u3130-\u318f"  # Hangul compatibility jamo
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\ua960-\ua97f"  # Hangul Jamo extended-A
+    "\uac00-\ud7af"  # Hangul syllables
+    "\ud7b0-\ud7ff"  # Hangul Jamo extended-B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\U00020000-\U0003ffff"  # CJK extensions B..H, compatibility supplement
+)
+_TOKEN_RE = re.compile(rf"(?P<cjk>[{_CJK_CHARS}]+)|(?P<word>(?:(?![{_CJK_CHARS}])[^\W_])+)")
+
+_STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be been before
+    being below between both but by can could did do does doing down during each
+    few for from further had has have having he her here hers herself him himself
+    his how i if in into is it its itself just me more most my myself no nor not
+    of off on once only or other our ours ourselves out over own same she should
+    so some such than that the their theirs them themselves then there these they
+    this those through to too under until up very was we were what when where
+    which while who whom why will with would you your yours yourself yourselves
+    """.split()
+)
+
+_VOWELS = frozenset("aeiouy")
+
+
+def _has_vowel(stem: str) -> bool:
+    return any(ch in _VOWELS for ch in stem)
+
+
+def _undouble(stem: str) -> str:
+    """``runn`` -> ``run``, ``stopp`` -> ``stop``; keeps ``ll``, ``ss``, ``zz``."""
+    if len(stem) >= 3 and stem[-1] == stem[-2] and stem[-1] not in "lsz" and stem[-1] not in _VOWELS:
+        return stem[:-1]
+    return stem
+
+
+def _stem(word: str) -> str:
+    """Light, deterministic English suffix stripping.
+
+    Not a full stemmer: the goal is that common inflections of a word map to the
+    same term (``cat``/``cats``, ``box``/``boxes``, ``story``/``stories``,
+    ``hike``/``hikes``/``hiked``/``hiking``), not that the result is a word.
+    Only ASCII-lowercase words longer than three characters are touched.
+    """
+    if len(word) <= 3 or not word.isascii() or not word.isalpha():
+        return word
+    w = word
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith(("ses", "xes", "zes", "ches", "shes")):  # classes, boxes, matches, wishes
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    elif w.endswith("ing") and len(w) >= 6 and _has_vowel(w[:-3]):
+        w = _undouble(w[:-3])
+    elif w.endswith("ed") and not w.endswith("eed") and len(w) >= 5 and _has_vowel(w[:-2]):
+        w = _undouble(w[:-2])
+    # A final silent "e" is dropped everywhere, so "hike" meets "hik(ing)" and
+    # "cache" meets "cach(es)".
+    if w.endswith("e") and len(w) > 3:
+        w = w[:-1]
+    return w
+
+
+def keyword_terms(text: str) -> list[str]:
+    """The keyword terms of ``text``, in order of appearance, with repeats.
+
+    CJK runs contribute, in order, each character followed by the bigram it
+    starts (``绿茶`` -> ``绿``, ``绿茶``, ``茶``). Empty or whitespace-only text
+    gives an empty list.
+    """
+    normalised = unicodedata.normalize("NFKC", text).casefold()
+    terms: list[str] = []
+    for match in _TOKEN_RE.finditer(normalised):
+        cjk = match.group("cjk")
+        if cjk is not None:
+            for i, ch in enumerate(cjk):
+                terms.append(ch)
+                if i + 1 < len(cjk):
+                    terms.append(cjk[i : i + 2])
+            continue
+        word = match.group("word")
+        if len(word) == 1 and not word.isdigit():
+            continue
+        if word in _STOPWORDS:
+            continue
+        if any(ch.isdigit() for ch in word):
+            terms.append(word)
+        else:
+            terms.append(_stem(word))
+    return terms
+
+
+# --- hashing and weighting --------------------------------------------------
+
+_INDEX_MASK = 0x7FFF_FFFF
+
+#: BM25 parameters for the document-side term weights.
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: Assumed average memory length, in terms (memories are a sentence or two).
+BM25_AVG_TERMS = 32.0
+
+
+def term_index(term: str) -> int:
+    """Stable, non-negative 31-bit index of ``term`` (BLAKE2b of its UTF-8 bytes).
+
+    Never Python's ``hash()``, which is salted per process.
+    """
+    digest = hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & _INDEX_MASK
+
+
+def _counts_by_index(terms: list[str]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for term, tf in Counter(terms).items():
+        idx = term_index(term)
+        counts[idx] = counts.get(idx, 0) + tf  # hash collisions merge
+    return counts
+
+
+def document_vector(text: str) -> SparseVector:
+    """Sparse vector to store for a memory's ``text``.
+
+    Each term carries the BM25 term-frequency component
+    ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` with ``k1=1.2``,
+    ``b=0.75``, ``dl`` the number of terms in the text and ``avgdl`` the fixed
+    :data:`BM25_AVG_TERMS`. Repeating a term helps with diminishing returns, and
+    a term counts for more in a short memory than in a long one. The index's IDF
+    modifier supplies the remaining BM25 factor at query time. All values are
+    strictly positive.
+    """
+    terms = keyword_terms(text)
+    if not terms:
+        return SparseVector((), ())
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * len(terms) / BM25_AVG_TERMS)
+    counts = _counts_by_index(terms)
+    indices = tuple(sorted(counts))
+    values = tuple(counts[i] * (BM25_K1 + 1.0) / (counts[i] + norm) for i in indices)
+    return SparseVector(indices, values)
+
+
+def query_vector(text: str) -> SparseVector:
+    """Sparse vector to search with: weight 1.0 for each distinct term of ``text``."""
+    indices = tuple(sorted({term_index(t) for t in keyword_terms(text)}))
+    return SparseVector(indices, (1.0,) * len(indices))
