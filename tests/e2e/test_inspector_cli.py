@@ -19,7 +19,7 @@ def inspector(running, tmp_path: Path, *args: str) -> dict:  # type: ignore[no-u
     if not INSPECTOR.exists():
         if shutil.which("npm") is None:
             pytest.skip("Node.js/npm not installed: the MCP Inspector CLI cannot run here")
-        pytest.fail(f"MCP Inspector not installed at {INSPECTOR}: run `npm ci --prefix tools/inspector` (make test does)")
+        pytest.fail(f"MCP Inspector not installed at {INSPECTOR}: run `npm install --prefix tools/inspector` (make test does)")
     proc = subprocess.run(
         [str(INSPECTOR), "--cli", running.mcp_url, "--transport", "http",
          "--header", f"Authorization: Bearer {running.key}", *args],

@@ -26,7 +26,6 @@ from contracts.memory import (
     MemoryStatus,
     Recall,
     RecallHit,
-    RecallMode,
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
@@ -35,15 +34,15 @@ from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict, validation_reply
 from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.pg_store import MemoryStore
-from services.memory.adapters.vectors import SearchFilter, VectorIndex, VectorPoint
+from services.memory.adapters.vectors import VectorIndex
+from services.memory.application.indexing import SEARCH_MODES, active_filter, indexed_text, point_for
 from services.memory.domain import model
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
-from services.memory.domain.keywords import document_vector, query_vector
+from services.memory.domain.keywords import query_vector
 
 log = logging.getLogger("engram.memory")
 
 PROJECTOR = "memory-projector"
-_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}
 
 
 class EventLog(Protocol):
@@ -172,7 +171,7 @@ class MemoryService:
         dense = await self._embed_one(cmd.content)
         hits = await self.index.search(
             dense=dense, sparse=None, mode="dense", limit=3,
-            filter=SearchFilter(tenant=tenant, project=cmd.project, status=MemoryStatus.ACTIVE.value),
+            filter=active_filter(tenant, cmd.project),
         )
         for hit in hits:
             if hit.score < model.SEMANTIC_FORGET_THRESHOLD:
@@ -201,8 +200,8 @@ class MemoryService:
             fresh = applied is None or applied < seq
             if fresh:
                 if state.status is MemoryStatus.ACTIVE:
-                    dense = await self._embed_one(state.content)
-                    await self.index.upsert([self._point(state, dense)])
+                    dense = await self._embed_one(indexed_text(state))
+                    await self.index.upsert([point_for(state, dense)])
                 else:
                     await self.index.delete([str(state.id)])
                 await tx.upsert(state, model.content_hash(state.content), seq)
@@ -213,31 +212,15 @@ class MemoryService:
                 await tx.advance_checkpoint(checkpoint, seq)
         return fresh
 
-    def _point(self, state: MemoryState, dense: list[float]) -> VectorPoint:
-        return VectorPoint(
-            id=str(state.id),
-            dense=dense,
-            sparse=document_vector(state.content),
-            payload={
-                "tenant": state.tenant,
-                "project": state.project,
-                "status": state.status.value,
-                "category": state.category.value if state.category else None,
-                "memory_key": state.memory_key,
-                "importance": state.importance,
-                "created_at": state.created_at.isoformat(),
-            },
-        )
-
     # queries ------------------------------------------------------------------------------
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
         """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project."""
-        mode = _MODES[query.mode]
+        mode = SEARCH_MODES[query.mode]
         dense = await self._embed_one(query.query) if mode != "sparse" else None
         sparse = query_vector(query.query) if mode != "dense" else None
         hits = await self.index.search(
             dense=dense, sparse=sparse, mode=mode, limit=query.limit,
-            filter=SearchFilter(tenant=tenant, project=query.project, status=MemoryStatus.ACTIVE.value),
+            filter=active_filter(tenant, query.project),
         )
         views = await self.store.active_views(tenant, [UUID(h.id) for h in hits])
         return RecallResult(
@@ -277,7 +260,7 @@ class MemoryService:
         states = {model.state_of(e).id: (model.state_of(e), seq) for e, seq in batch if e.aggregate == model.AGGREGATE}
         applied = await self.store.applied_sequences(list(states))
         texts = [
-            st.content for mid, (st, seq) in states.items()
+            indexed_text(st) for mid, (st, seq) in states.items()
             if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq
         ]
         await self._prime(texts)
