@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 
 $(INSPECTOR): tools/inspector/package.json tools/inspector/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
-		npm install --prefix tools/inspector --no-audit --no-fund --no-save --loglevel=error; \
+		npm install --prefix tools/inspector --no-audit --no-fund --no-save --loglevel=error && touch $@; \
 	else \
 		echo "npm not found: the MCP Inspector CLI test will be skipped (install Node.js 20+ to run it)"; \
 	fi
