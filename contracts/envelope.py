@@ -78,9 +78,9 @@ class Reply(BaseModel, Generic[ResultT]):
     error: ErrorBody | None = None
 
     @classmethod
-    def success(cls, result: Any) -> "Reply[Any]":
+    def success(cls, result: Any) -> Reply[Any]:
         return Reply[Any](ok=True, result=result)
 
     @classmethod
-    def failure(cls, code: ErrorCode, message: str, field: str | None = None) -> "Reply[Any]":
+    def failure(cls, code: ErrorCode, message: str, field: str | None = None) -> Reply[Any]:
         return Reply[Any](ok=False, error=ErrorBody(code=code, message=message, field=field))

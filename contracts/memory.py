@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 PROJECT_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 DEFAULT_PROJECT = "default"
 MAX_CONTENT_CHARS = 200_000
 MAX_QUERY_CHARS = 10_000
 MAX_RECALL_LIMIT = 100
+MAX_STRUCTURED_CONTENT_CHARS = 4_000
+MEMORY_KEY_PATTERN = r"^[a-z]+\.[a-z0-9_]{1,64}$"
+TOPIC_PATTERN = r"^[a-z0-9_]{1,64}$"
 
 Project = Field(DEFAULT_PROJECT, pattern=PROJECT_PATTERN, description="project tag: 1-128 of [A-Za-z0-9_.:-]")
 
@@ -27,6 +31,31 @@ class Category(StrEnum):
     RELATIONSHIP = "relationship"
     EMOTIONAL_PATTERN = "emotional_pattern"
     CONVERSATION_STYLE = "conversation_style"
+
+
+NAMESPACE_FOR_CATEGORY: dict[Category, str] = {
+    Category.USER_PROFILE: "profile",
+    Category.PREFERENCE: "preference",
+    Category.PERSONALITY: "personality",
+    Category.GOAL: "goal",
+    Category.SKILL: "skill",
+    Category.RELATIONSHIP: "relationship",
+    Category.EMOTIONAL_PATTERN: "emotion",
+    Category.CONVERSATION_STYLE: "style",
+}
+
+
+def memory_key_problem(category: Category | None, memory_key: str) -> str | None:
+    """Why ``memory_key`` is not acceptable for ``category`` (None when it is)."""
+    namespace, _, topic = memory_key.partition(".")
+    if not topic or not re.fullmatch(TOPIC_PATTERN, topic):
+        return "memory_key must be 'namespace.topic' with a topic of 1-64 chars of [a-z0-9_]"
+    if category is None:
+        return "a memory_key needs a category (the namespace is bound to it)"
+    expected = NAMESPACE_FOR_CATEGORY[category]
+    if namespace != expected:
+        return f"memory_key namespace '{namespace}' does not match category '{category.value}': use '{expected}.<topic>'"
+    return None
 
 
 class MemoryStatus(StrEnum):
@@ -57,16 +86,63 @@ class MemoryState(BaseModel):
 
 # commands ---------------------------------------------------------------------------------
 class SaveMemory(BaseModel):
-    """Save a memory. Saving the exact same content in the same project returns the existing one."""
+    """Save a memory.
+
+    Free-form (no category): saving the exact same content in the same project returns the
+    existing memory. Structured (with a category): content ≤ 4,000 chars, addressed by
+    ``memory_key`` (generated from the content when omitted); saving an existing key updates it.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     project: str = Project
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     category: Category | None = None
+    memory_key: str | None = Field(None, max_length=80)
+    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     importance: int = Field(3, ge=1, le=5)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     source: str = Field("mcp", min_length=1, max_length=64)
+
+    @field_validator("memory_key")
+    @classmethod
+    def _key_matches_category(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            problem = memory_key_problem(info.data.get("category"), value)
+            if problem:
+                raise ValueError(problem)
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _structured_limit(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("category") is not None and len(value) > MAX_STRUCTURED_CONTENT_CHARS:
+            raise ValueError(
+                f"content of a categorised memory is limited to {MAX_STRUCTURED_CONTENT_CHARS} characters"
+            )
+        return value
+
+
+class UpdateMemory(BaseModel):
+    """Write a new version of an existing memory, found by ``id`` or by ``memory_key`` (exactly one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    id: UUID | None = None
+    memory_key: str | None = Field(None, max_length=80)
+    content: str | None = Field(None, min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    category: Category | None = None
+    importance: int | None = Field(None, ge=1, le=5)
+    confidence: float | None = Field(None, ge=0.0, le=1.0)
+    source: str | None = Field(None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> UpdateMemory:
+        if (self.id is None) == (self.memory_key is None):
+            raise ValueError("give exactly one of id or memory_key")
+        if all(v is None for v in (self.content, self.category, self.importance, self.confidence, self.source)):
+            raise ValueError("nothing to update: give content, category, importance, confidence or source")
+        return self
 
 
 class ForgetMemory(BaseModel):
@@ -84,7 +160,9 @@ class SaveMemoryResult(BaseModel):
     memory_id: UUID
     project: str
     version: int
-    created: bool = Field(description="false when an identical active memory already existed")
+    memory_key: str | None = None
+    created: bool = Field(description="false when an existing memory was updated or already held this content")
+    updated: bool = Field(False, description="true when a new version of an existing memory was written")
 
 
 class ForgetMemoryResult(BaseModel):
@@ -99,6 +177,7 @@ class ForgetMemoryResult(BaseModel):
 # events -----------------------------------------------------------------------------------
 class MemoryEventType(StrEnum):
     SAVED = "MemorySaved"
+    UPDATED = "MemoryUpdated"
     FORGOTTEN = "MemoryForgotten"
 
 
@@ -120,6 +199,30 @@ class Recall(BaseModel):
     mode: RecallMode = RecallMode.HYBRID
 
 
+class GetMemoryByKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    memory_key: str = Field(pattern=MEMORY_KEY_PATTERN)
+
+
+class RecallMemory(BaseModel):
+    """List memories by category and/or keyword (substring, any language), most important first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)
+    category: Category | None = None
+    keyword: str | None = Field(None, min_length=1, max_length=200)
+    limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+
+
+class MemoryHistoryQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    memory_id: UUID
+
+
 class MemoryView(BaseModel):
     id: UUID
     project: str
@@ -135,6 +238,37 @@ class MemoryView(BaseModel):
     updated_at: datetime
 
 
+class MemoryLookup(BaseModel):
+    found: bool
+    memory: MemoryView | None = None
+
+
+class MemoryList(BaseModel):
+    memories: list[MemoryView]
+
+
+class MemoryVersion(BaseModel):
+    """One version of a memory, as the event log recorded it."""
+
+    version: int
+    event: str
+    sequence: int
+    occurred_at: datetime
+    content: str
+    status: MemoryStatus
+    category: Category | None = None
+    memory_key: str | None = None
+    importance: int
+    confidence: float
+    forget_reason: str | None = None
+    valid_until: datetime | None = Field(None, description="when a later version superseded this one")
+
+
+class MemoryHistory(BaseModel):
+    memory_id: UUID
+    versions: list[MemoryVersion]
+
+
 class RecallHit(BaseModel):
     memory: MemoryView
     score: float
@@ -144,5 +278,14 @@ class RecallResult(BaseModel):
     hits: list[RecallHit]
 
 
-COMMANDS: dict[str, type[BaseModel]] = {"save_memory": SaveMemory, "forget_memory": ForgetMemory}
-QUERIES: dict[str, type[BaseModel]] = {"recall": Recall}
+COMMANDS: dict[str, type[BaseModel]] = {
+    "save_memory": SaveMemory,
+    "update_memory": UpdateMemory,
+    "forget_memory": ForgetMemory,
+}
+QUERIES: dict[str, type[BaseModel]] = {
+    "recall": Recall,
+    "get_memory_by_key": GetMemoryByKey,
+    "recall_memory": RecallMemory,
+    "memory_history": MemoryHistoryQuery,
+}

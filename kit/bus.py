@@ -113,7 +113,7 @@ class Bus:
         self.names = names
 
     @classmethod
-    async def connect(cls, url: str, names: Names, *, name: str = "engram") -> "Bus":
+    async def connect(cls, url: str, names: Names, *, name: str = "engram") -> Bus:
         """Connect, retrying for a while so services can start before NATS is up."""
         try:
             nc = await nats.connect(
@@ -196,6 +196,19 @@ class Bus:
             return None
         assert raw.data is not None and raw.seq is not None
         return EventEnvelope.model_validate_json(raw.data), int(raw.seq)
+
+    async def history(self, subject: str) -> list[tuple[EventEnvelope, int]]:
+        """Every event of one aggregate subject, oldest first (one direct read per event)."""
+        out: list[tuple[EventEnvelope, int]] = []
+        seq = 1
+        while True:
+            try:
+                raw = await self.js.get_msg(self.names.events_stream, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                return out
+            assert raw.data is not None and raw.seq is not None
+            out.append((EventEnvelope.model_validate_json(raw.data), int(raw.seq)))
+            seq = int(raw.seq) + 1
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str], stream: str) -> api.PubAck:
         async for attempt in AsyncRetrying(
@@ -337,7 +350,7 @@ class Bus:
             while not stop.is_set():
                 try:
                     msgs = await sub.fetch(batch, timeout=1.0)
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 except nats.errors.ConnectionClosedError:
                     return

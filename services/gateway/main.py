@@ -43,7 +43,7 @@ class LazyVerifier:
 
 
 class LazyBackend(Backend):
-    def __init__(self) -> None:  # noqa: D107 - bus bound in lifespan
+    def __init__(self) -> None:
         self.command_timeout_s = 15.0
 
     def bind(self, bus: Bus, timeout: float) -> None:

@@ -27,7 +27,7 @@ class Principal:
     project: str | None = None  # the key is restricted to this project
 
     @classmethod
-    def from_token(cls, token: AccessToken) -> "Principal":
+    def from_token(cls, token: AccessToken) -> Principal:
         claims = token.claims or {}
         if not token.subject:
             raise AccessDenied("token has no subject")

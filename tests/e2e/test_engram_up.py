@@ -75,7 +75,7 @@ def test_up_save_restart_recall(tmp_path: Path) -> None:
         created = subprocess.run([sys.executable, "-m", "deploy", "keys", "create", "--name", "friend"],
                                  env=env, capture_output=True, text=True, timeout=60)
         assert created.returncode == 0, created.stderr
-        new_key = re.search(r"^(egm_\S+)$", created.stdout, re.M)
+        new_key = re.search(r"^(egm_\S+)$", created.stdout, re.MULTILINE)
         assert new_key, created.stdout
         theirs = rest(url, new_key.group(1), "/v1/recall", {"query": "first car"}).json()["hits"]
         assert theirs == []

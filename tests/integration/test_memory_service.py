@@ -7,15 +7,14 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
-from contracts.envelope import CommandEnvelope, EventEnvelope
+from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope
 from contracts.memory import Recall
 from kit.bus import Bus
 from services.memory.config import MemorySettings
-from services.memory.main import MemoryApp, memory_app
 from services.memory.entrypoints import nats as nats_entry
+from services.memory.main import MemoryApp, memory_app
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +137,82 @@ async def test_rebuild_from_event_log(app: MemoryApp) -> None:
         await app.service.apply(event, seq, checkpoint="rebuild")
     assert await recall(app, "绿茶", mode="keyword") == before == ["我最喜欢喝绿茶"]
     assert await app.store.counts() == {"active": 3}
+
+
+async def test_keyed_save_updates_instead_of_duplicating(app: MemoryApp) -> None:
+    first = await app.service.handle_command(
+        cmd("save_memory", {"category": "preference", "memory_key": "preference.pets", "content": "Likes cats"})
+    )
+    second = await app.service.handle_command(
+        cmd("save_memory", {"category": "preference", "memory_key": "preference.pets", "content": "Likes dogs"})
+    )
+    assert first.result["created"] and second.result["updated"]
+    assert first.result["memory_id"] == second.result["memory_id"] and second.result["version"] == 2
+    assert await recall(app, "pets") == ["Likes dogs"]
+    history = await app.service.handle_query(
+        QueryEnvelope(type="memory_history", tenant="alice", payload={"memory_id": first.result["memory_id"]})
+    )
+    versions = history.result["versions"]
+    assert [v["content"] for v in versions] == ["Likes cats", "Likes dogs"]
+    assert versions[0]["valid_until"] is not None and versions[1]["valid_until"] is None
+
+
+async def test_two_clients_saving_one_key_at_once(app: MemoryApp) -> None:
+    replies = await asyncio.gather(*(
+        app.service.handle_command(
+            cmd("save_memory", {"category": "goal", "memory_key": "goal.marathon", "content": f"Run a marathon in {y}"})
+        )
+        for y in (2027, 2028)
+    ))
+    assert all(r.ok for r in replies)
+    assert len({r.result["memory_id"] for r in replies}) == 1
+    assert sorted(r.result["version"] for r in replies) == [1, 2]
+    assert len(await events(app.bus)) == 2
+    assert await app.store.counts() == {"active": 1}
+
+
+async def test_generated_key_get_by_key_update_and_recall_memory(app: MemoryApp) -> None:
+    saved = await app.service.handle_command(
+        cmd("save_memory", {"category": "skill", "content": "Fluent in Portuguese", "importance": 4})
+    )
+    key = saved.result["memory_key"]
+    assert key.startswith("skill.") and "portuguese" in key
+    found = await app.service.handle_query(
+        QueryEnvelope(type="get_memory_by_key", tenant="alice", payload={"memory_key": key})
+    )
+    assert found.result["found"] and found.result["memory"]["content"] == "Fluent in Portuguese"
+    missing = await app.service.handle_query(
+        QueryEnvelope(type="get_memory_by_key", tenant="bob", payload={"memory_key": key})
+    )
+    assert missing.result == {"found": False, "memory": None}
+    updated = await app.service.handle_command(
+        cmd("update_memory", {"memory_key": key, "content": "Fluent in Portuguese and Spanish"})
+    )
+    assert updated.result["version"] == 2
+    by_id = await app.service.handle_command(cmd("update_memory", {"id": saved.result["memory_id"], "importance": 5}))
+    assert by_id.result["version"] == 3
+    listed = await app.service.handle_query(
+        QueryEnvelope(type="recall_memory", tenant="alice", payload={"category": "skill", "keyword": "spanish"})
+    )
+    assert [m["content"] for m in listed.result["memories"]] == ["Fluent in Portuguese and Spanish"]
+    assert listed.result["memories"][0]["importance"] == 5
+
+
+async def test_structured_bad_input_changes_nothing(app: MemoryApp) -> None:
+    cases = [
+        ({"category": "hobby", "content": "x"}, "category"),
+        ({"category": "preference", "memory_key": "profile.tea", "content": "x"}, "memory_key"),
+        ({"category": "preference", "memory_key": "preference.Bad-Topic", "content": "x"}, "memory_key"),
+        ({"category": "goal", "content": "x" * 4001}, "content"),
+        ({"category": "goal", "content": "x", "importance": 0}, "importance"),
+        ({"category": "goal", "content": "x", "confidence": 1.01}, "confidence"),
+    ]
+    for payload, field in cases:
+        reply = await app.service.handle_command(cmd("save_memory", payload))
+        assert not reply.ok and reply.error.field == field, (payload, reply)
+    both = await app.service.handle_command(cmd("update_memory", {"id": str(uuid.uuid4()), "memory_key": "goal.x", "content": "y"}))
+    neither = await app.service.handle_command(cmd("update_memory", {"content": "y"}))
+    unknown = await app.service.handle_command(cmd("update_memory", {"id": str(uuid.uuid4()), "content": "y"}))
+    assert not both.ok and not neither.ok and "exactly one of id or memory_key" in both.error.message
+    assert not unknown.ok and unknown.error.code == "not_found" and unknown.error.field == "id"
+    assert await events(app.bus) == []

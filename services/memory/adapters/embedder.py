@@ -174,7 +174,9 @@ class MiniLMEmbedder:
         encodings = self._tokenizer.encode_batch(texts)
         # Re-pad per length-sorted chunk: sort so that similar lengths share a
         # chunk, run each chunk padded only to its own longest member.
-        lengths = np.fromiter((sum(e.attention_mask) for e in encodings), dtype=np.int64, count=len(encodings))
+        lengths = np.fromiter(
+            (sum(e.attention_mask) for e in encodings), dtype=np.int64, count=len(encodings)
+        )
         order = np.argsort(lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         chunk = 32

@@ -120,6 +120,24 @@ class MemoryStore:
         )
         return {r["id"]: MemoryView.model_validate(dict(r)) for r in rows}
 
+    async def list_active(
+        self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int
+    ) -> list[MemoryView]:
+        """Active memories by category and/or keyword (case-insensitive substring), most important first."""
+        pattern = None
+        if keyword:
+            pattern = "%" + keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND status = 'active'
+                  AND ($2::text IS NULL OR project = $2)
+                  AND ($3::text IS NULL OR category = $3)
+                  AND ($4::text IS NULL OR content ILIKE $4)
+                ORDER BY importance DESC, updated_at DESC LIMIT $5""",
+            tenant, project, category, pattern, limit,
+        )
+        return [MemoryView.model_validate(dict(r)) for r in rows]
+
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]:
         rows = await self.pool.fetch(
             f"SELECT id, last_seq FROM {self.s}.memories WHERE id = ANY($1::uuid[])", list(ids)

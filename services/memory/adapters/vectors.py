@@ -51,8 +51,8 @@ __all__ = [
     "SearchMode",
     "SparseVector",
     "VectorIndex",
-    "as_float_list",
     "VectorPoint",
+    "as_float_list",
     "build_vector_index",
     "default_prefetch_limit",
     "validate_search",
@@ -182,9 +182,11 @@ def validate_search(
     mode: str,
     dim: int,
 ) -> None:
-    """Shared argument checks of ``VectorIndex.search`` (raises ``ValueError``)."""
+    """Shared argument checks of ``VectorIndex.search``: ``ValueError`` for a bad
+    mode, limit or a missing/mis-sized vector, ``TypeError`` for a filter that is
+    not a :class:`SearchFilter`."""
     if not isinstance(filter, SearchFilter):
-        raise ValueError("search needs a SearchFilter (the tenant condition is mandatory)")
+        raise TypeError("search needs a SearchFilter (the tenant condition is mandatory)")
     if mode not in ("hybrid", "dense", "sparse"):
         raise ValueError(f"unknown search mode {mode!r}; expected 'hybrid', 'dense' or 'sparse'")
     if limit <= 0:

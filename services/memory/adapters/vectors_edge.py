@@ -161,7 +161,9 @@ class EdgeVectorIndex:
             if name in existing:
                 continue
             schema: Any = (
-                qe.KeywordIndexParams(is_tenant=True) if name == TENANT_FIELD else qe.PayloadSchemaType.Keyword
+                qe.KeywordIndexParams(is_tenant=True)
+                if name == TENANT_FIELD
+                else qe.PayloadSchemaType.Keyword
             )
             shard.update(qe.UpdateOperation.create_field_index(name, schema))
         return shard
@@ -218,7 +220,9 @@ class EdgeVectorIndex:
 
     def _check_dim(self, point: VectorPoint) -> None:
         if len(point.dense) != self.dim:
-            raise ValueError(f"point {point.id}: dense vector has {len(point.dense)} dimensions, index has {self.dim}")
+            raise ValueError(
+                f"point {point.id}: dense vector has {len(point.dense)} dimensions, index has {self.dim}"
+            )
 
     @staticmethod
     def _to_point(point: VectorPoint) -> qe.Point:
@@ -273,14 +277,17 @@ class EdgeVectorIndex:
     def _filter(search_filter: SearchFilter) -> qe.Filter:
         return qe.Filter(
             must=[
-                qe.FieldCondition(key, match=qe.MatchValue(value)) for key, value in search_filter.conditions().items()
+                qe.FieldCondition(key, match=qe.MatchValue(value))
+                for key, value in search_filter.conditions().items()
             ]
         )
 
     def _sparse_params(self, search_filter: SearchFilter) -> qe.SearchParams | None:
         if not self.tenant_scoped_idf:
             return None
-        tenant_only = qe.Filter(must=[qe.FieldCondition(TENANT_FIELD, match=qe.MatchValue(search_filter.tenant))])
+        tenant_only = qe.Filter(
+            must=[qe.FieldCondition(TENANT_FIELD, match=qe.MatchValue(search_filter.tenant))]
+        )
         return qe.SearchParams(idf=qe.IdfParams(corpus=tenant_only))
 
     async def search(
@@ -297,7 +304,9 @@ class EdgeVectorIndex:
         validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
         shard = self._require()
         flt = self._filter(filter)
-        dense_query = qe.Query.Nearest(as_float_list(dense), using=DENSE_VECTOR) if dense is not None else None
+        dense_query = (
+            qe.Query.Nearest(as_float_list(dense), using=DENSE_VECTOR) if dense is not None else None
+        )
         sparse_query = (
             qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE_VECTOR)
             if sparse is not None
@@ -309,7 +318,11 @@ class EdgeVectorIndex:
             if sparse is None or sparse.is_empty:
                 return []
             request = qe.QueryRequest(
-                limit=limit, query=sparse_query, filter=flt, with_payload=True, params=self._sparse_params(filter)
+                limit=limit,
+                query=sparse_query,
+                filter=flt,
+                with_payload=True,
+                params=self._sparse_params(filter),
             )
         else:
             pl = prefetch_limit if prefetch_limit is not None else default_prefetch_limit(limit)

@@ -83,7 +83,9 @@ class QdrantServerVectorIndex:
             try:
                 await self.client.create_collection(
                     self.collection,
-                    vectors_config={DENSE_VECTOR: qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)},
+                    vectors_config={
+                        DENSE_VECTOR: qm.VectorParams(size=self.dim, distance=qm.Distance.COSINE)
+                    },
                     sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
                 )
             except (UnexpectedResponse, ValueError):
@@ -111,8 +113,8 @@ class QdrantServerVectorIndex:
         if params is None or params.size != self.dim:
             found = params.size if params is not None else None
             raise RuntimeError(
-                f"collection {self.collection!r} has no {DENSE_VECTOR!r} vector of size {self.dim} (found {found}); "
-                "drop it and replay to rebuild"
+                f"collection {self.collection!r} has no {DENSE_VECTOR!r} vector of size {self.dim} "
+                f"(found {found}); drop it and replay to rebuild"
             )
         sparse = info.config.params.sparse_vectors or {}
         if SPARSE_VECTOR not in sparse:
@@ -132,7 +134,9 @@ class QdrantServerVectorIndex:
     def _to_point(self, point: VectorPoint) -> qm.PointStruct:
         dense = as_float_list(point.dense)
         if len(dense) != self.dim:
-            raise ValueError(f"point {point.id}: dense vector has {len(dense)} dimensions, index has {self.dim}")
+            raise ValueError(
+                f"point {point.id}: dense vector has {len(dense)} dimensions, index has {self.dim}"
+            )
         vector: dict[str, Any] = {DENSE_VECTOR: dense}
         if not point.sparse.is_empty:
             vector[SPARSE_VECTOR] = qm.SparseVector(
@@ -197,11 +201,18 @@ class QdrantServerVectorIndex:
         flt = self._filter(filter)
         dense_query = as_float_list(dense) if dense is not None else None
         sparse_query = (
-            qm.SparseVector(indices=list(sparse.indices), values=list(sparse.values)) if sparse is not None else None
+            qm.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+            if sparse is not None
+            else None
         )
         if mode == "dense":
             response = await self.client.query_points(
-                self.collection, query=dense_query, using=DENSE_VECTOR, query_filter=flt, limit=limit, with_payload=True
+                self.collection,
+                query=dense_query,
+                using=DENSE_VECTOR,
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
             )
         elif mode == "sparse":
             if sparse is None or sparse.is_empty:

@@ -21,14 +21,22 @@ from contracts.errors import ErrorCode
 from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
+    GetMemoryByKey,
     MemoryEventType,
+    MemoryHistory,
+    MemoryHistoryQuery,
+    MemoryList,
+    MemoryLookup,
     MemoryState,
     MemoryStatus,
+    MemoryView,
     Recall,
     RecallHit,
+    RecallMemory,
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
+    UpdateMemory,
 )
 from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict, validation_reply
@@ -43,11 +51,13 @@ from services.memory.domain.keywords import query_vector
 log = logging.getLogger("engram.memory")
 
 PROJECTOR = "memory-projector"
+_MAX_RACES = 8
 
 
 class EventLog(Protocol):
     async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int: ...
     async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None: ...
+    async def history(self, subject: str) -> list[tuple[EventEnvelope, int]]: ...
 
 
 class MemoryService:
@@ -78,9 +88,13 @@ class MemoryService:
         try:
             if env.type == "save_memory":
                 return await self.save(env, SaveMemory.model_validate(env.payload))
+            if env.type == "update_memory":
+                return await self.update(env, UpdateMemory.model_validate(env.payload))
             if env.type == "forget_memory":
                 return await self.forget(env, ForgetMemory.model_validate(env.payload))
-            raise InvalidArgument(f"unknown command type {env.type!r}: use save_memory or forget_memory", "type")
+            raise InvalidArgument(
+                f"unknown command type {env.type!r}: use save_memory, update_memory or forget_memory", "type"
+            )
         except ValidationError as exc:
             reply = validation_reply(exc)
         except DomainError as exc:
@@ -89,25 +103,87 @@ class MemoryService:
         return reply
 
     async def save(self, env: CommandEnvelope, cmd: SaveMemory) -> Reply[Any]:
+        key = model.resolve_key(cmd)
+        if key is not None:
+            return await self._save_keyed(env, cmd, key)
         existing = await self.store.find_active_by_hash(env.tenant, cmd.project, model.content_hash(cmd.content))
         if existing is not None:
-            reply = Reply.success(
-                SaveMemoryResult(memory_id=existing.id, project=existing.project, version=existing.version, created=False)
-                .model_dump(mode="json")
-            )
-            await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
-            return reply
+            return await self._unchanged(env, existing)
         now = self.clock()
         state = model.new_memory(env.tenant, env.command_id, cmd, now)
+        return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
+
+    async def _save_keyed(self, env: CommandEnvelope, cmd: SaveMemory, key: str) -> Reply[Any]:
+        """Save by memory_key: the first save creates, every later save writes a new version."""
+        memory_id = model.keyed_memory_id(env.tenant, cmd.project, key)
+        for _ in range(_MAX_RACES):
+            loaded = await self.events.last_event(self._subject_of(env.tenant, memory_id))
+            now = self.clock()
+            if loaded is None:
+                state = model.new_memory(env.tenant, env.command_id, cmd, now, memory_key=key)
+                event_type, expected, created = MemoryEventType.SAVED, 0, True
+            else:
+                current = model.state_of(loaded[0])
+                new_state = model.save_over(current, cmd, now)
+                if new_state is None:
+                    return await self._unchanged(env, current)
+                state, event_type, expected, created = new_state, MemoryEventType.UPDATED, loaded[1], False
+            try:
+                return await self._write(env, state, event_type, expected_last_seq=expected, created=created)
+            except ConcurrencyConflict:
+                continue
+        raise ConcurrencyConflict(f"memory_key {key} kept changing while being saved; retry")
+
+    async def update(self, env: CommandEnvelope, cmd: UpdateMemory) -> Reply[Any]:
+        """A new version of an existing memory, addressed by id or memory_key."""
+        if cmd.id is not None:
+            found = await self.store.get(env.tenant, cmd.id)
+            if found is None:
+                raise NotFound(f"no memory with id {cmd.id}", "id")
+            memory_id = found.id
+        else:
+            assert cmd.memory_key is not None
+            memory_id = model.keyed_memory_id(env.tenant, cmd.project, cmd.memory_key)
+        for _ in range(_MAX_RACES):
+            loaded = await self.events.last_event(self._subject_of(env.tenant, memory_id))
+            if loaded is None:
+                raise NotFound(f"no memory with memory_key {cmd.memory_key} in project {cmd.project}", "memory_key")
+            current = model.state_of(loaded[0])
+            new_state = model.update(current, cmd, self.clock())
+            if new_state is None:
+                return await self._unchanged(env, current)
+            try:
+                return await self._write(env, new_state, MemoryEventType.UPDATED, expected_last_seq=loaded[1])
+            except ConcurrencyConflict:
+                continue
+        raise ConcurrencyConflict(f"memory {memory_id} kept changing while being updated; retry")
+
+    async def _write(
+        self, env: CommandEnvelope, state: MemoryState, event_type: MemoryEventType, *,
+        expected_last_seq: int, created: bool = False,
+    ) -> Reply[Any]:
+        """Append the event, project it, record and return the outcome."""
         event = model.event_for(
-            state, MemoryEventType.SAVED, command_id=env.command_id, correlation_id=env.correlation_id, now=now
+            state, event_type, command_id=env.command_id, correlation_id=env.correlation_id, now=state.updated_at
         )
-        seq = await self.events.append_event(self._subject(state), event, expected_last_seq=0)
+        seq = await self.events.append_event(self._subject(state), event, expected_last_seq=expected_last_seq)
         reply = Reply.success(
-            SaveMemoryResult(memory_id=state.id, project=state.project, version=state.version, created=True)
-            .model_dump(mode="json")
+            SaveMemoryResult(
+                memory_id=state.id, project=state.project, version=state.version, memory_key=state.memory_key,
+                created=created, updated=not created,
+            ).model_dump(mode="json")
         )
         await self.apply(event, seq, outcome=(env, reply))
+        return reply
+
+    async def _unchanged(self, env: CommandEnvelope, current: MemoryState) -> Reply[Any]:
+        reply = Reply.success(
+            SaveMemoryResult(
+                memory_id=current.id, project=current.project, version=current.version,
+                memory_key=current.memory_key, created=False, updated=False,
+            ).model_dump(mode="json")
+        )
+        await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
         return reply
 
     async def forget(self, env: CommandEnvelope, cmd: ForgetMemory) -> Reply[Any]:
@@ -124,7 +200,7 @@ class MemoryService:
             await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
             return reply
         target, match, similarity = found
-        for _ in range(5):
+        for _ in range(_MAX_RACES):
             loaded = await self.events.last_event(self._subject(target))
             if loaded is None:
                 raise NotFound(f"memory {target.id} has no history", "memory_id")
@@ -234,6 +310,24 @@ class MemoryService:
             if query.type == "recall":
                 result: BaseModel = await self.recall(query.tenant, Recall.model_validate(query.payload))
                 return Reply.success(result.model_dump(mode="json"))
+            if query.type == "get_memory_by_key":
+                q = GetMemoryByKey.model_validate(query.payload)
+                state = await self.store.get(query.tenant, model.keyed_memory_id(query.tenant, q.project, q.memory_key))
+                lookup = MemoryLookup(found=False)
+                if state is not None and state.status is MemoryStatus.ACTIVE:
+                    lookup = MemoryLookup(found=True, memory=MemoryView.model_validate(state.model_dump()))
+                return Reply.success(lookup.model_dump(mode="json"))
+            if query.type == "recall_memory":
+                rm = RecallMemory.model_validate(query.payload)
+                views = await self.store.list_active(query.tenant, rm.project, rm.category, rm.keyword, rm.limit)
+                return Reply.success(MemoryList(memories=views).model_dump(mode="json"))
+            if query.type == "memory_history":
+                hq = MemoryHistoryQuery.model_validate(query.payload)
+                events = await self.events.history(self._subject_of(query.tenant, hq.memory_id))
+                if not events:
+                    raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
+                history = MemoryHistory(memory_id=hq.memory_id, versions=model.history(events))
+                return Reply.success(history.model_dump(mode="json"))
             if query.type == "command_outcome":
                 command_id = str(query.payload.get("command_id", ""))
                 outcome = await self.store.outcome(query.tenant, command_id)
@@ -276,4 +370,7 @@ class MemoryService:
         return [float(x) for x in vectors[0]]
 
     def _subject(self, state: MemoryState) -> str:
-        return self.names.event(state.tenant, model.AGGREGATE, str(state.id))
+        return self._subject_of(state.tenant, state.id)
+
+    def _subject_of(self, tenant: str, memory_id: UUID) -> str:
+        return self.names.event(tenant, model.AGGREGATE, str(memory_id))

@@ -83,8 +83,7 @@ _CJK_CHARS = (
 )
 _TOKEN_RE = re.compile(rf"(?P<cjk>[{_CJK_CHARS}]+)|(?P<word>(?:(?![{_CJK_CHARS}])[^\W_])+)")
 
-_STOPWORDS = frozenset(
-    """
+_STOPWORD_TEXT = """
     a about above after again against all am an and any are as at be been before
     being below between both but by can could did do does doing down during each
     few for from further had has have having he her here hers herself him himself
@@ -93,8 +92,9 @@ _STOPWORDS = frozenset(
     so some such than that the their theirs them themselves then there these they
     this those through to too under until up very was we were what when where
     which while who whom why will with would you your yours yourself yourselves
-    """.split()
-)
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_STOPWORDS = STOPWORDS
 
 _VOWELS = frozenset("aeiouy")
 

@@ -7,13 +7,24 @@ command's idempotency key, so a retried command produces the very same memory an
 from __future__ import annotations
 
 import hashlib
+import re
 import unicodedata
 from datetime import datetime
 from uuid import UUID, uuid5
 
 from contracts.envelope import EventEnvelope
-from contracts.memory import MemoryEventType, MemoryState, MemoryStatus, SaveMemory
-from services.memory.domain.errors import Conflict
+from contracts.memory import (
+    NAMESPACE_FOR_CATEGORY,
+    MemoryEventType,
+    MemoryState,
+    MemoryStatus,
+    MemoryVersion,
+    SaveMemory,
+    UpdateMemory,
+    memory_key_problem,
+)
+from services.memory.domain.errors import Conflict, InvalidArgument
+from services.memory.domain.keywords import STOPWORDS
 
 AGGREGATE = "memory"
 _NS = UUID("8f0c1f9e-51a4-4c1b-9d1e-3c1f6c0e7a11")
@@ -33,18 +44,46 @@ def memory_id_for(tenant: str, command_id: str) -> UUID:
     return uuid5(_NS, f"memory:{tenant}:{command_id}")
 
 
-def event_id_for(tenant: str, command_id: str, aggregate_id: UUID | str) -> UUID:
-    return uuid5(_NS, f"event:{tenant}:{command_id}:{aggregate_id}")
+def keyed_memory_id(tenant: str, project: str, memory_key: str) -> UUID:
+    """A keyed memory's identity is its key: every save of one key lands on one aggregate."""
+    return uuid5(_NS, f"memory-key:{tenant}:{project}:{memory_key}")
 
 
-def new_memory(tenant: str, command_id: str, cmd: SaveMemory, now: datetime) -> MemoryState:
+def topic_from_content(content: str) -> str:
+    """A readable topic for an omitted memory_key: the first meaningful Latin words, else a digest."""
+    words = [w for w in re.findall(r"[a-z0-9]+", normalize_content(content).casefold()) if w not in STOPWORDS]
+    topic = "_".join(list(dict.fromkeys(w for w in words if not w.isdigit()))[:4])[:64].strip("_")
+    if topic:
+        return topic
+    return "note_" + hashlib.sha256(normalize_content(content).encode("utf-8")).hexdigest()[:10]
+
+
+def resolve_key(cmd: SaveMemory) -> str | None:
+    """The memory_key a structured save addresses (None for free-form memories)."""
+    if cmd.category is None:
+        return None
+    key = cmd.memory_key or f"{NAMESPACE_FOR_CATEGORY[cmd.category]}.{topic_from_content(cmd.content)}"
+    problem = memory_key_problem(cmd.category, key)
+    if problem:
+        raise InvalidArgument(problem, "memory_key")
+    return key
+
+
+def event_id_for(tenant: str, command_id: str, aggregate_id: UUID | str, version: int = 0) -> UUID:
+    return uuid5(_NS, f"event:{tenant}:{command_id}:{aggregate_id}:{version}")
+
+
+def new_memory(
+    tenant: str, command_id: str, cmd: SaveMemory, now: datetime, memory_key: str | None = None
+) -> MemoryState:
     """The state of a memory created by a SaveMemory command."""
     return MemoryState(
-        id=memory_id_for(tenant, command_id),
+        id=keyed_memory_id(tenant, cmd.project, memory_key) if memory_key else memory_id_for(tenant, command_id),
         tenant=tenant,
         project=cmd.project,
         content=normalize_content(cmd.content),
         category=cmd.category,
+        memory_key=memory_key,
         importance=cmd.importance,
         confidence=cmd.confidence,
         source=cmd.source,
@@ -53,6 +92,62 @@ def new_memory(tenant: str, command_id: str, cmd: SaveMemory, now: datetime) -> 
         created_at=now,
         updated_at=now,
     )
+
+
+def save_over(current: MemoryState, cmd: SaveMemory, now: datetime) -> MemoryState | None:
+    """Saving an existing key: a new version, or None when nothing would change."""
+    changes = {
+        "content": normalize_content(cmd.content),
+        "category": cmd.category,
+        "importance": cmd.importance,
+        "confidence": cmd.confidence,
+        "source": cmd.source,
+        "status": MemoryStatus.ACTIVE,
+        "forget_reason": None,
+    }
+    return _new_version(current, changes, now)
+
+
+def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryState | None:
+    """An update_memory: a new version with the given fields, or None when nothing would change."""
+    if current.status is MemoryStatus.FORGOTTEN:
+        raise Conflict(f"memory {current.id} is forgotten; save it again to bring it back", "id")
+    changes: dict[str, object] = {}
+    if cmd.content is not None:
+        changes["content"] = normalize_content(cmd.content)
+    for name in ("importance", "confidence", "source"):
+        if getattr(cmd, name) is not None:
+            changes[name] = getattr(cmd, name)
+    if cmd.category is not None:
+        if current.memory_key is not None:
+            problem = memory_key_problem(cmd.category, current.memory_key)
+            if problem:
+                raise InvalidArgument(problem, "category")
+        changes["category"] = cmd.category
+    return _new_version(current, changes, now)
+
+
+def _new_version(current: MemoryState, changes: dict[str, object], now: datetime) -> MemoryState | None:
+    if all(getattr(current, k) == v for k, v in changes.items()):
+        return None
+    return current.model_copy(update={**changes, "version": current.version + 1, "updated_at": now})
+
+
+def history(events: list[tuple[EventEnvelope, int]]) -> list[MemoryVersion]:
+    """Every version of a memory, each valid until the next one was written."""
+    versions = []
+    for i, (event, seq) in enumerate(events):
+        state = state_of(event)
+        following = events[i + 1][0].occurred_at if i + 1 < len(events) else None
+        versions.append(
+            MemoryVersion(
+                version=state.version, event=event.type, sequence=seq, occurred_at=event.occurred_at,
+                content=state.content, status=state.status, category=state.category,
+                memory_key=state.memory_key, importance=state.importance, confidence=state.confidence,
+                forget_reason=state.forget_reason, valid_until=following,
+            )
+        )
+    return versions
 
 
 def forget(state: MemoryState, reason: str | None, now: datetime) -> MemoryState:
@@ -78,7 +173,7 @@ def event_for(
     now: datetime,
 ) -> EventEnvelope:
     return EventEnvelope(
-        event_id=event_id_for(state.tenant, command_id, state.id),
+        event_id=event_id_for(state.tenant, command_id, state.id, state.version),
         type=event_type.value,
         version=1,
         occurred_at=now,

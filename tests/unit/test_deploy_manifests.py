@@ -1,0 +1,452 @@
+"""The deployment files (Dockerfile, compose, Kubernetes/kustomize) agree with the code.
+
+Every YAML document under deploy/compose and deploy/k8s is parsed; the checks are on what the
+services actually read: the command each container runs, the ENGRAM_* variables, the stream
+replicas of the 3-node NATS cluster, the gateway's health endpoints. When `kubectl` (or
+`kustomize`) is on the PATH the kustomizations are also rendered and checked; otherwise those
+tests are skipped (nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_DIR = ROOT / "deploy" / "compose"
+COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
+K8S_DIR = ROOT / "deploy" / "k8s"
+K8S_BASE = K8S_DIR / "base"
+K8S_PROD = K8S_DIR / "overlays" / "production"
+
+SERVICES = {"gateway", "auth", "memory"}
+
+#: The documented ENGRAM_* environment contract (docs/deployment.md). A manifest may use nothing else.
+ALLOWED_ENV = {
+    # common
+    "ENGRAM_ENV",
+    "ENGRAM_HOME",
+    "ENGRAM_NATS_URL",
+    "ENGRAM_DATABASE_URL",
+    "ENGRAM_NAMESPACE",
+    "ENGRAM_STREAM_REPLICAS",
+    "ENGRAM_LOG_LEVEL",
+    # memory
+    "ENGRAM_QDRANT_URL",
+    "ENGRAM_QDRANT_COLLECTION",
+    "ENGRAM_EMBEDDER",
+    "ENGRAM_EMBEDDER_URL",
+    "ENGRAM_EMBEDDER_MODEL",
+    "ENGRAM_EMBEDDER_DIM",
+    "ENGRAM_EMBEDDER_API_KEY",
+    "ENGRAM_EMBEDDER_THREADS",
+    # gateway
+    "ENGRAM_GATEWAY_HOST",
+    "ENGRAM_GATEWAY_PORT",
+    "ENGRAM_PUBLIC_URL",
+    "ENGRAM_ALLOWED_HOSTS",
+}
+ENV_NAME = re.compile(r"\bENGRAM_[A-Z0-9_]+\b")
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def yaml_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".yml", ".yaml") and p.is_file())
+
+
+def load_all(path: Path) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    doc = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def base_objects() -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = []
+    for path in yaml_files(K8S_BASE):
+        if path.name != "kustomization.yaml":
+            objects.extend(load_all(path))
+    return objects
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o.get("kind") == kind}
+
+
+def engram_compose_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: svc
+        for name, svc in compose["services"].items()
+        if "build" in svc or str(svc.get("image", "")).split(":")[0] == "engram"
+    }
+
+
+def container_env(container: dict[str, Any], config: dict[str, str]) -> dict[str, str | None]:
+    """The variables a container gets: envFrom the ConfigMap, then env (None = from a Secret)."""
+    env: dict[str, str | None] = {}
+    for source in container.get("envFrom", []):
+        if "configMapRef" in source:
+            env.update(config)
+    for item in container.get("env", []):
+        env[item["name"]] = item.get("value")
+    return env
+
+
+def engram_containers(objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    found = []
+    for deployment in by_kind(objects, "Deployment").values():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            if container["image"].split(":")[0].rsplit("/", 1)[-1] == "engram":
+                found.append((deployment, container))
+    return found
+
+
+def nats_cluster_routes(args: list[str]) -> list[str]:
+    routes = args[args.index("--routes") + 1]
+    return [r.strip() for r in routes.split(",")]
+
+
+# --- every file parses -----------------------------------------------------------------------------
+
+
+def test_every_yaml_document_parses() -> None:
+    files = yaml_files(COMPOSE_DIR) + yaml_files(K8S_DIR)
+    assert COMPOSE_FILE in files
+    assert K8S_BASE / "kustomization.yaml" in files
+    assert K8S_PROD / "kustomization.yaml" in files
+    for path in files:
+        docs = load_all(path)
+        assert docs, f"{path.relative_to(ROOT)} has no YAML document"
+        for doc in docs:
+            assert isinstance(doc, dict), f"{path.relative_to(ROOT)}: a document is not a mapping"
+            if path.parent.name != "compose" and path.name != "kustomization.yaml":
+                assert {"apiVersion", "kind", "metadata"} <= doc.keys(), (
+                    f"{path.relative_to(ROOT)}: not a k8s object"
+                )
+
+
+# --- the environment contract ----------------------------------------------------------------------
+
+
+def deployment_text_files() -> list[Path]:
+    return [*yaml_files(COMPOSE_DIR), *yaml_files(K8S_DIR), COMPOSE_DIR / ".env.example", ROOT / "Dockerfile"]
+
+
+def test_only_documented_engram_variables_are_used() -> None:
+    for path in deployment_text_files():
+        unknown = set(ENV_NAME.findall(path.read_text())) - ALLOWED_ENV
+        assert not unknown, f"{path.relative_to(ROOT)} uses undocumented variables {sorted(unknown)}"
+
+
+def test_documented_variables_exist_in_the_settings() -> None:
+    """The allowed list itself names real settings fields (catches typos and renames)."""
+    from kit.config import CommonSettings
+    from services.auth.config import AuthSettings
+    from services.gateway.config import GatewaySettings
+    from services.memory.config import MemorySettings
+
+    known = {
+        "ENGRAM_" + field.upper()
+        for settings in (CommonSettings, AuthSettings, GatewaySettings, MemorySettings)
+        for field in settings.model_fields
+    }
+    assert ALLOWED_ENV <= known, f"not settings fields: {sorted(ALLOWED_ENV - known)}"
+
+
+def test_documented_variables_are_in_the_deployment_guide() -> None:
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    missing = {name for name in ALLOWED_ENV if f"`{name}`" not in guide}
+    assert not missing, f"docs/deployment.md does not document {sorted(missing)}"
+
+
+def test_env_example_keys_are_used_by_compose() -> None:
+    text = COMPOSE_FILE.read_text()
+    for line in (COMPOSE_DIR / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key = line.split("=", 1)[0].strip()
+            assert "${" + key in text, f".env.example sets {key}, which docker-compose.yml never reads"
+
+
+# --- Dockerfile ------------------------------------------------------------------------------------
+
+
+def test_dockerfile_runs_engram_as_non_root() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
+    assert 'ENTRYPOINT ["engram"]' in text
+    assert 'CMD ["serve", "gateway"]' in text
+    assert re.search(r"^EXPOSE 8080$", text, re.MULTILINE)
+    assert re.search(r"^VOLUME /data$", text, re.MULTILINE)
+    assert "ENGRAM_HOME=/data" in text
+    user = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
+    assert user and user[-1].split(":")[0].isdigit() and user[-1].split(":")[0] != "0", (
+        "USER must be a numeric non-root uid"
+    )
+    for folder in ("contracts", "kit", "services", "deploy"):
+        assert f"COPY {folder}/ {folder}/" in text
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".venv", ".git", "tests", "bench", "docs", "node_modules"} <= ignored
+    assert not ignored & {"contracts", "kit", "services", "deploy", "pyproject.toml"}
+
+
+# --- compose ---------------------------------------------------------------------------------------
+
+
+def test_compose_engram_services_each_run_one_service(compose: dict[str, Any]) -> None:
+    services = engram_compose_services(compose)
+    seen = set()
+    for name, svc in services.items():
+        command = svc["command"]
+        assert isinstance(command, list) and len(command) == 2 and command[0] == "serve", f"{name}: {command}"
+        assert command[1] in SERVICES, f"{name} runs unknown service {command[1]!r}"
+        assert command[1] == name
+        assert svc["build"]["context"] == "../.."
+        assert (
+            COMPOSE_DIR / svc["build"]["context"] / svc["build"].get("dockerfile", "Dockerfile")
+        ).resolve() == ROOT / "Dockerfile"
+        seen.add(command[1])
+    assert seen == SERVICES
+
+
+def test_compose_nats_is_a_three_node_jetstream_cluster(compose: dict[str, Any]) -> None:
+    nodes = {n: s for n, s in compose["services"].items() if str(s.get("image", "")).startswith("nats:")}
+    assert len(nodes) == 3
+    expected_routes = {f"nats://{n}:6222" for n in nodes}
+    for name, svc in nodes.items():
+        args = svc["command"]
+        assert "-js" in args
+        assert args[args.index("-sd") + 1] == "/data"
+        assert args[args.index("--server_name") + 1] == name
+        assert args[args.index("--cluster_name") + 1] == "engram"
+        assert args[args.index("--cluster") + 1] == "nats://0.0.0.0:6222"
+        assert set(nats_cluster_routes(args)) == expected_routes
+        volume = next(v for v in svc["volumes"] if v.endswith(":/data"))
+        assert volume.split(":")[0] in compose["volumes"], f"{name}: /data is not a named volume"
+        assert "healthcheck" in svc
+
+
+def test_compose_engram_env_matches_the_cluster(compose: dict[str, Any]) -> None:
+    nats_nodes = {n for n, s in compose["services"].items() if str(s.get("image", "")).startswith("nats:")}
+    for name, svc in engram_compose_services(compose).items():
+        env = svc["environment"]
+        assert str(env["ENGRAM_STREAM_REPLICAS"]) == str(len(nats_nodes)) == "3", name
+        url = urlparse(env["ENGRAM_NATS_URL"])
+        assert url.scheme == "nats" and url.hostname in nats_nodes and "," not in env["ENGRAM_NATS_URL"]
+        for dep in nats_nodes:
+            assert svc["depends_on"][dep]["condition"] == "service_healthy", f"{name} does not wait for {dep}"
+        if name in ("auth", "memory"):
+            assert urlparse(env["ENGRAM_DATABASE_URL"]).hostname == "postgres"
+            assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
+        if name == "gateway":
+            assert env["ENGRAM_GATEWAY_HOST"] == "0.0.0.0"
+            assert "ENGRAM_DATABASE_URL" not in env, "the gateway talks only to NATS"
+
+
+def test_compose_memory_replicas_use_the_qdrant_server(compose: dict[str, Any]) -> None:
+    memory = compose["services"]["memory"]
+    assert memory["deploy"]["replicas"] > 1
+    assert memory["environment"]["ENGRAM_QDRANT_URL"] == "http://qdrant:6333", (
+        "several replicas need a Qdrant server"
+    )
+    assert "qdrant" in memory["depends_on"]
+    assert compose["services"]["qdrant"]["image"].startswith("qdrant/qdrant:")
+
+
+def test_compose_postgres_and_gateway_health(compose: dict[str, Any]) -> None:
+    pg = compose["services"]["postgres"]
+    assert pg["image"].startswith("postgres:16")
+    assert pg["environment"]["POSTGRES_DB"] == "engram"
+    assert "pg_isready" in pg["healthcheck"]["test"]
+    gateway = compose["services"]["gateway"]
+    assert "/readyz" in " ".join(gateway["healthcheck"]["test"])
+    # only one container may bind a host port: the gateway replicas sit behind the proxy
+    assert "ports" not in gateway
+    published = [n for n, s in compose["services"].items() if s.get("ports")]
+    assert published == ["proxy"]
+    assert compose["services"]["proxy"]["depends_on"]["gateway"]["condition"] == "service_healthy"
+    assert "gateway:8080" in compose["configs"]["proxy-conf"]["content"]
+
+
+# --- kubernetes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", [K8S_BASE, K8S_PROD], ids=["base", "production"])
+def test_kustomization_lists_exactly_the_files_present(folder: Path) -> None:
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    listed = kustomization["resources"]
+    local = {r for r in listed if not r.startswith("..")}
+    for entry in listed:
+        assert (folder / entry).exists(), f"{folder.name}/kustomization.yaml lists missing {entry}"
+    present = {p.name for p in folder.glob("*.yaml") if p.name != "kustomization.yaml"}
+    assert present == local, (
+        f"{folder.name}: unlisted {sorted(present - local)}, missing {sorted(local - present)}"
+    )
+
+
+def test_base_namespace_and_image(base_objects: list[dict[str, Any]]) -> None:
+    kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text())
+    assert kustomization["namespace"] == "engram"
+    assert "engram" in by_kind(base_objects, "Namespace")
+    images = {i["name"]: i for i in kustomization["images"]}
+    assert f"{images['engram']['newName']}:{images['engram']['newTag']}" == "engram:latest"
+    for _, container in engram_containers(base_objects):
+        assert container["image"] == "engram", "the image is set once, by kustomize `images:`"
+
+
+def test_k8s_engram_deployments_each_run_one_service(base_objects: list[dict[str, Any]]) -> None:
+    seen = set()
+    for deployment, container in engram_containers(base_objects):
+        args = container["args"]
+        assert len(args) == 2 and args[0] == "serve" and args[1] in SERVICES, args
+        assert deployment["metadata"]["name"] == args[1]
+        assert deployment["spec"]["replicas"] >= 2
+        seen.add(args[1])
+    assert seen == SERVICES
+
+
+def test_k8s_pods_run_as_non_root_with_resources(base_objects: list[dict[str, Any]]) -> None:
+    for kind in ("Deployment", "StatefulSet"):
+        for name, obj in by_kind(base_objects, kind).items():
+            pod = obj["spec"]["template"]["spec"]
+            assert pod["securityContext"]["runAsNonRoot"] is True, f"{kind}/{name}"
+            for container in pod["containers"]:
+                resources = container["resources"]
+                assert {"cpu", "memory"} <= resources["requests"].keys(), f"{kind}/{name}"
+                assert "memory" in resources["limits"], f"{kind}/{name}"
+                assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_k8s_env_matches_the_cluster(base_objects: list[dict[str, Any]]) -> None:
+    config = by_kind(base_objects, "ConfigMap")["engram-config"]["data"]
+    nats = by_kind(base_objects, "StatefulSet")["nats"]
+    assert config["ENGRAM_STREAM_REPLICAS"] == str(nats["spec"]["replicas"]) == "3"
+    nats_url = urlparse(config["ENGRAM_NATS_URL"])
+    assert nats_url.scheme == "nats" and "," not in config["ENGRAM_NATS_URL"]
+    assert nats_url.hostname in by_kind(base_objects, "Service")
+    secret = by_kind(base_objects, "Secret")["engram-db"]["stringData"]
+    db = urlparse(secret["ENGRAM_DATABASE_URL"])
+    assert db.hostname in by_kind(base_objects, "Service") and db.path == "/engram"
+    assert db.password == secret["POSTGRES_PASSWORD"], "the database URL must carry the Postgres password"
+    for deployment, container in engram_containers(base_objects):
+        env = container_env(container, config)
+        name = deployment["metadata"]["name"]
+        assert env["ENGRAM_STREAM_REPLICAS"] == "3", name
+        assert ("ENGRAM_DATABASE_URL" in env) == (name != "gateway"), (
+            f"{name}: only auth and memory use Postgres"
+        )
+        if name == "memory":
+            assert env["ENGRAM_QDRANT_URL"], "several memory replicas need a Qdrant server"
+            assert urlparse(env["ENGRAM_QDRANT_URL"]).hostname in by_kind(base_objects, "Service")
+
+
+def test_k8s_nats_cluster_routes_use_pod_dns(base_objects: list[dict[str, Any]]) -> None:
+    nats = by_kind(base_objects, "StatefulSet")["nats"]
+    headless = by_kind(base_objects, "Service")[nats["spec"]["serviceName"]]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    args = nats["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "-js" in args
+    expected = {
+        f"nats://nats-{i}.{headless['metadata']['name']}:6222" for i in range(nats["spec"]["replicas"])
+    }
+    assert set(nats_cluster_routes(args)) == expected
+    assert [t["metadata"]["name"] for t in nats["spec"]["volumeClaimTemplates"]] == ["data"]
+    for name in ("postgres", "qdrant"):
+        sts = by_kind(base_objects, "StatefulSet")[name]
+        assert sts["spec"]["replicas"] == 1 and sts["spec"]["volumeClaimTemplates"], name
+
+
+def test_k8s_gateway_probes_and_service(base_objects: list[dict[str, Any]]) -> None:
+    gateway = by_kind(base_objects, "Deployment")["gateway"]
+    container = gateway["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in ("readinessProbe", "livenessProbe"):
+        port = container[probe]["httpGet"]["port"]
+        assert ports.get(port, port) == 8080
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ENGRAM_GATEWAY_HOST"] == "0.0.0.0" and env["ENGRAM_GATEWAY_PORT"] == "8080"
+    service = by_kind(base_objects, "Service")["gateway"]
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 80 and ports.get(port["targetPort"], port["targetPort"]) == 8080
+    for name in ("auth", "memory"):  # no HTTP port: no HTTP probe
+        spec = by_kind(base_objects, "Deployment")[name]["spec"]["template"]["spec"]["containers"][0]
+        assert "ports" not in spec and "livenessProbe" not in spec and "readinessProbe" not in spec
+
+
+def test_production_overlay_sources() -> None:
+    kustomization = yaml.safe_load((K8S_PROD / "kustomization.yaml").read_text())
+    assert "../../base" in kustomization["resources"]
+    counts = {r["name"]: r["count"] for r in kustomization["replicas"]}
+    assert set(counts) == SERVICES and min(counts.values()) >= 3
+    patches = "\n".join(p["patch"] for p in kustomization["patches"])
+    assert "ENGRAM_ENV: production" in patches and "ENGRAM_PUBLIC_URL" in patches
+    (ingress,) = load_all(K8S_PROD / "ingress.yaml")
+    assert ingress["kind"] == "Ingress"
+
+
+# --- rendered by kustomize (when a tool is installed) ------------------------------------------------
+
+
+def _kustomize_command() -> list[str] | None:
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    return None
+
+
+def render(folder: Path) -> list[dict[str, Any]]:
+    command = _kustomize_command()
+    if command is None:
+        pytest.skip("neither kubectl nor kustomize is installed: the YAML checks above stand alone")
+    proc = subprocess.run([*command, str(folder)], check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_rendered_base() -> None:
+    objects = render(K8S_BASE)
+    assert all(
+        o["metadata"].get("namespace", "engram") == "engram" for o in objects if o["kind"] != "Namespace"
+    )
+    for _, container in engram_containers(objects):
+        assert container["image"] == "engram:latest"
+
+
+def test_rendered_production_overlay() -> None:
+    objects = render(K8S_PROD)
+    config = by_kind(objects, "ConfigMap")["engram-config"]["data"]
+    assert config["ENGRAM_ENV"] == "production"
+    assert config["ENGRAM_STREAM_REPLICAS"] == "3"
+    deployments = by_kind(objects, "Deployment")
+    for name in SERVICES:
+        assert deployments[name]["spec"]["replicas"] >= 3
+    gateway = deployments["gateway"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in gateway["env"]}
+    public = urlparse(env["ENGRAM_PUBLIC_URL"])
+    assert public.scheme == "https"
+    assert env["ENGRAM_GATEWAY_HOST"] == "0.0.0.0"  # the patch merged, it did not replace the list
+    (ingress,) = by_kind(objects, "Ingress").values()
+    hosts = {rule["host"] for rule in ingress["spec"]["rules"]}
+    assert hosts == {public.hostname}, "the Ingress host must be the public URL's (Host allowlist)"
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == "gateway"
+    assert by_kind(objects, "StatefulSet")["nats"]["spec"]["replicas"] == 3
