@@ -17,9 +17,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx2
 from mcp import Client
@@ -27,9 +28,9 @@ from mcp.client.streamable_http import streamable_http_client
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, locomo, locomo_turns, percentiles, record  # noqa: E402
+from common import fmt, locomo, locomo_turns, percentiles, record
 
-from deploy.stack import Stack, StackOptions  # noqa: E402
+from deploy.stack import Stack, StackOptions
 
 
 @asynccontextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -29,12 +29,12 @@ SERVICE_MAINS = {
 
 @app.command()
 def up(
-    home: Annotated[Optional[Path], typer.Option(help="data folder (env ENGRAM_HOME)")] = None,
-    nats_url: Annotated[Optional[str], typer.Option(help="use this NATS instead of starting one (env ENGRAM_NATS_URL)")] = None,
-    database_url: Annotated[Optional[str], typer.Option(help="use this Postgres instead of starting one (env ENGRAM_DATABASE_URL)")] = None,
+    home: Annotated[Path | None, typer.Option(help="data folder (env ENGRAM_HOME)")] = None,
+    nats_url: Annotated[str | None, typer.Option(help="use this NATS instead of starting one (env ENGRAM_NATS_URL)")] = None,
+    database_url: Annotated[str | None, typer.Option(help="use this Postgres instead of starting one (env ENGRAM_DATABASE_URL)")] = None,
     port: Annotated[int, typer.Option(help="gateway port; a free one is used when taken")] = 8080,
     host: Annotated[str, typer.Option(help="gateway bind address")] = "127.0.0.1",
-    public_url: Annotated[Optional[str], typer.Option(help="externally visible base URL")] = None,
+    public_url: Annotated[str | None, typer.Option(help="externally visible base URL")] = None,
 ) -> None:
     """Start NATS, Postgres and every service on this machine; print the MCP URL and an API key."""
     from deploy.stack import StackOptions, run_up
@@ -75,11 +75,11 @@ def _run(coro_factory):  # type: ignore[no-untyped-def]
 
 @keys.command("create")
 def keys_create(
-    user: Annotated[Optional[str], typer.Option(help="existing user id; omitted = a new user")] = None,
+    user: Annotated[str | None, typer.Option(help="existing user id; omitted = a new user")] = None,
     name: Annotated[str, typer.Option(help="a label for the key")] = "cli",
-    scope: Annotated[Optional[list[Scope]], typer.Option(help="scopes (repeat); default memory:read + memory:write")] = None,
-    project: Annotated[Optional[str], typer.Option(help="restrict the key to one project")] = None,
-    expires_in_days: Annotated[Optional[int], typer.Option(help="expiry in days")] = None,
+    scope: Annotated[list[Scope] | None, typer.Option(help="scopes (repeat); default memory:read + memory:write")] = None,
+    project: Annotated[str | None, typer.Option(help="restrict the key to one project")] = None,
+    expires_in_days: Annotated[int | None, typer.Option(help="expiry in days")] = None,
 ) -> None:
     """Create an API key (shown once) — for a new user unless --user is given."""
     from deploy.client import admin_command, connect
@@ -112,7 +112,7 @@ def keys_create(
 
 
 @keys.command("list")
-def keys_list(user: Annotated[Optional[str], typer.Option(help="only this user's keys")] = None) -> None:
+def keys_list(user: Annotated[str | None, typer.Option(help="only this user's keys")] = None) -> None:
     """List API keys (never their secrets)."""
     from deploy.client import admin_query, connect
 

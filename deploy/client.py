@@ -35,7 +35,7 @@ class StackInfo:
         path.chmod(0o600)
 
     @classmethod
-    def load(cls, home: Path) -> "StackInfo | None":
+    def load(cls, home: Path) -> StackInfo | None:
         path = home / STACK_FILE
         if not path.exists():
             return None

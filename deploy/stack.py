@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx
 
+from contracts.envelope import QueryEnvelope
 from contracts.errors import ErrorCode
 from contracts.subjects import MEMORY, Names
-from contracts.envelope import QueryEnvelope
 from deploy.client import StackInfo, admin_command
 from deploy.embedded.ports import pick_port
 from kit.bus import Bus, BusUnavailable
@@ -196,7 +196,7 @@ class Stack:
         if self.nats:
             self.nats.stop()
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Stack:
         self.start()
         return self
 
