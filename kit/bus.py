@@ -117,7 +117,7 @@ class Bus:
         """Connect, retrying for a while so services can start before NATS is up."""
         try:
             nc = await nats.connect(
-                url,
+                [u.strip() for u in url.split(",") if u.strip()],
                 name=name,
                 connect_timeout=3,
                 allow_reconnect=True,

@@ -23,7 +23,7 @@ def default_home() -> Path:
 class CommonSettings(BaseSettings):
     """Connection settings every service needs."""
 
-    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore", env_ignore_empty=True)
 
     env: str = Field("development", description="development | production")
     home: Path = Field(default_factory=default_home, description="data folder")

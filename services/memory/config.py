@@ -10,6 +10,7 @@ from kit.config import CommonSettings
 class MemorySettings(CommonSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
     qdrant_collection: str = "memories"
+    qdrant_api_key: str | None = None
     embedder: str = Field("minilm", description="minilm (offline, default) | openai")
     embedder_url: str | None = None
     embedder_model: str | None = None

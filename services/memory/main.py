@@ -55,7 +55,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(
             qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
-            collection=settings.qdrant_collection,
+            collection=settings.qdrant_collection, api_key=settings.qdrant_api_key,
         )
         await index.ensure()
         service = MemoryService(store, index, embedder, bus, settings.names)
