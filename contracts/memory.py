@@ -278,14 +278,112 @@ class RecallResult(BaseModel):
     hits: list[RecallHit]
 
 
+# shared memories ---------------------------------------------------------------------------
+MAX_TITLE_CHARS = 200
+
+
+class SaveSharedMemory(BaseModel):
+    """A shared experience, unique per (user, title): saving the same title again updates it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
+    event: str = Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    importance: int = Field(3, ge=1, le=5)
+
+
+class SharedMemoryState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    tenant: str
+    title: str
+    event: str
+    importance: int
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SharedMemoryView(BaseModel):
+    id: UUID
+    title: str
+    event: str
+    importance: int
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class SaveSharedMemoryResult(BaseModel):
+    shared_memory_id: UUID
+    title: str
+    version: int
+    created: bool
+    updated: bool
+
+
+class GetSharedMemories(BaseModel):
+    """By exact title, or by keyword over title and event (substring, any language); newest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = Field(None, min_length=1, max_length=MAX_TITLE_CHARS)
+    keyword: str | None = Field(None, min_length=1, max_length=200)
+    limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+
+
+class SharedMemoryList(BaseModel):
+    shared_memories: list[SharedMemoryView]
+
+
+class SharedMemoryEventType(StrEnum):
+    SAVED = "SharedMemorySaved"
+    UPDATED = "SharedMemoryUpdated"
+
+
+# projects and profile ------------------------------------------------------------------------
+class ListProjects(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProjectInfo(BaseModel):
+    project: str
+    memories: int
+    last_updated: datetime
+
+
+class ProjectList(BaseModel):
+    projects: list[ProjectInfo]
+
+
+class GetProfile(BaseModel):
+    """The user's profile: stable facts and what changed lately, per project (or all projects)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)
+    static_limit: int = Field(20, ge=1, le=100)
+    dynamic_limit: int = Field(10, ge=1, le=100)
+
+
+class Profile(BaseModel):
+    static: list[MemoryView] = Field(description="stable facts: profile, preferences, personality, skills, goals, style")
+    dynamic: list[MemoryView] = Field(description="recent context: the most recently changed memories")
+
+
 COMMANDS: dict[str, type[BaseModel]] = {
     "save_memory": SaveMemory,
     "update_memory": UpdateMemory,
     "forget_memory": ForgetMemory,
+    "save_shared_memory": SaveSharedMemory,
 }
 QUERIES: dict[str, type[BaseModel]] = {
     "recall": Recall,
     "get_memory_by_key": GetMemoryByKey,
     "recall_memory": RecallMemory,
     "memory_history": MemoryHistoryQuery,
+    "get_shared_memories": GetSharedMemories,
+    "list_projects": ListProjects,
+    "profile": GetProfile,
 }

@@ -37,7 +37,11 @@ async def collect(bus: Bus) -> Status:
         streams.append({"name": spec.name, "messages": info.state.messages, "bytes": info.state.bytes,
                         "last_seq": info.state.last_seq})
     consumers = []
-    for spec in (names.command_consumer(AUTH), names.command_consumer(MEMORY), names.projector(MEMORY, "memory")):
+    specs = (
+        names.command_consumer(AUTH), names.command_consumer(MEMORY), names.projector(MEMORY, "memory"),
+        names.projector(MEMORY, "shared", name="shared-projector"),
+    )
+    for spec in specs:
         state = await bus.consumer_state(spec.stream, spec.durable)
         if state is None:
             consumers.append({"durable": spec.durable, "stream": spec.stream, "state": "not created"})

@@ -216,3 +216,44 @@ async def test_structured_bad_input_changes_nothing(app: MemoryApp) -> None:
     assert not both.ok and not neither.ok and "exactly one of id or memory_key" in both.error.message
     assert not unknown.ok and unknown.error.code == "not_found" and unknown.error.field == "id"
     assert await events(app.bus) == []
+
+
+async def test_shared_memories_are_idempotent_per_title(app: MemoryApp) -> None:
+    a = await app.service.handle_command(
+        cmd("save_shared_memory", {"title": "First trip to Kyoto", "event": "We saw the maples at Tofuku-ji"})
+    )
+    b = await app.service.handle_command(
+        cmd("save_shared_memory", {"title": "First  trip to Kyoto", "event": "Maples at Tofuku-ji, then ramen", "importance": 5})
+    )
+    assert a.result["created"] and b.result["updated"] and a.result["shared_memory_id"] == b.result["shared_memory_id"]
+    exact = await app.service.handle_query(
+        QueryEnvelope(type="get_shared_memories", tenant="alice", payload={"title": "First trip to Kyoto"})
+    )
+    assert [m["event"] for m in exact.result["shared_memories"]] == ["Maples at Tofuku-ji, then ramen"]
+    keyword = await app.service.handle_query(
+        QueryEnvelope(type="get_shared_memories", tenant="alice", payload={"keyword": "RAMEN"})
+    )
+    assert len(keyword.result["shared_memories"]) == 1
+    other = await app.service.handle_query(
+        QueryEnvelope(type="get_shared_memories", tenant="bob", payload={"keyword": "ramen"})
+    )
+    assert other.result["shared_memories"] == []
+    bad = await app.service.handle_command(cmd("save_shared_memory", {"title": "", "event": "x"}))
+    assert not bad.ok and bad.error.field == "title"
+
+
+async def test_projects_and_profile(app: MemoryApp) -> None:
+    await app.service.handle_command(cmd("save_memory", {"content": "Sprint ends Friday", "project": "work"}))
+    await app.service.handle_command(
+        cmd("save_memory", {"category": "user_profile", "content": "Name is Alice, lives in Porto", "importance": 5})
+    )
+    await app.service.handle_command(
+        cmd("save_memory", {"category": "preference", "content": "Prefers short answers", "importance": 4, "confidence": 0.9})
+    )
+    projects = await app.service.handle_query(QueryEnvelope(type="list_projects", tenant="alice", payload={}))
+    assert {p["project"]: p["memories"] for p in projects.result["projects"]} == {"work": 1, "default": 2}
+    profile = await app.service.handle_query(QueryEnvelope(type="profile", tenant="alice", payload={}))
+    assert [m["content"] for m in profile.result["static"]] == ["Name is Alice, lives in Porto", "Prefers short answers"]
+    assert [m["content"] for m in profile.result["dynamic"]] == ["Sprint ends Friday"]
+    empty = await app.service.handle_query(QueryEnvelope(type="profile", tenant="bob", payload={}))
+    assert empty.result == {"static": [], "dynamic": []}

@@ -12,7 +12,14 @@ from uuid import UUID
 import asyncpg
 
 from contracts.envelope import Reply
-from contracts.memory import MemoryState, MemoryView
+from contracts.memory import (
+    MemoryState,
+    MemoryView,
+    Profile,
+    ProjectInfo,
+    SharedMemoryState,
+    SharedMemoryView,
+)
 from kit.pg import migrate
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -20,6 +27,11 @@ _COLUMNS = (
     "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
     "forget_reason, created_at, updated_at, last_seq"
 )
+
+
+def _like(keyword: str) -> str:
+    """A case-insensitive substring pattern with LIKE's wildcards escaped."""
+    return "%" + keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _state(row: asyncpg.Record) -> MemoryState:
@@ -63,6 +75,22 @@ class Tx:
             tenant, command_id, type_, reply.model_dump_json(),
         )
 
+    async def lock_shared(self, shared_id: UUID) -> int | None:
+        await self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 1))", str(shared_id))
+        return await self.conn.fetchval(f"SELECT last_seq FROM {self.s}.shared_memories WHERE id = $1", shared_id)
+
+    async def upsert_shared(self, state: SharedMemoryState, seq: int) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.shared_memories
+                  (id, tenant, title, event, importance, version, created_at, updated_at, last_seq)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
+                ON CONFLICT (id) DO UPDATE SET event=EXCLUDED.event, importance=EXCLUDED.importance,
+                  version=EXCLUDED.version, updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq
+                WHERE {self.s}.shared_memories.last_seq < EXCLUDED.last_seq""",
+            state.id, state.tenant, state.title, state.event, state.importance, state.version,
+            state.created_at, state.updated_at, seq,
+        )
+
     async def advance_checkpoint(self, projection: str, seq: int) -> None:
         await self.conn.execute(
             f"""INSERT INTO {self.s}.checkpoints (projection, last_seq) VALUES ($1, $2)
@@ -70,6 +98,9 @@ class Tx:
                 updated_at = now()""",
             projection, seq,
         )
+
+
+_SHARED_COLUMNS = "id, title, event, importance, version, created_at, updated_at"
 
 
 class MemoryStore:
@@ -124,9 +155,7 @@ class MemoryStore:
         self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int
     ) -> list[MemoryView]:
         """Active memories by category and/or keyword (case-insensitive substring), most important first."""
-        pattern = None
-        if keyword:
-            pattern = "%" + keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = _like(keyword) if keyword else None
         rows = await self.pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self.s}.memories
                 WHERE tenant = $1 AND status = 'active'
@@ -137,6 +166,50 @@ class MemoryStore:
             tenant, project, category, pattern, limit,
         )
         return [MemoryView.model_validate(dict(r)) for r in rows]
+
+    async def shared_memories(
+        self, tenant: str, title: str | None, keyword: str | None, limit: int
+    ) -> list[SharedMemoryView]:
+        pattern = _like(keyword) if keyword else None
+        rows = await self.pool.fetch(
+            f"""SELECT {_SHARED_COLUMNS} FROM {self.s}.shared_memories
+                WHERE tenant = $1 AND ($2::text IS NULL OR title = $2)
+                  AND ($3::text IS NULL OR title ILIKE $3 OR event ILIKE $3)
+                ORDER BY updated_at DESC LIMIT $4""",
+            tenant, title, pattern, limit,
+        )
+        return [SharedMemoryView.model_validate(dict(r)) for r in rows]
+
+    async def projects(self, tenant: str) -> list[ProjectInfo]:
+        rows = await self.pool.fetch(
+            f"""SELECT project, count(*) AS memories, max(updated_at) AS last_updated FROM {self.s}.memories
+                WHERE tenant = $1 AND status = 'active' GROUP BY project ORDER BY max(updated_at) DESC""",
+            tenant,
+        )
+        return [ProjectInfo.model_validate(dict(r)) for r in rows]
+
+    async def profile(self, tenant: str, project: str | None, static_limit: int, dynamic_limit: int) -> Profile:
+        """Stable facts ranked by importance × confidence, and the most recently changed memories."""
+        static = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND status = 'active' AND category IS NOT NULL
+                  AND category <> 'relationship' AND category <> 'emotional_pattern'
+                  AND ($2::text IS NULL OR project = $2)
+                ORDER BY importance * confidence DESC, updated_at DESC LIMIT $3""",
+            tenant, project, static_limit,
+        )
+        static_ids = [r["id"] for r in static]
+        dynamic = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND status = 'active' AND ($2::text IS NULL OR project = $2)
+                  AND NOT (id = ANY($4::uuid[]))
+                ORDER BY updated_at DESC LIMIT $3""",
+            tenant, project, dynamic_limit, static_ids,
+        )
+        return Profile(
+            static=[MemoryView.model_validate(dict(r)) for r in static],
+            dynamic=[MemoryView.model_validate(dict(r)) for r in dynamic],
+        )
 
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]:
         rows = await self.pool.fetch(
@@ -156,4 +229,4 @@ class MemoryStore:
     async def drop_read_model(self) -> None:
         """Empty every projected table (the command log stays: it is idempotency, not a projection)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"TRUNCATE {self.s}.memories, {self.s}.checkpoints")
+            await conn.execute(f"TRUNCATE {self.s}.memories, {self.s}.shared_memories, {self.s}.checkpoints")

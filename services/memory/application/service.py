@@ -22,6 +22,9 @@ from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
     GetMemoryByKey,
+    GetProfile,
+    GetSharedMemories,
+    ListProjects,
     MemoryEventType,
     MemoryHistory,
     MemoryHistoryQuery,
@@ -30,12 +33,17 @@ from contracts.memory import (
     MemoryState,
     MemoryStatus,
     MemoryView,
+    ProjectList,
     Recall,
     RecallHit,
     RecallMemory,
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
+    SaveSharedMemory,
+    SaveSharedMemoryResult,
+    SharedMemoryList,
+    SharedMemoryState,
     UpdateMemory,
 )
 from contracts.subjects import Names
@@ -44,7 +52,7 @@ from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.vectors import VectorIndex
 from services.memory.application.indexing import SEARCH_MODES, active_filter, indexed_text, point_for
-from services.memory.domain import model
+from services.memory.domain import model, shared
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
 from services.memory.domain.keywords import query_vector
 
@@ -92,6 +100,8 @@ class MemoryService:
                 return await self.update(env, UpdateMemory.model_validate(env.payload))
             if env.type == "forget_memory":
                 return await self.forget(env, ForgetMemory.model_validate(env.payload))
+            if env.type == "save_shared_memory":
+                return await self.save_shared(env, SaveSharedMemory.model_validate(env.payload))
             raise InvalidArgument(
                 f"unknown command type {env.type!r}: use save_memory, update_memory or forget_memory", "type"
             )
@@ -232,6 +242,64 @@ class MemoryService:
             return reply
         raise ConcurrencyConflict(f"memory {target.id} kept changing while being forgotten; retry")
 
+    async def save_shared(self, env: CommandEnvelope, cmd: SaveSharedMemory) -> Reply[Any]:
+        """Save a shared experience; the same title again writes a new version, never a duplicate."""
+        sid = shared.shared_id(env.tenant, cmd.title)
+        subject = self.names.event(env.tenant, shared.AGGREGATE, str(sid))
+        for _ in range(_MAX_RACES):
+            loaded = await self.events.last_event(subject)
+            current = SharedMemoryState.model_validate(loaded[0].data) if loaded else None
+            state = shared.save(current, env.tenant, cmd, self.clock())
+            if state is None:
+                assert current is not None
+                reply = Reply.success(SaveSharedMemoryResult(
+                    shared_memory_id=current.id, title=current.title, version=current.version,
+                    created=False, updated=False,
+                ).model_dump(mode="json"))
+                await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
+                return reply
+            event = shared.event_for(
+                state, command_id=env.command_id, correlation_id=env.correlation_id,
+                event_id=model.event_id_for(env.tenant, env.command_id, state.id, state.version),
+            )
+            try:
+                seq = await self.events.append_event(subject, event, expected_last_seq=loaded[1] if loaded else 0)
+            except ConcurrencyConflict:
+                continue
+            reply = Reply.success(SaveSharedMemoryResult(
+                shared_memory_id=state.id, title=state.title, version=state.version,
+                created=state.version == 1, updated=state.version > 1,
+            ).model_dump(mode="json"))
+            await self.apply_shared(event, seq, outcome=(env, reply))
+            return reply
+        raise ConcurrencyConflict(f"shared memory {cmd.title!r} kept changing while being saved; retry")
+
+    async def apply_shared(
+        self, event: EventEnvelope, seq: int, *, outcome: tuple[CommandEnvelope, Reply[Any]] | None = None,
+        checkpoint: str | None = None,
+    ) -> bool:
+        """Project one shared-memory event, once per sequence."""
+        state = SharedMemoryState.model_validate(event.data)
+        async with self.store.transaction() as tx:
+            applied = await tx.lock_shared(state.id)
+            fresh = applied is None or applied < seq
+            if fresh:
+                await tx.upsert_shared(state, seq)
+            if outcome is not None:
+                env, reply = outcome
+                await tx.record_outcome(env.tenant, env.command_id, env.type, reply)
+            if checkpoint is not None:
+                await tx.advance_checkpoint(checkpoint, seq)
+        return fresh
+
+    async def project_event(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
+        """The projector's entry: route an event of any aggregate this service owns."""
+        if event.aggregate == model.AGGREGATE:
+            return await self.apply(event, seq, checkpoint=checkpoint)
+        if event.aggregate == shared.AGGREGATE:
+            return await self.apply_shared(event, seq, checkpoint=checkpoint)
+        return False
+
     async def _find_to_forget(
         self, tenant: str, cmd: ForgetMemory
     ) -> tuple[MemoryState, str, float | None] | None:
@@ -328,6 +396,19 @@ class MemoryService:
                     raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
                 history = MemoryHistory(memory_id=hq.memory_id, versions=model.history(events))
                 return Reply.success(history.model_dump(mode="json"))
+            if query.type == "get_shared_memories":
+                gq = GetSharedMemories.model_validate(query.payload)
+                title = shared.normalize_title(gq.title) if gq.title else None
+                items = await self.store.shared_memories(query.tenant, title, gq.keyword, gq.limit)
+                return Reply.success(SharedMemoryList(shared_memories=items).model_dump(mode="json"))
+            if query.type == "list_projects":
+                ListProjects.model_validate(query.payload)
+                projects = ProjectList(projects=await self.store.projects(query.tenant))
+                return Reply.success(projects.model_dump(mode="json"))
+            if query.type == "profile":
+                pq = GetProfile.model_validate(query.payload)
+                profile = await self.store.profile(query.tenant, pq.project, pq.static_limit, pq.dynamic_limit)
+                return Reply.success(profile.model_dump(mode="json"))
             if query.type == "command_outcome":
                 command_id = str(query.payload.get("command_id", ""))
                 outcome = await self.store.outcome(query.tenant, command_id)

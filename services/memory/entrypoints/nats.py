@@ -8,9 +8,12 @@ from nats.aio.msg import Msg
 
 from contracts.envelope import CommandEnvelope, EventEnvelope, Reply
 from contracts.errors import ErrorCode
+from contracts.memory import QUERIES
 from contracts.subjects import MEMORY
 from kit.bus import Bus, reply_to
 from services.memory.application.service import PROJECTOR, MemoryService
+
+SHARED_PROJECTOR_NAME = "shared-projector"
 
 
 def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -27,9 +30,12 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
             Reply.failure(ErrorCode.INTERNAL, f"the command could not be handled and was dead-lettered: {reason}"),
         )
 
-    async def on_event(msg: Msg) -> None:
-        event = EventEnvelope.model_validate_json(msg.data)
-        await service.apply(event, msg.metadata.sequence.stream, checkpoint=PROJECTOR)
+    def projecting(checkpoint: str):  # type: ignore[no-untyped-def]
+        async def on_event(msg: Msg) -> None:
+            event = EventEnvelope.model_validate_json(msg.data)
+            await service.project_event(event, msg.metadata.sequence.stream, checkpoint)
+
+        return on_event
 
     async def prepare_commands(msgs: list[Msg]) -> None:
         await service.prime_commands([env for env in map(_command_or_none, msgs) if env is not None])
@@ -49,7 +55,13 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
             bus.consume(names.command_consumer(MEMORY), on_command, stop, on_dead=on_dead_command,
                         prepare=prepare_commands)
         ),
-        asyncio.create_task(bus.consume(names.projector(MEMORY, "memory"), on_event, stop, prepare=prepare_events)),
+        asyncio.create_task(
+            bus.consume(names.projector(MEMORY, "memory"), projecting(PROJECTOR), stop, prepare=prepare_events)
+        ),
+        asyncio.create_task(
+            bus.consume(names.projector(MEMORY, "shared", name=SHARED_PROJECTOR_NAME),
+                        projecting(f"{MEMORY}-{SHARED_PROJECTOR_NAME}"), stop)
+        ),
     ]
 
 
@@ -61,6 +73,5 @@ def _command_or_none(msg: Msg) -> CommandEnvelope | None:
 
 
 async def serve_queries(bus: Bus, service: MemoryService) -> list[object]:
-    return await bus.serve_queries(
-        MEMORY, {"recall": service.handle_query, "command_outcome": service.handle_query}
-    )
+    names = ["recall", "command_outcome", *QUERIES]
+    return await bus.serve_queries(MEMORY, dict.fromkeys(names, service.handle_query))
