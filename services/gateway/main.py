@@ -18,8 +18,10 @@ from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from contracts.auth import Scope
+from contracts.auth import Scope as AuthScope
 from contracts.errors import ErrorBody, ErrorCode
 from kit.bus import Bus
 from kit.config import setup_logging
@@ -28,6 +30,7 @@ from services.gateway.adapters.token_verifier import IntrospectionVerifier
 from services.gateway.config import GatewaySettings
 from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
+from services.gateway.pin import PinMiddleware, pinned_project
 
 log = logging.getLogger("engram.gateway")
 
@@ -54,17 +57,26 @@ class LazyBackend(Backend):
 def create_app(settings: GatewaySettings) -> FastAPI:
     verifier = LazyVerifier()
     backend = LazyBackend()
-    mcp = build_mcp(backend, verifier, settings)
-    mcp_app = mcp.streamable_http_app(
-        streamable_http_path="/mcp",
-        stateless_http=True,
-        json_response=True,
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=settings.host_allowlist(),
-            allowed_origins=[f"http://{h}" for h in settings.host_allowlist()] + [f"https://{h}" for h in settings.host_allowlist()],
-        ),
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=settings.host_allowlist(),
+        allowed_origins=[f"{scheme}://{h}" for h in settings.host_allowlist() for scheme in ("http", "https")],
     )
+    servers = {pinned: build_mcp(backend, verifier, settings, pinned=pinned) for pinned in (False, True)}
+    apps = {
+        pinned: server.streamable_http_app(
+            streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security
+        )
+        for pinned, server in servers.items()
+    }
+    endpoints = {pinned: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app for pinned, app in apps.items()}
+
+    class McpEndpoint:
+        """One /mcp URL: a pinned connection gets the tools without `containerTag`."""
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            await endpoints[pinned_project.get() is not None](scope, receive, send)
+
     metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
     challenge = f'Bearer error="invalid_token", error_description="Authentication required", resource_metadata="{metadata_url}"'
     state: dict[str, Any] = {}
@@ -79,7 +91,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         backend.bind(bus, settings.command_timeout_s)
         state["bus"] = bus
         try:
-            async with mcp.session_manager.run():
+            async with servers[False].session_manager.run(), servers[True].session_manager.run():
                 log.info("gateway ready: MCP at %s", settings.mcp_url)
                 yield
         finally:
@@ -100,12 +112,14 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         )
 
     app.include_router(build_router(backend, unauthorized))
-    for route in mcp_app.routes:
-        app.router.routes.append(route)
+    app.router.routes.append(Route("/mcp", endpoint=McpEndpoint(), methods=["GET", "POST", "DELETE"]))
+    for route in apps[False].routes:
+        if getattr(route, "path", None) != "/mcp":
+            app.router.routes.append(route)
     resource_metadata = {
         "resource": settings.mcp_url,
         "authorization_servers": [settings.base_url],
-        "scopes_supported": [s.value for s in Scope],
+        "scopes_supported": [s.value for s in AuthScope],
         "bearer_methods_supported": ["header"],
         "resource_name": "Engram memory (MCP)",
     }
@@ -140,6 +154,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
         return error_response(ApiError(status, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=message, field=field)))
 
+    app.add_middleware(PinMiddleware)
     app.add_middleware(AuthContextMiddleware)
     app.add_middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier))
     return app

@@ -52,6 +52,14 @@ class Backend:
     async def recall(self, tenant: str, payload: dict[str, Any]) -> Any:
         return await self.query(MEMORY, "recall", tenant, payload)
 
+    async def query_memory(self, tenant: str, name: str, payload: dict[str, Any]) -> Any:
+        return await self.query(MEMORY, name, tenant, payload)
+
+    async def command_memory(
+        self, tenant: str, name: str, payload: dict[str, Any], idempotency_key: str | None = None
+    ) -> Any:
+        return await self.command(MEMORY, name, tenant, payload, idempotency_key)
+
 
 def _unwrap(reply: Reply[Any]) -> Any:
     if reply.ok:

@@ -1,8 +1,16 @@
-"""The MCP surface of the gateway: tools `memory`, `recall` and `whoAmI` (SPEC §2)."""
+"""The MCP surface of the gateway (SPEC §2): the tools of both seeds, resources and a prompt.
 
-from __future__ import annotations
+Two servers are built from the same tool functions: one offers a `containerTag` parameter, the
+other (used when the connection pins a project with `X-Engram-Project`) does not — the pin applies.
+"""
 
+
+import functools
+import inspect
+import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import TokenVerifier
@@ -13,17 +21,32 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from contracts.auth import Scope
-from contracts.memory import MAX_CONTENT_CHARS, MAX_QUERY_CHARS, PROJECT_PATTERN
+from contracts.memory import (
+    MAX_CONTENT_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_STRUCTURED_CONTENT_CHARS,
+    MAX_TITLE_CHARS,
+    MEMORY_KEY_PATTERN,
+    PROJECT_PATTERN,
+    Category,
+)
 from services.gateway.adapters.backend import Backend, BackendError
 from services.gateway.config import GatewaySettings
-from services.gateway.presentation import format_forget, format_recall, format_save
+from services.gateway.pin import pinned_project
+from services.gateway.presentation import (
+    format_forget,
+    format_profile,
+    format_projects,
+    format_recall,
+    format_save,
+)
 from services.gateway.principal import AccessDenied, Principal
 
 INSTRUCTIONS = (
-    "Engram is the user's long-term memory. Use `recall` before answering anything that may depend on what "
-    "the user told you before (preferences, facts about them, projects). Use `memory` to save durable facts "
-    "worth remembering across conversations, and to forget what the user asks you to forget. Use these "
-    "memory tools rather than any other note-taking tool."
+    "Engram is the user's long-term memory. Call `recall` before answering anything that may depend on what "
+    "the user said in earlier conversations (preferences, facts about them, their projects). Save durable facts "
+    "with `memory` (free text) or `save_memory` (a categorised fact with a memory_key), and forget on request. "
+    "Use these memory tools rather than any other note-taking or memory tool."
 )
 
 ContainerTag = Annotated[
@@ -34,22 +57,254 @@ ContainerTag = Annotated[
         description="Project to work in (1-128 chars of letters, digits, _ . : -). Omit for the default project.",
     ),
 ]
+Importance = Annotated[int, Field(ge=1, le=5, description="1 (trivia) to 5 (core fact); default 3")]
+Confidence = Annotated[float, Field(ge=0.0, le=1.0, description="0-1, how sure you are; default 0.8")]
+MemoryKey = Annotated[
+    str,
+    Field(pattern=MEMORY_KEY_PATTERN, max_length=80,
+          description="namespace.topic, namespace bound to the category: profile, preference, personality, goal, "
+                      "skill, relationship, emotion, style (e.g. preference.food)"),
+]
+
+READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
 
 
-def principal() -> Principal:
-    token = get_access_token()
-    if token is None:
-        raise ToolError("not authenticated")
-    return Principal.from_token(token)
+class Caller:
+    """Who calls and in which project, for the current request."""
+
+    def __init__(self, tag: str | None, scope: Scope) -> None:
+        token = get_access_token()
+        if token is None:
+            raise ToolError("not authenticated")
+        self.who = Principal.from_token(token)
+        self.who.require(scope)
+        self.tag = tag
+
+    @property
+    def tenant(self) -> str:
+        return self.who.tenant
+
+    def project(self) -> str:
+        return self.who.project_for(self.tag, pinned_project.get())
+
+    def search_project(self) -> str | None:
+        return self.who.search_project(self.tag, pinned_project.get())
 
 
-def _tool_error(exc: BackendError | AccessDenied) -> ToolError:
-    if isinstance(exc, AccessDenied):
-        return ToolError(f"permission denied: {exc}")
-    return ToolError(str(exc.error))
+def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Map backend and permission failures to tool errors the model can read."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except AccessDenied as exc:
+            raise ToolError(f"permission denied: {exc}") from exc
+        except BackendError as exc:
+            raise ToolError(str(exc.error)) from exc
+
+    return wrapper
 
 
-def build_mcp(backend: Backend, verifier: TokenVerifier, settings: GatewaySettings) -> MCPServer:
+def without_container_tag(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """The same tool with the `containerTag` parameter removed from its schema (the pin applies)."""
+    signature = inspect.signature(fn)
+    if "containerTag" not in signature.parameters:
+        return fn
+
+    @functools.wraps(fn)
+    async def pinned(**kwargs: Any) -> Any:
+        return await fn(containerTag=None, **kwargs)
+
+    pinned.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p for p in signature.parameters.values() if p.name != "containerTag"]
+    )
+    pinned.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "containerTag"}
+    return pinned
+
+
+def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations]]:
+    """(function, name, title, annotations) for every tool; docstrings are the model's manual."""
+
+    @tool_errors
+    async def memory(
+        content: Annotated[
+            str, Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="The fact to save, or the memory to forget.")
+        ],
+        action: Annotated[Literal["save", "forget"], Field(description="save (default) or forget")] = "save",
+        containerTag: ContainerTag = None,
+    ) -> str:
+        """Save something worth remembering about the user, or forget a memory.
+
+        Use this tool (not another note or memory tool) whenever the user shares a durable fact,
+        preference or decision, or asks you to remember or forget something. Save one self-contained
+        fact per call, written so it makes sense on its own later. To forget, pass the memory's text:
+        an exact match is tried first, then the closest memory with similarity ≥ 0.85; if nothing
+        matches, nothing is forgotten and you are told so.
+        """
+        c = Caller(containerTag, Scope.MEMORY_WRITE)
+        if action == "save":
+            result = await backend.save_memory(c.tenant, {"project": c.project(), "content": content, "source": "mcp"})
+            return format_save(result)
+        return format_forget(await backend.forget_memory(c.tenant, {"project": c.project(), "content": content}))
+
+    @tool_errors
+    async def recall(
+        query: Annotated[
+            str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for, in natural language.")
+        ],
+        includeProfile: Annotated[bool, Field(description="Prepend the user's profile (default true).")] = True,
+        containerTag: ContainerTag = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="How many memories at most (1-100).")] = 10,
+    ) -> str:
+        """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
+
+        Call this before answering whenever earlier conversations might matter: the user's preferences,
+        facts about them, their projects and decisions. With includeProfile (default) the user's stable
+        profile and recent context come first. Results are ranked, most relevant first.
+        """
+        c = Caller(containerTag, Scope.MEMORY_READ)
+        project = c.search_project()
+        result = await backend.query_memory(c.tenant, "recall", {"query": query, "project": project, "limit": limit})
+        profile = None
+        if includeProfile:
+            profile = await backend.query_memory(c.tenant, "profile", {"project": project})
+        return format_recall(query, result["hits"], project, profile)
+
+    @tool_errors
+    async def list_projects(
+        refresh: Annotated[bool, Field(description="Accepted for compatibility: the list is always current.")] = False,
+    ) -> str:
+        """List the user's projects (containerTags) with how many memories each holds.
+
+        A project used for the first time shows up at once.
+        """
+        c = Caller(None, Scope.MEMORY_READ)
+        return format_projects(await backend.query_memory(c.tenant, "list_projects", {}), c.who.project)
+
+    @tool_errors
+    async def who_am_i() -> dict[str, Any]:
+        """Tell which user (tenant) and credential this connection acts as, with its scopes and project."""
+        c = Caller(None, Scope.MEMORY_READ)
+        return {
+            "user_id": c.tenant, "client_id": c.who.client_id, "key_id": c.who.key_id,
+            "scopes": sorted(c.who.scopes), "project": c.who.project or pinned_project.get(),
+        }
+
+    @tool_errors
+    async def save_memory(
+        category: Annotated[Category, Field(description="What kind of fact this is.")],
+        content: Annotated[str, Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS, description="The fact (≤ 4,000 chars).")],
+        importance: Importance = 3,
+        confidence: Confidence = 0.8,
+        source: Annotated[str, Field(min_length=1, max_length=64, description="Where it came from; default conversation")] = "conversation",
+        memory_key: Annotated[MemoryKey | None, Field(description="namespace.topic; omitted = generated from the content")] = None,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Save a categorised long-term memory addressed by a memory_key.
+
+        Saving an existing memory_key writes a new version of that memory (never a duplicate), so use a
+        stable key per topic (e.g. preference.food) and save again when the fact changes. Look it up
+        first with get_memory_by_key when unsure.
+        """
+        c = Caller(containerTag, Scope.MEMORY_WRITE)
+        payload = {"project": c.project(), "category": category.value, "content": content, "importance": importance,
+                   "confidence": confidence, "source": source, "memory_key": memory_key}
+        return {"success": True, **await backend.save_memory(c.tenant, payload)}
+
+    @tool_errors
+    async def get_memory_by_key(memory_key: MemoryKey, containerTag: ContainerTag = None) -> dict[str, Any]:
+        """Find the memory stored under a memory_key: `{found, memory}`. Use it before saving or updating."""
+        c = Caller(containerTag, Scope.MEMORY_READ)
+        found = await backend.query_memory(c.tenant, "get_memory_by_key", {"project": c.project(), "memory_key": memory_key})
+        return {"success": True, **found}
+
+    @tool_errors
+    async def recall_memory(
+        category: Annotated[Category | None, Field(description="Only this category.")] = None,
+        keyword: Annotated[str | None, Field(min_length=1, max_length=200, description="Substring to match in the content (any language).")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="1-100, default 20")] = 20,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """List memories by category and/or keyword, most important first (a filter, not a semantic search)."""
+        c = Caller(containerTag, Scope.MEMORY_READ)
+        payload = {"project": c.search_project(), "category": category.value if category else None,
+                   "keyword": keyword, "limit": limit}
+        return {"success": True, **await backend.query_memory(c.tenant, "recall_memory", payload)}
+
+    @tool_errors
+    async def update_memory(
+        id: Annotated[UUID | None, Field(description="The memory's id (or give memory_key).")] = None,
+        memory_key: Annotated[MemoryKey | None, Field(description="The memory's key (or give id).")] = None,
+        category: Annotated[Category | None, Field(description="New category (must fit the key's namespace).")] = None,
+        content: Annotated[str | None, Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS, description="New content.")] = None,
+        importance: Annotated[int | None, Field(ge=1, le=5)] = None,
+        confidence: Annotated[float | None, Field(ge=0.0, le=1.0)] = None,
+        source: Annotated[str | None, Field(min_length=1, max_length=64)] = None,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Correct an existing memory (e.g. "likes cats" → "likes dogs"): writes a new version.
+
+        Give exactly one of id or memory_key. The old version stays in the history with the time it
+        stopped being true.
+        """
+        c = Caller(containerTag, Scope.MEMORY_WRITE)
+        payload = {"project": c.project(), "id": str(id) if id else None, "memory_key": memory_key,
+                   "category": category.value if category else None, "content": content,
+                   "importance": importance, "confidence": confidence, "source": source}
+        result = await backend.command_memory(c.tenant, "update_memory", {k: v for k, v in payload.items() if v is not None})
+        return {"success": True, **result}
+
+    @tool_errors
+    async def get_memory_history(
+        memory_id: Annotated[UUID, Field(description="The memory's id.")],
+    ) -> dict[str, Any]:
+        """Every version of a memory from the event log, oldest first, each with when it stopped being true."""
+        c = Caller(None, Scope.MEMORY_READ)
+        return await backend.query_memory(c.tenant, "memory_history", {"memory_id": str(memory_id)})
+
+    @tool_errors
+    async def save_shared_memory(
+        title: Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS, description="Short title of the shared experience.")],
+        event: Annotated[str, Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS, description="What happened.")],
+        importance: Importance = 3,
+    ) -> dict[str, Any]:
+        """Save a shared experience with the user. Saving the same title again updates it (idempotent)."""
+        c = Caller(None, Scope.MEMORY_WRITE)
+        result = await backend.command_memory(
+            c.tenant, "save_shared_memory", {"title": title, "event": event, "importance": importance}
+        )
+        return {"success": True, **result}
+
+    @tool_errors
+    async def get_shared_memories(
+        title: Annotated[str | None, Field(min_length=1, max_length=MAX_TITLE_CHARS, description="Exact title.")] = None,
+        keyword: Annotated[str | None, Field(min_length=1, max_length=200, description="Substring of title or event.")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+    ) -> dict[str, Any]:
+        """Find shared experiences by exact title or keyword, newest first."""
+        c = Caller(None, Scope.MEMORY_READ)
+        payload = {"title": title, "keyword": keyword, "limit": limit}
+        return {"success": True, **await backend.query_memory(c.tenant, "get_shared_memories", payload)}
+
+    return [
+        (memory, "memory", "Save or forget a memory", DESTRUCTIVE),
+        (recall, "recall", "Recall memories", READ),
+        (list_projects, "listProjects", "List projects", READ),
+        (who_am_i, "whoAmI", "Who am I", READ),
+        (save_memory, "save_memory", "Save a categorised memory", WRITE),
+        (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ),
+        (recall_memory, "recall_memory", "List memories by category or keyword", READ),
+        (update_memory, "update_memory", "Update a memory", WRITE),
+        (get_memory_history, "get_memory_history", "A memory's history", READ),
+        (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE),
+        (get_shared_memories, "get_shared_memories", "Get shared memories", READ),
+    ]
+
+
+def build_mcp(backend: Backend, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False) -> MCPServer:
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -63,84 +318,37 @@ def build_mcp(backend: Backend, verifier: TokenVerifier, settings: GatewaySettin
             validate_token_resource=False,
         ),
     )
+    for fn, name, title, annotations in build_tools(backend):
+        mcp.add_tool(without_container_tag(fn) if pinned else fn, name=name, title=title, annotations=annotations)
 
-    @mcp.tool(
-        name="memory",
-        title="Save or forget a memory",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
-    )
-    async def memory(
-        content: Annotated[
-            str,
-            Field(min_length=1, max_length=MAX_CONTENT_CHARS, description="The fact to save, or the memory to forget."),
-        ],
-        action: Annotated[Literal["save", "forget"], Field(description="save (default) or forget")] = "save",
-        containerTag: ContainerTag = None,
-    ) -> str:
-        """Save something worth remembering about the user, or forget a memory.
-
-        Use this tool (not another note or memory tool) whenever the user shares a durable fact,
-        preference or decision, or asks you to remember or forget something. Save one self-contained
-        fact per call, written so it makes sense on its own later. To forget, pass the memory's text:
-        an exact match is tried first, then the closest memory with similarity ≥ 0.85; if nothing
-        matches, nothing is forgotten and you are told so.
-        """
+    @mcp.resource("engram://profile", name="profile", title="User profile", mime_type="text/markdown")
+    async def profile_resource() -> str:
+        """The user's profile: stable facts and recent context (the pinned project, else all projects)."""
         try:
-            who = principal()
-            project = who.project_for(containerTag)
-            if action == "save":
-                who.require(Scope.MEMORY_WRITE)
-                result = await backend.save_memory(
-                    who.tenant, {"project": project, "content": content, "source": "mcp"}
-                )
-                return format_save(result)
-            who.require(Scope.MEMORY_WRITE)
-            result = await backend.forget_memory(who.tenant, {"project": project, "content": content})
-            return format_forget(result)
-        except (BackendError, AccessDenied) as exc:
-            raise _tool_error(exc) from exc
+            c = Caller(None, Scope.MEMORY_READ)
+            return format_profile(await backend.query_memory(c.tenant, "profile", {"project": c.search_project()}))
+        except (AccessDenied, BackendError) as exc:
+            raise ToolError(str(exc)) from exc
 
-    @mcp.tool(
-        name="recall",
-        title="Recall memories",
-        annotations=ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False),
-    )
-    async def recall(
-        query: Annotated[
-            str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description="What to look for, in natural language.")
-        ],
-        containerTag: ContainerTag = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="How many memories at most (1-100).")] = 10,
-    ) -> str:
-        """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
-
-        Call this before answering whenever earlier conversations might matter: the user's preferences,
-        facts about them, their projects and decisions. Results are ranked, most relevant first.
-        """
+    @mcp.resource("engram://projects", name="projects", title="Projects", mime_type="application/json")
+    async def projects_resource() -> str:
+        """The user's projects with their memory counts."""
         try:
-            who = principal()
-            who.require(Scope.MEMORY_READ)
-            project = who.search_project(containerTag)
-            payload: dict[str, Any] = {"query": query, "project": project, "limit": limit}
-            result = await backend.recall(who.tenant, payload)
-            return format_recall(query, result["hits"], project)
-        except (BackendError, AccessDenied) as exc:
-            raise _tool_error(exc) from exc
+            c = Caller(None, Scope.MEMORY_READ)
+            return json.dumps(await backend.query_memory(c.tenant, "list_projects", {}))
+        except (AccessDenied, BackendError) as exc:
+            raise ToolError(str(exc)) from exc
 
-    @mcp.tool(
-        name="whoAmI",
-        title="Who am I",
-        annotations=ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False),
-    )
-    async def who_am_i() -> dict[str, Any]:
-        """Tell which user (tenant) and credential this connection acts as, with its scopes and project."""
-        who = principal()
-        return {
-            "user_id": who.tenant,
-            "client_id": who.client_id,
-            "key_id": who.key_id,
-            "scopes": sorted(who.scopes),
-            "project": who.project,
-        }
+    @mcp.prompt(name="context", title="Memory context")
+    async def context_prompt() -> str:
+        """The user's profile, with the steer to save what is worth remembering."""
+        c = Caller(None, Scope.MEMORY_READ)
+        profile = await backend.query_memory(c.tenant, "profile", {"project": c.search_project()})
+        return (
+            format_profile(profile)
+            + "\n\nWhile we talk, save anything worth remembering across conversations with the `memory` tool "
+            "(or `save_memory` for a categorised fact), and `recall` before answering anything that may depend "
+            "on what I told you before."
+        )
 
     return mcp

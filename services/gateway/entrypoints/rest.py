@@ -4,7 +4,7 @@
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -14,13 +14,25 @@ from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_QUERY_CHARS,
+    MAX_STRUCTURED_CONTENT_CHARS,
+    MAX_TITLE_CHARS,
+    MEMORY_KEY_PATTERN,
     PROJECT_PATTERN,
+    Category,
     ForgetMemoryResult,
+    MemoryHistory,
+    MemoryList,
+    MemoryLookup,
+    Profile,
+    ProjectList,
     RecallMode,
     RecallResult,
     SaveMemoryResult,
+    SaveSharedMemoryResult,
+    SharedMemoryList,
 )
 from services.gateway.adapters.backend import Backend, BackendError
+from services.gateway.pin import pinned_project
 from services.gateway.principal import AccessDenied, Principal
 
 
@@ -37,9 +49,41 @@ def error_response(exc: ApiError) -> JSONResponse:
 
 
 class SaveRequest(BaseModel):
+    """Free-form (content only) or categorised (category, optional memory_key) memory."""
+
     model_config = ConfigDict(extra="forbid")
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
+    category: Category | None = None
+    memory_key: str | None = Field(None, pattern=MEMORY_KEY_PATTERN, max_length=80)
+    importance: int = Field(3, ge=1, le=5)
+    confidence: float = Field(0.8, ge=0.0, le=1.0)
+    source: str = Field("api", min_length=1, max_length=64)
+
+
+class UpdateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: UUID | None = None
+    memory_key: str | None = Field(None, pattern=MEMORY_KEY_PATTERN, max_length=80)
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)
+    content: str | None = Field(None, min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    category: Category | None = None
+    importance: int | None = Field(None, ge=1, le=5)
+    confidence: float | None = Field(None, ge=0.0, le=1.0)
+    source: str | None = Field(None, min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "UpdateRequest":
+        if (self.id is None) == (self.memory_key is None):
+            raise ValueError("give exactly one of id or memory_key")
+        return self
+
+
+class SharedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
+    event: str = Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    importance: int = Field(3, ge=1, le=5)
 
 
 class ForgetRequest(BaseModel):
@@ -102,7 +146,8 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
 
     def project_of(who: Principal, requested: str | None, search: bool = False) -> str | None:
         try:
-            return who.search_project(requested) if search else who.project_for(requested)
+            pin = pinned_project.get()
+            return who.search_project(requested, pin) if search else who.project_for(requested, pin)
         except AccessDenied as exc:
             raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc), field="project")) from exc
 
@@ -110,8 +155,77 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
     async def save(body: SaveRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Save a memory. The same content saved again in the same project is not duplicated."""
         guard(who, Scope.MEMORY_WRITE)
-        payload = {"project": project_of(who, body.project), "content": body.content, "source": "api"}
+        payload = body.model_dump(mode="json", exclude_none=True)
+        payload["project"] = project_of(who, body.project)
         return await call(backend.save_memory(who.tenant, payload, idempotency_key))
+
+    @router.post("/memories/update", response_model=SaveMemoryResult, summary="Update a memory (new version)")
+    async def update(body: UpdateRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """Write a new version of a memory found by id or memory_key."""
+        guard(who, Scope.MEMORY_WRITE)
+        payload = body.model_dump(mode="json", exclude_none=True)
+        payload["project"] = project_of(who, body.project)
+        return await call(backend.command_memory(who.tenant, "update_memory", payload, idempotency_key))
+
+    @router.get("/memories/by-key", response_model=MemoryLookup, summary="Get a memory by memory_key")
+    async def by_key(
+        who: Caller,
+        memory_key: Annotated[str, Query(pattern=MEMORY_KEY_PATTERN, max_length=80)],
+        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
+    ) -> Any:
+        guard(who, Scope.MEMORY_READ)
+        payload = {"project": project_of(who, project), "memory_key": memory_key}
+        return await call(backend.query_memory(who.tenant, "get_memory_by_key", payload))
+
+    @router.get("/memories", response_model=MemoryList, summary="List memories by category and/or keyword")
+    async def list_memories(
+        who: Caller,
+        category: Category | None = None,
+        keyword: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
+    ) -> Any:
+        guard(who, Scope.MEMORY_READ)
+        payload = {"project": project_of(who, project, search=True), "category": category.value if category else None,
+                   "keyword": keyword, "limit": limit}
+        return await call(backend.query_memory(who.tenant, "recall_memory", payload))
+
+    @router.get("/memories/{memory_id}/history", response_model=MemoryHistory, summary="A memory's versions")
+    async def history(memory_id: UUID, who: Caller) -> Any:
+        """Every version from the event log, oldest first, each with when it stopped being true."""
+        guard(who, Scope.MEMORY_READ)
+        return await call(backend.query_memory(who.tenant, "memory_history", {"memory_id": str(memory_id)}))
+
+    @router.post("/shared-memories", response_model=SaveSharedMemoryResult, summary="Save a shared memory")
+    async def save_shared(body: SharedRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """Idempotent per title: the same title again updates it."""
+        guard(who, Scope.MEMORY_WRITE)
+        return await call(backend.command_memory(who.tenant, "save_shared_memory", body.model_dump(), idempotency_key))
+
+    @router.get("/shared-memories", response_model=SharedMemoryList, summary="Find shared memories")
+    async def get_shared(
+        who: Caller,
+        title: Annotated[str | None, Query(min_length=1, max_length=MAX_TITLE_CHARS)] = None,
+        keyword: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    ) -> Any:
+        guard(who, Scope.MEMORY_READ)
+        payload = {"title": title, "keyword": keyword, "limit": limit}
+        return await call(backend.query_memory(who.tenant, "get_shared_memories", payload))
+
+    @router.get("/projects", response_model=ProjectList, summary="List projects")
+    async def projects(who: Caller) -> Any:
+        guard(who, Scope.MEMORY_READ)
+        result = await call(backend.query_memory(who.tenant, "list_projects", {}))
+        if who.project:
+            result["projects"] = [p for p in result["projects"] if p["project"] == who.project]
+        return result
+
+    @router.get("/profile", response_model=Profile, summary="The user's profile")
+    async def profile(who: Caller, project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None) -> Any:
+        guard(who, Scope.MEMORY_READ)
+        payload = {"project": project_of(who, project, search=True)}
+        return await call(backend.query_memory(who.tenant, "profile", payload))
 
     @router.post("/memories/forget", response_model=ForgetMemoryResult, summary="Forget a memory")
     async def forget(body: ForgetRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
