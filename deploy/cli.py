@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated
@@ -169,6 +170,52 @@ def status() -> None:
             await bus.close()
 
     render(console, _run(go))
+
+
+@app.command(name="replay")
+def replay_command(
+    service: Annotated[str, typer.Argument(help="the service whose read models to rebuild: memory")],
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Drop a service's read models and rebuild them from the event log (stop the service first)."""
+    if service != "memory":
+        err.print(f"[red]unknown service {service!r}[/red]: only `memory` has read models to replay")
+        raise typer.Exit(2)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from deploy.stack import servers_for_offline_work
+    from services.memory.config import MemorySettings
+    from services.memory.replay import ServiceRunning
+    from services.memory.replay import replay as run_replay
+
+    if not yes:
+        typer.confirm("Drop the memory read models (Postgres tables, vectors) and rebuild them from events?", abort=True)
+    columns = (TextColumn("replaying events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with contextlib.ExitStack() as servers:
+        if os.environ.get("ENGRAM_NATS_URL"):
+            settings = MemorySettings()
+        else:
+            try:
+                nats_url, database_url, namespace = servers.enter_context(servers_for_offline_work(default_home()))
+            except RuntimeError as exc:
+                err.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from exc
+            settings = MemorySettings(nats_url=nats_url, database_url=database_url, namespace=namespace)
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("replay", total=None)
+
+            def on_progress(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            try:
+                report = asyncio.run(run_replay(settings, on_progress))
+            except ServiceRunning as exc:
+                err.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from exc
+    console.print(
+        f"Rebuilt the memory read models from {report.events:,} events "
+        f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s."
+    )
 
 
 def main() -> None:

@@ -27,6 +27,8 @@ class StackInfo:
     gateway_url: str
     owner_user_id: str | None = None
     pids: dict[str, int] = field(default_factory=dict)
+    embedded_nats: bool = False
+    embedded_postgres: bool = False
 
     def save(self, home: Path) -> None:
         home.mkdir(parents=True, exist_ok=True)

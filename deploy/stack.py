@@ -12,13 +12,16 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 
@@ -204,6 +207,45 @@ class Stack:
         self.stop()
 
 
+@contextmanager
+def servers_for_offline_work(home: Path) -> Iterator[tuple[str, str, str]]:
+    """NATS and Postgres of the last `engram up`, started for a maintenance job if they are down.
+
+    Yields (nats_url, database_url, namespace); embedded servers started here are stopped after.
+    """
+    info = StackInfo.load(home)
+    if info is None:
+        raise RuntimeError(f"no Engram found in {home}: run `engram up` first, or set ENGRAM_NATS_URL and ENGRAM_DATABASE_URL")
+    started: list[Any] = []
+    nats_url, database_url = info.nats_url, info.database_url
+    try:
+        if info.embedded_nats and not _reachable(nats_url):
+            from deploy.embedded.nats import EmbeddedNats
+
+            server = EmbeddedNats(home / "nats", port=4222)
+            nats_url = server.start()
+            started.append(server)
+        if info.embedded_postgres and not _reachable(database_url):
+            from deploy.embedded.postgres import EmbeddedPostgres
+
+            pg = EmbeddedPostgres(home / "postgres", port=5432)
+            database_url = pg.start()
+            started.append(pg)
+        yield nats_url, database_url, info.namespace
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+def _reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 0), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def client_configs(mcp_url: str, key: str) -> str:
     cursor = {"mcpServers": {"engram": {"url": mcp_url, "headers": {"Authorization": f"Bearer {key}"}}}}
     claude = {
@@ -245,6 +287,7 @@ def run_up(options: StackOptions) -> int:
             nats_url=stack.nats_url, database_url=stack.database_url, namespace=options.namespace,
             gateway_url=stack.gateway_url, owner_user_id=owner,
             pids={n: s.proc.pid for n, s in stack.services.items()},
+            embedded_nats=stack.nats is not None, embedded_postgres=stack.postgres is not None,
         ).save(options.home)
         mcp_url = stack.gateway_url + "/mcp"
         print(

@@ -84,5 +84,15 @@ def test_up_save_restart_recall(tmp_path: Path) -> None:
         assert status.returncode == 0 and "memory-projector" in status.stdout, status.stdout + status.stderr
     finally:
         stop_up(proc)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")} | {"ENGRAM_HOME": str(home)}
+    replayed = subprocess.run([sys.executable, "-m", "deploy", "replay", "memory", "--yes"], env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert replayed.returncode == 0 and "Rebuilt the memory read models" in replayed.stdout, replayed.stdout + replayed.stderr
+    proc, url, key3, _ = start_up(home)
+    try:
+        hits = rest(url, key3, "/v1/recall", {"query": "what was my first car?"}).json()["hits"]
+        assert hits and hits[0]["memory"]["content"] == "My first car was a red Fiat 500"
+    finally:
+        stop_up(proc)
     leftovers = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True).stdout.split()
     assert leftovers == [], "processes left running after Ctrl-C"
