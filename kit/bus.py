@@ -335,6 +335,7 @@ class Bus:
         batch: int = 64,
         on_dead: DeadHook | None = None,
         prepare: Callable[[list[Msg]], Awaitable[None]] | None = None,
+        concurrency: int = 1,
     ) -> None:
         """Run a durable pull consumer until ``stop`` is set.
 
@@ -342,10 +343,18 @@ class Bus:
         unparsable message → dead-letter stream, then term. Any other error → nak with the
         spec's backoff; after ``max_deliver`` attempts → dead-letter stream, then term.
         ``prepare`` sees each fetched batch first (e.g. to embed all texts in one call); a failure
-        there is only logged, since every message is still handled on its own.
+        there is only logged, since every message is still handled on its own. ``concurrency`` > 1
+        handles up to that many messages of a batch at once — only for handlers whose writes are
+        safe to interleave (e.g. guarded by optimistic concurrency), never for order-sensitive ones.
         """
         await self.ensure_consumer(spec)
         sub = await self.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(m: Msg) -> None:
+            async with gate:
+                await self._handle(spec, m, handler, on_dead)
+
         try:
             while not stop.is_set():
                 try:
@@ -359,8 +368,11 @@ class Bus:
                         await prepare(msgs)
                     except Exception:
                         log.exception("%s: batch preparation failed; handling one by one", spec.durable)
-                for msg in msgs:
-                    await self._handle(spec, msg, handler, on_dead)
+                if concurrency <= 1:
+                    for msg in msgs:
+                        await self._handle(spec, msg, handler, on_dead)
+                else:
+                    await asyncio.gather(*(one(m) for m in msgs))
         finally:
             try:
                 await sub.unsubscribe()

@@ -86,6 +86,7 @@ class MemoryService:
         self.events = events
         self.names = names
         self.clock = clock
+        self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
 
     # commands -----------------------------------------------------------------------------
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
@@ -116,12 +117,14 @@ class MemoryService:
         key = model.resolve_key(cmd)
         if key is not None:
             return await self._save_keyed(env, cmd, key)
-        existing = await self.store.find_active_by_hash(env.tenant, cmd.project, model.content_hash(cmd.content))
-        if existing is not None:
-            return await self._unchanged(env, existing)
-        now = self.clock()
-        state = model.new_memory(env.tenant, env.command_id, cmd, now)
-        return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
+        digest = model.content_hash(cmd.content)
+        lock = self._content_locks[int(digest[:8], 16) % len(self._content_locks)]
+        async with lock:  # identical contents saved concurrently here still make one memory
+            existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
+            if existing is not None:
+                return await self._unchanged(env, existing)
+            state = model.new_memory(env.tenant, env.command_id, cmd, self.clock())
+            return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
 
     async def _save_keyed(self, env: CommandEnvelope, cmd: SaveMemory, key: str) -> Reply[Any]:
         """Save by memory_key: the first save creates, every later save writes a new version."""

@@ -14,6 +14,9 @@ from kit.bus import Bus, reply_to
 from services.memory.application.service import PROJECTOR, MemoryService
 
 SHARED_PROJECTOR_NAME = "shared-projector"
+# Commands on different memories are independent, and writes to one memory race safely
+# (optimistic concurrency on its subject), so a batch is handled this many at a time.
+COMMAND_CONCURRENCY = 8
 
 
 def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -53,7 +56,7 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
     return [
         asyncio.create_task(
             bus.consume(names.command_consumer(MEMORY), on_command, stop, on_dead=on_dead_command,
-                        prepare=prepare_commands)
+                        prepare=prepare_commands, concurrency=COMMAND_CONCURRENCY)
         ),
         asyncio.create_task(
             bus.consume(names.projector(MEMORY, "memory"), projecting(PROJECTOR), stop, prepare=prepare_events)
