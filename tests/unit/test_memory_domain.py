@@ -80,3 +80,51 @@ def test_subjects_are_tenant_scoped_and_safe() -> None:
     with pytest.raises(ValueError):
         names.event("*", "memory", "abc")
     assert {s.name for s in names.streams()} == {"ENGRAM_EVENTS", "ENGRAM_COMMANDS", "ENGRAM_DLQ"}
+
+
+def test_generated_topics_are_valid_keys() -> None:
+    import re
+
+    from contracts.memory import TOPIC_PATTERN
+
+    assert model.topic_from_content("I am fluent in Portuguese and Spanish") == "fluent_portuguese_spanish"
+    chinese = model.topic_from_content("我最喜欢喝绿茶")
+    assert chinese.startswith("note_") and re.fullmatch(TOPIC_PATTERN, chinese)
+    assert model.topic_from_content("I love love love tea") == "love_tea"
+
+
+def test_keyed_identity_and_versions() -> None:
+    cmd = SaveMemory(category="preference", content="Likes cats")
+    key = model.resolve_key(cmd)
+    assert key == "preference.likes_cats"
+    first = model.new_memory("alice", "c-00000001", cmd, NOW, memory_key=key)
+    assert first.id == model.keyed_memory_id("alice", "default", key)
+    same = model.save_over(first, cmd, NOW)
+    assert same is None
+    second = model.save_over(first, SaveMemory(category="preference", content="Likes dogs"), NOW)
+    assert second is not None and second.version == 2 and second.id == first.id
+
+
+def test_update_rules() -> None:
+    from contracts.memory import UpdateMemory
+
+    state = model.new_memory("alice", "c-00000002", SaveMemory(category="goal", content="Run 5k"), NOW,
+                             memory_key="goal.run")
+    assert model.update(state, UpdateMemory(memory_key="goal.run", content="Run 5k"), NOW) is None
+    with pytest.raises(Exception, match="does not match"):
+        model.update(state, UpdateMemory(memory_key="goal.run", category="skill"), NOW)
+    gone = model.forget(state, None, NOW)
+    with pytest.raises(Conflict):
+        model.update(gone, UpdateMemory(memory_key="goal.run", content="x"), NOW)
+
+
+def test_shared_memory_rules() -> None:
+    from contracts.memory import SaveSharedMemory
+    from services.memory.domain import shared
+
+    first = shared.save(None, "alice", SaveSharedMemory(title="  Trip  to Rome ", event="Pasta"), NOW)
+    assert first is not None and first.title == "Trip to Rome"
+    assert first.id == shared.shared_id("alice", "Trip to Rome") != shared.shared_id("bob", "Trip to Rome")
+    assert shared.save(first, "alice", SaveSharedMemory(title="Trip to Rome", event="Pasta"), NOW) is None
+    again = shared.save(first, "alice", SaveSharedMemory(title="Trip to Rome", event="Pasta and gelato"), NOW)
+    assert again is not None and again.version == 2
