@@ -29,7 +29,8 @@ def machine() -> str:
         mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    return f"{os.cpu_count()} cores ({cpu}){mem}, Python {platform.python_version()}, {platform.system()}"
+    load = ", load average %.1f/%.1f/%.1f when recorded" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+    return f"{os.cpu_count()} cores ({cpu}){mem}, Python {platform.python_version()}, {platform.system()}{load}"
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
