@@ -1,11 +1,15 @@
-"""Composition root of the auth service."""
+"""Composition root of the auth service: NATS consumers (API keys, users, introspection) and,
+in the same event loop, the OAuth 2.1 authorization server over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import uvicorn
 from nats.aio.msg import Msg
 
 from contracts.envelope import CommandEnvelope, Reply
@@ -14,11 +18,42 @@ from contracts.subjects import AUTH
 from kit.bus import Bus, reply_to
 from kit.config import setup_logging
 from kit.pg import create_pool
+from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
+from services.auth.application.events import AuthEvents
 from services.auth.application.service import AuthService
 from services.auth.config import AuthSettings
+from services.auth.entrypoints.http import create_app
+from services.auth.oauth.pages import Pages
+from services.auth.oauth.provider import EngramOAuthProvider
 
 log = logging.getLogger("engram.auth")
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn inside our loop: the service, not uvicorn, owns SIGINT/SIGTERM."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def start_http(settings: AuthSettings, store: AuthStore, oauth: OAuthStore, events: AuthEvents) -> tuple[_EmbeddedServer, asyncio.Task[None]]:
+    provider = EngramOAuthProvider(oauth, events, issuer=settings.issuer, resource=settings.resource)
+    pages = Pages(oauth, issuer=settings.issuer, allow_signup=settings.allow_signup)
+    config = uvicorn.Config(
+        create_app(provider, pages, settings.issuer), host=settings.auth_host, port=settings.auth_port,
+        log_level=settings.log_level.lower(), proxy_headers=True, lifespan="off",
+    )
+    server = _EmbeddedServer(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # raises why it could not start (port taken, …)
+            raise RuntimeError("the OAuth HTTP server stopped while starting")
+        await asyncio.sleep(0.05)
+    log.info("OAuth authorization server at %s (issuer), tokens for %s", settings.issuer, settings.resource)
+    return server, task
 
 
 async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None:
@@ -34,7 +69,9 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         await bus.ensure_streams(settings.stream_replicas)
         store = AuthStore(pool, settings.auth_schema)
         await store.migrate()
-        service = AuthService(store, bus, settings.names)
+        oauth = OAuthStore(pool, settings.auth_schema)
+        service = AuthService(store, bus, settings.names, oauth)
+        server, http_task = await start_http(settings, store, oauth, AuthEvents(bus, settings.names))
 
         async def on_command(msg: Msg) -> None:
             reply = await service.handle_command(CommandEnvelope.model_validate_json(msg.data))
@@ -48,11 +85,14 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         )
         handler = service.handle_query
         await bus.serve_queries(
-            AUTH, {"introspect": handler, "list_api_keys": handler, "command_outcome": handler}, concurrency=64
+            AUTH,
+            {"introspect": handler, "list_api_keys": handler, "list_users": handler, "command_outcome": handler},
+            concurrency=64,
         )
         log.info("auth service ready (namespace %s)", settings.namespace)
         await stop.wait()
-        await asyncio.gather(consumer, return_exceptions=True)
+        server.should_exit = True
+        await asyncio.gather(consumer, http_task, return_exceptions=True)
     finally:
         await pool.close()
         await bus.close()

@@ -16,6 +16,18 @@ class GatewaySettings(CommonSettings):
     allowed_hosts: list[str] = Field(default_factory=list, description="extra Host header values accepted")
     command_timeout_s: float = 15.0
     token_cache_ttl_s: float = 30.0
+    auth_public_url: str = Field("http://127.0.0.1:8081", description="the OAuth authorization server (issuer)")
+    auth_metadata_url: str | None = Field(
+        None, description="where the gateway fetches the RFC 8414 metadata it re-serves; default from auth_public_url"
+    )
+
+    @property
+    def issuer(self) -> str:
+        return self.auth_public_url.rstrip("/")
+
+    @property
+    def authorization_server_metadata_url(self) -> str:
+        return self.auth_metadata_url or self.issuer + "/.well-known/oauth-authorization-server"
 
     @property
     def base_url(self) -> str:

@@ -4,16 +4,19 @@ the OAuth protected-resource metadata."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlparse
 
+import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
@@ -21,16 +24,17 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from contracts.auth import Scope as AuthScope
+from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
 from kit.bus import Bus
 from kit.config import setup_logging
 from services.gateway.adapters.backend import Backend
-from services.gateway.adapters.token_verifier import IntrospectionVerifier
+from services.gateway.adapters.token_verifier import IntrospectionVerifier, StrictBearerBackend
 from services.gateway.config import GatewaySettings
 from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
 from services.gateway.pin import PinMiddleware, pinned_project
+from services.gateway.principal import bearer_challenge
 
 log = logging.getLogger("engram.gateway")
 
@@ -71,21 +75,32 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     }
     endpoints = {pinned: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app for pinned, app in apps.items()}
 
+    metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
+    default_scope = " ".join(s.value for s in DEFAULT_OAUTH_SCOPES)
+
+    def challenge(headers: Any) -> str:
+        """No credentials: no error code (RFC 6750 §3.1); a bad, expired or foreign token: invalid_token."""
+        if headers.get("authorization") is None:
+            return bearer_challenge(metadata_url, default_scope)
+        return bearer_challenge(metadata_url, default_scope, "invalid_token", "the access token is invalid, expired, "
+                                "revoked or issued for another resource")
+
     class McpEndpoint:
         """One /mcp URL: a pinned connection gets the tools without `containerTag`."""
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if not isinstance(scope.get("user"), AuthenticatedUser):
+                await error_response(unauthorized(Request(scope)))(scope, receive, send)
+                return
             await endpoints[pinned_project.get() is not None](scope, receive, send)
 
-    metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
-    challenge = f'Bearer error="invalid_token", error_description="Authentication required", resource_metadata="{metadata_url}"'
     state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         bus = await Bus.connect(settings.nats_url, settings.names, name="engram-gateway")
         await bus.ensure_streams(settings.stream_replicas)
-        inner = IntrospectionVerifier(bus, ttl_s=settings.token_cache_ttl_s)
+        inner = IntrospectionVerifier(bus, ttl_s=settings.token_cache_ttl_s, resource=settings.mcp_url)
         await inner.start()
         verifier.inner = inner
         backend.bind(bus, settings.command_timeout_s)
@@ -104,30 +119,52 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         lifespan=lifespan,
     )
 
-    def unauthorized() -> ApiError:
+    def unauthorized(request: Request | None = None) -> ApiError:
         return ApiError(
             401,
-            ErrorBody(code=ErrorCode.UNAUTHENTICATED, message="a valid bearer token (API key) is required"),
-            {"WWW-Authenticate": challenge},
+            ErrorBody(code=ErrorCode.UNAUTHENTICATED,
+                      message="a valid bearer token (API key or OAuth access token) is required"),
+            {"WWW-Authenticate": challenge(request.headers if request is not None else {"authorization": ""})},
         )
 
     app.include_router(build_router(backend, unauthorized))
     app.router.routes.append(Route("/mcp", endpoint=McpEndpoint(), methods=["GET", "POST", "DELETE"]))
+    prm_path = urlparse(metadata_url).path  # /.well-known/oauth-protected-resource/mcp: ours, not the SDK's
     for route in apps[False].routes:
-        if getattr(route, "path", None) != "/mcp":
+        if getattr(route, "path", None) not in ("/mcp", prm_path):
             app.router.routes.append(route)
     resource_metadata = {
         "resource": settings.mcp_url,
-        "authorization_servers": [settings.base_url],
-        "scopes_supported": [s.value for s in AuthScope],
+        "authorization_servers": [settings.issuer],
+        "scopes_supported": [s.value for s in OAUTH_SCOPES],
         "bearer_methods_supported": ["header"],
         "resource_name": "Engram memory (MCP)",
     }
+    metadata_headers = {"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Origin": "*"}
 
+    @app.get(prm_path, tags=["oauth"], include_in_schema=False)
     @app.get("/.well-known/oauth-protected-resource", tags=["oauth"], include_in_schema=False)
-    async def protected_resource_root() -> dict[str, Any]:
-        """RFC 9728 metadata at the root, for clients that look there first."""
-        return resource_metadata
+    async def protected_resource() -> JSONResponse:
+        """RFC 9728 metadata, at the MCP path and at the root (for clients that look there first)."""
+        return JSONResponse(resource_metadata, headers=metadata_headers)
+
+    as_metadata: dict[str, Any] = {}
+
+    @app.get("/.well-known/oauth-authorization-server", tags=["oauth"], include_in_schema=False)
+    async def authorization_server() -> JSONResponse:
+        """The auth service's RFC 8414 metadata, fetched once and re-served for clients that look here."""
+        if not as_metadata or as_metadata["until"] < time.monotonic():
+            try:
+                async with httpx.AsyncClient(timeout=5.0) as http:
+                    r = await http.get(settings.authorization_server_metadata_url)
+                    r.raise_for_status()
+                    as_metadata.update(doc=r.json(), until=time.monotonic() + 3600)
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("authorization server metadata unavailable: %s", exc)
+                return JSONResponse({"error": "temporarily_unavailable",
+                                     "error_description": f"see {settings.issuer}/.well-known/oauth-authorization-server"},
+                                    status_code=503)
+        return JSONResponse(as_metadata["doc"], headers=metadata_headers)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
@@ -156,7 +193,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
 
     app.add_middleware(PinMiddleware)
     app.add_middleware(AuthContextMiddleware)
-    app.add_middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier))
+    app.add_middleware(AuthenticationMiddleware, backend=StrictBearerBackend(verifier))
     return app
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from mcp.server.auth.provider import AccessToken
 
@@ -57,3 +58,41 @@ class Principal:
         if self.project is None and requested is None and pinned is None:
             return None
         return self.project_for(requested, pinned)
+
+
+def canonical_resource(uri: str) -> str:
+    """An RFC 8707 resource as compared here: lower-case scheme and host, no default port, no
+    trailing slash."""
+    parts = urlsplit(uri.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
+        host = f"{host}:{port}"
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{host}{parts.path.rstrip('/')}{query}"
+
+
+def same_resource(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    try:
+        return canonical_resource(a) == canonical_resource(b)
+    except ValueError:
+        return False
+
+
+def bearer_challenge(
+    resource_metadata: str, scope: str, error: str | None = None, description: str | None = None
+) -> str:
+    """A ``WWW-Authenticate`` value (RFC 6750 §3, RFC 9728 §5.1). Without credentials no error code
+    is given (RFC 6750 §3.1); a bad token gets ``invalid_token``, a missing scope ``insufficient_scope``."""
+    parts = []
+    if error:
+        parts.append(f'error="{error}"')
+    if description:
+        parts.append(f'error_description="{description}"')
+    parts.append(f'resource_metadata="{resource_metadata}"')
+    parts.append(f'scope="{scope}"')
+    return "Bearer " + ", ".join(parts)

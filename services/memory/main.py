@@ -67,11 +67,38 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         await bus.close()
 
 
+IDLE_BEFORE_OPTIMIZE_S = 5.0
+
+
+async def maintain_index(app: MemoryApp, stop: asyncio.Event) -> None:
+    """Build the vector index for new points while the service is idle.
+
+    The embedded engine searches unindexed points by full scan (slow past ~20k points) and blocks
+    the process while it builds an index, so this waits for a quiet moment and a worthwhile batch.
+    """
+    needs_optimize = getattr(app.index, "needs_optimize", None)
+    optimize = getattr(app.index, "optimize", None)
+    if needs_optimize is None or optimize is None:
+        return  # a Qdrant server optimises in the background by itself
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=IDLE_BEFORE_OPTIMIZE_S)
+            return
+        except TimeoutError:
+            pass
+        idle = asyncio.get_running_loop().time() - app.service.last_activity >= IDLE_BEFORE_OPTIMIZE_S
+        if idle and needs_optimize():
+            started = asyncio.get_running_loop().time()
+            await optimize()
+            log.info("vector index optimised in %.1fs", asyncio.get_running_loop().time() - started)
+
+
 async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> None:
     """Run the memory service until ``stop`` is set (or SIGINT/SIGTERM)."""
     stop = stop or _stop_on_signals()
     async with memory_app(settings) as app:
         tasks = nats_entry.start(app.bus, app.service, stop)
+        tasks.append(asyncio.create_task(maintain_index(app, stop)))
         await nats_entry.serve_queries(app.bus, app.service)
         log.info("memory service ready (namespace %s)", settings.namespace)
         await stop.wait()

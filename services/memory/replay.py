@@ -88,6 +88,9 @@ async def rebuild(
     async with app.store.transaction() as tx:
         last = await app.store.checkpoint(REPLAY_CHECKPOINT)
         await tx.advance_checkpoint(PROJECTOR, last)
+    optimize = getattr(app.index, "optimize", None)
+    if optimize is not None:
+        await optimize()  # build the vector index now, while nothing is waiting on it
     return ReplayReport(events=done, applied=applied, seconds=time.perf_counter() - started)
 
 

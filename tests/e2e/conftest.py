@@ -19,6 +19,9 @@ class Running:
     user_id: str
     other_key: str
     other_user_id: str
+    auth_url: str = ""
+    username: str = "alice"
+    password: str = "correct horse battery staple"
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +32,7 @@ def running(infra) -> Iterator[Running]:  # type: ignore[no-untyped-def]
         database_url=infra.database_url,
         namespace=infra.fresh_namespace(),
         gateway_port=0,
+        auth_port=0,
         extra_env={"ENGRAM_LOG_LEVEL": "INFO"},
     )
     stack = Stack(options, say=lambda _: None)
@@ -36,10 +40,12 @@ def running(infra) -> Iterator[Running]:  # type: ignore[no-untyped-def]
         stack.start()
         alice = stack.create_key(None, "alice")
         bob = stack.create_key(None, "bob")
-        yield Running(
+        running = Running(
             stack=stack, base_url=stack.gateway_url, mcp_url=stack.gateway_url + "/mcp",
             key=alice["key"], user_id=alice["view"]["user_id"],
-            other_key=bob["key"], other_user_id=bob["view"]["user_id"],
+            other_key=bob["key"], other_user_id=bob["view"]["user_id"], auth_url=stack.auth_url,
         )
+        stack.create_user(running.username, running.password, user_id=running.user_id)  # alice signs in too
+        yield running
     finally:
         stack.stop()

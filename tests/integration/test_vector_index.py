@@ -537,3 +537,32 @@ async def test_factory_picks_adapter(tmp_path: Path) -> None:
     assert await local.count(SearchFilter(tenant="x")) == 0
     for idx in (edge, also_edge, local):
         await idx.close()
+
+
+async def test_edge_index_reports_when_an_optimisation_would_index(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import uuid as _uuid
+
+    import numpy as _np
+
+    from services.memory.adapters.vectors import VectorPoint as _Point
+    from services.memory.adapters.vectors_edge import INDEXING_THRESHOLD_KB, EdgeVectorIndex
+    from services.memory.domain.keywords import document_vector as _doc
+
+    index = EdgeVectorIndex(tmp_path / "shard", dim=8)
+    await index.ensure()
+    try:
+        needed = INDEXING_THRESHOLD_KB * 1024 // (8 * 4) + 10
+        rng = _np.random.default_rng(1)
+        points = [
+            _Point(id=str(_uuid.uuid4()), dense=(rng.standard_normal(8) / 3).tolist(), sparse=_doc(f"word {i}"),
+                   payload={"tenant": "t"})
+            for i in range(needed)
+        ]
+        await index.upsert(points[:100])
+        assert index.unindexed_points() == 100 and not index.needs_optimize()
+        await index.upsert(points[100:])
+        assert index.needs_optimize()
+        await index.optimize()
+        assert not index.needs_optimize()
+    finally:
+        await index.close()

@@ -1,45 +1,54 @@
-"""Auth use cases: create and revoke API keys, list them, introspect bearer tokens."""
+"""Auth use cases: create and revoke API keys, create and disable users, list them, introspect
+bearer tokens (API keys and OAuth access tokens)."""
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 from uuid import NAMESPACE_URL, uuid5
 
 from pydantic import ValidationError
 
 from contracts.auth import (
+    OAUTH_ACCESS_TOKEN_PREFIX,
     ApiKeyList,
     ApiKeyView,
     AuthEventType,
     CreateApiKey,
     CreatedApiKey,
+    CreateUser,
+    DisableUser,
     IntrospectToken,
     ListApiKeys,
     RevokeApiKey,
     TokenInfo,
+    UserList,
 )
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply, utcnow
 from contracts.errors import ErrorCode
 from contracts.subjects import Names
 from kit.bus import validation_reply
+from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
-from services.auth.domain import keys
+from services.auth.application.events import AuthEvents, EventLog
+from services.auth.domain import keys, passwords
+from services.auth.domain import oauth as oauth_rules
 
 log = logging.getLogger("engram.auth")
 AGGREGATE = "apikey"
 
 
-class EventLog(Protocol):
-    async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int: ...
+__all__ = ["AuthService", "EventLog"]
 
 
 class AuthService:
-    def __init__(self, store: AuthStore, events: EventLog, names: Names) -> None:
+    def __init__(self, store: AuthStore, events: EventLog, names: Names, oauth: OAuthStore | None = None) -> None:
         self.store = store
         self.events = events
         self.names = names
+        self.oauth = oauth or OAuthStore(store.pool, store.s)
+        self.auth_events = AuthEvents(events, names)
 
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
         """Create or revoke an API key, once per idempotency key."""
@@ -51,6 +60,10 @@ class AuthService:
                 reply = await self._create(env, CreateApiKey.model_validate(env.payload))
             elif env.type == "revoke_api_key":
                 reply = await self._revoke(env, RevokeApiKey.model_validate(env.payload))
+            elif env.type == "create_user":
+                reply = await self._create_user(env, CreateUser.model_validate(env.payload))
+            elif env.type == "disable_user":
+                reply = await self._disable_user(env, DisableUser.model_validate(env.payload))
             else:
                 reply = Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown command {env.type!r}", "type")
         except ValidationError as exc:
@@ -86,6 +99,33 @@ class AuthService:
         await self._emit(env, revoked, AuthEventType.API_KEY_REVOKED, utcnow())
         return Reply.success(revoked.model_dump(mode="json"))
 
+    async def _create_user(self, env: CommandEnvelope, cmd: CreateUser) -> Reply[Any]:
+        if not passwords.is_valid_hash(cmd.password_hash):
+            return Reply.failure(ErrorCode.INVALID_ARGUMENT, "unsupported password hash parameters", "password_hash")
+        existing = cmd.user_id is not None
+        if existing and not await self.store.user_exists(cmd.user_id or ""):
+            return Reply.failure(ErrorCode.NOT_FOUND, f"no user {cmd.user_id}", "user_id")
+        user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{env.command_id}").hex
+        user = await self.oauth.create_login(
+            user_id=user_id, username=cmd.username, password_hash=cmd.password_hash,
+            display_name=cmd.display_name, existing=existing,
+        )
+        if user is None:
+            return Reply.failure(ErrorCode.CONFLICT, f"the username {cmd.username!r} is taken", "username")
+        log.info("user %s can now sign in as %s", user.user_id, user.username)
+        return Reply.success(user.model_dump(mode="json"))
+
+    async def _disable_user(self, env: CommandEnvelope, cmd: DisableUser) -> Reply[Any]:
+        done = await self.oauth.disable_user(cmd.user_id)
+        if done is None:
+            return Reply.failure(ErrorCode.NOT_FOUND, f"no user {cmd.user_id}", "user_id")
+        user, grants = done
+        await self.auth_events.user_deactivated(
+            user.user_id, env.command_id, event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}")
+        )
+        log.info("user %s disabled; %d OAuth grants revoked", user.user_id, len(grants))
+        return Reply.success(user.model_dump(mode="json"))
+
     async def _emit(self, env: CommandEnvelope, key: ApiKeyView, type_: AuthEventType, now: datetime) -> None:
         event = EventEnvelope(
             event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}"),
@@ -98,7 +138,10 @@ class AuthService:
         )
 
     async def introspect(self, token: str) -> TokenInfo:
-        """Is this bearer token an active API key, and whose? Unknown tokens are simply inactive."""
+        """Is this bearer token an active API key or OAuth access token, and whose? Unknown tokens
+        are simply inactive."""
+        if token.startswith(OAUTH_ACCESS_TOKEN_PREFIX):
+            return await self._introspect_oauth(token)
         if not keys.looks_like_key(token):
             return TokenInfo(active=False)
         found = await self.store.find_by_hash(keys.hash_key(token))
@@ -114,6 +157,17 @@ class AuthService:
             expires_at=int(key.expires_at.timestamp()) if key.expires_at else None,
         )
 
+    async def _introspect_oauth(self, token: str) -> TokenInfo:
+        if not oauth_rules.looks_like(token, OAUTH_ACCESS_TOKEN_PREFIX):
+            return TokenInfo(active=False)
+        row = await self.oauth.find_access_token(oauth_rules.hash_secret(token))
+        if row is None or row.revoked or row.user_disabled or row.expires_at <= utcnow():
+            return TokenInfo(active=False)
+        return TokenInfo(
+            active=True, tenant=row.user_id, client_id=row.client_id, scopes=row.scopes,
+            expires_at=int(row.expires_at.timestamp()), resource=row.resource, grant_id=str(row.grant_id),
+        )
+
     async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
         try:
             if query.type == "introspect":
@@ -122,6 +176,8 @@ class AuthService:
             if query.type == "list_api_keys":
                 listing = ApiKeyList(keys=await self.store.list_keys(ListApiKeys.model_validate(query.payload).user_id))
                 return Reply.success(listing.model_dump(mode="json"))
+            if query.type == "list_users":
+                return Reply.success(UserList(users=await self.oauth.list_users()).model_dump(mode="json"))
             if query.type == "command_outcome":
                 outcome = await self.store.outcome(str(query.payload.get("command_id", "")))
                 if outcome is None:

@@ -1,30 +1,60 @@
 """Bearer-token verification through the auth service, with a short cache that revocation events
-clear at once (every gateway replica listens to them)."""
+clear at once (every gateway replica listens to them).
+
+API keys carry no audience. OAuth access tokens name the MCP URL they were issued for (RFC 8707);
+a token for any other resource is refused here, and is never passed on to anything.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import re
 import time
 from collections import OrderedDict
 
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
 from mcp.server.auth.provider import AccessToken
 from nats.aio.msg import Msg
+from starlette.requests import HTTPConnection
 
 from contracts.auth import AuthEventType, TokenInfo
 from contracts.envelope import QueryEnvelope
 from contracts.subjects import AUTH
 from kit.bus import Bus, BusUnavailable
+from services.gateway.principal import same_resource
 
 log = logging.getLogger("engram.gateway.auth")
+B64TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")  # RFC 6750 §2.1
+MAX_TOKEN_CHARS = 4096
+
+
+class StrictBearerBackend(BearerAuthBackend):
+    """The SDK's bearer backend, refusing what RFC 6750 does not allow: more than one
+    Authorization header, another scheme, or a credential that is not a single b64token."""
+
+    async def authenticate(self, conn: HTTPConnection):  # type: ignore[no-untyped-def]
+        values = conn.headers.getlist("authorization")
+        if len(values) != 1:
+            if len(values) > 1:
+                log.warning("request refused: %d Authorization headers", len(values))
+            return None
+        scheme, _, credential = values[0].strip().partition(" ")
+        if scheme.lower() != "bearer" or not B64TOKEN.match(credential) or len(credential) > MAX_TOKEN_CHARS:
+            return None
+        return await super().authenticate(conn)
 
 
 class IntrospectionVerifier:
     """``mcp`` TokenVerifier backed by auth-service introspection over NATS."""
 
-    def __init__(self, bus: Bus, ttl_s: float = 30.0, negative_ttl_s: float = 2.0, max_entries: int = 10_000) -> None:
+    def __init__(
+        self, bus: Bus, ttl_s: float = 30.0, negative_ttl_s: float = 2.0, max_entries: int = 10_000,
+        resource: str | None = None,
+    ) -> None:
         self.bus = bus
+        self.resource = resource  # this gateway's MCP URL: the only audience accepted
         self.ttl_s = ttl_s
         self.negative_ttl_s = negative_ttl_s
         self.max_entries = max_entries
@@ -32,32 +62,57 @@ class IntrospectionVerifier:
         self._sub: object | None = None
 
     async def start(self) -> None:
-        """Listen for key revocations so a revoked key stops working at once."""
-        self._sub = await self.bus.nc.subscribe(self.bus.names.events_of("apikey"), cb=self._on_key_event)
+        """Listen for revocations (API keys, OAuth grants, disabled users) so they take effect at once."""
+        self._subs = [
+            await self.bus.nc.subscribe(self.bus.names.events_of(aggregate), cb=self._on_key_event)
+            for aggregate in ("apikey", "oauthgrant", "user")
+        ]
 
     async def _on_key_event(self, msg: Msg) -> None:
         try:
             event = json.loads(msg.data)
         except ValueError:
             return
-        if event.get("type") == AuthEventType.API_KEY_REVOKED.value:
+        kind = event.get("type")
+        if kind == AuthEventType.API_KEY_REVOKED.value:
             self.forget_key(str(event.get("aggregate_id")))
+        elif kind == AuthEventType.TOKEN_REVOKED.value:
+            self.forget_grant(str(event.get("aggregate_id")))
+        elif kind == AuthEventType.USER_DEACTIVATED.value:
+            self.forget_tenant(str(event.get("aggregate_id")))
 
-    def forget_key(self, key_id: str) -> None:
-        for digest in [d for d, (_, info) in self._cache.items() if str(info.key_id) == key_id]:
+    def _forget(self, match) -> None:  # type: ignore[no-untyped-def]
+        for digest in [d for d, (_, info) in self._cache.items() if match(info)]:
             self._cache.pop(digest, None)
 
+    def forget_key(self, key_id: str) -> None:
+        self._forget(lambda info: str(info.key_id) == key_id)
+
+    def forget_grant(self, grant_id: str) -> None:
+        self._forget(lambda info: info.grant_id == grant_id)
+
+    def forget_tenant(self, tenant: str) -> None:
+        self._forget(lambda info: info.tenant == tenant)
+
     async def verify_token(self, token: str) -> AccessToken | None:
+        if not B64TOKEN.match(token) or len(token) > MAX_TOKEN_CHARS:
+            return None
         info = await self.introspect(token)
         if not info.active or not info.tenant:
+            return None
+        if info.resource is not None and not same_resource(info.resource, self.resource):
+            # RFC 8707 / MCP authorization: a token issued for another resource is refused, never passed on.
+            log.warning("token of client %s refused: issued for %s, not %s", info.client_id, info.resource, self.resource)
             return None
         return AccessToken(
             token=token,
             client_id=info.client_id or "unknown",
             scopes=info.scopes,
             expires_at=info.expires_at,
+            resource=info.resource,
             subject=info.tenant,
-            claims={"key_id": str(info.key_id) if info.key_id else None, "project": info.project},
+            claims={"key_id": str(info.key_id) if info.key_id else None, "project": info.project,
+                    "grant_id": info.grant_id},
         )
 
     async def introspect(self, token: str) -> TokenInfo:

@@ -122,7 +122,7 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
     def caller(request: Request) -> Principal:
         user = request.scope.get("user")
         if not isinstance(user, AuthenticatedUser):
-            raise unauthorized()
+            raise unauthorized(request)
         return Principal.from_token(user.access_token)
 
     Caller = Annotated[Principal, Depends(caller)]
@@ -142,7 +142,10 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
         try:
             who.require(scope)
         except AccessDenied as exc:
-            raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc))) from exc
+            # RFC 6750 §3.1: insufficient_scope, naming the scope needed.
+            challenge = f'Bearer error="insufficient_scope", scope="{scope.value}", error_description="{exc}"'
+            raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc)),
+                           {"WWW-Authenticate": challenge}) from exc
 
     def project_of(who: Principal, requested: str | None, search: bool = False) -> str | None:
         try:

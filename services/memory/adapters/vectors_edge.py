@@ -77,6 +77,9 @@ def _point_id(raw: Any) -> str:
     return str(raw) if isinstance(raw, uuid.UUID) else str(uuid.UUID(str(raw)))
 
 
+INDEXING_THRESHOLD_KB = 10_000
+
+
 class EdgeVectorIndex:
     """:class:`~services.memory.adapters.vectors.VectorIndex` on an embedded
     Qdrant Edge shard stored in the directory ``path``.
@@ -103,9 +106,15 @@ class EdgeVectorIndex:
     # --- lifecycle ---------------------------------------------------------
 
     def _config(self) -> qe.EdgeConfig:
+        # The embedded engine only optimises when asked, and holds the GIL while it does. Bounded
+        # segments keep each optimisation short (the new points, not the whole shard): HNSW is
+        # built once a segment passes ~10 MB of vectors, segments stop growing at ~50 MB.
         return qe.EdgeConfig(
             vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine)},
             sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            optimizers=qe.EdgeOptimizersConfig(
+                default_segment_number=8, indexing_threshold=INDEXING_THRESHOLD_KB, max_segment_size=50_000
+            ),
         )
 
     def _has_shard(self) -> bool:
@@ -206,6 +215,19 @@ class EdgeVectorIndex:
         path: call it after bulk loads such as a replay."""
         async with self._mutex:
             return await asyncio.to_thread(self._require().optimize)
+
+    def unindexed_points(self) -> int:
+        """Points whose dense vector no HNSW index covers yet (searched by full scan until optimised).
+
+        The engine counts sparse vectors as indexed from the start, so this assumes one sparse
+        vector per point (true unless a memory has no keyword at all).
+        """
+        info = self._require().info()
+        return max(0, min(info.points_count, 2 * info.points_count - info.indexed_vectors_count))
+
+    def needs_optimize(self) -> bool:
+        """Enough unindexed points for an optimisation to build an index (past the threshold)."""
+        return self.unindexed_points() * self.dim * 4 >= INDEXING_THRESHOLD_KB * 1024
 
     async def flush(self) -> None:
         """Persist segments now (the WAL already makes updates crash-safe)."""

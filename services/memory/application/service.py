@@ -87,10 +87,12 @@ class MemoryService:
         self.names = names
         self.clock = clock
         self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
+        self.last_activity = 0.0  # event-loop time of the last command or recall
 
     # commands -----------------------------------------------------------------------------
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
         """Run one command exactly once per idempotency key and return its outcome."""
+        self._touch()
         prior = await self.store.outcome(env.tenant, env.command_id)
         if prior is not None:
             return prior
@@ -362,6 +364,7 @@ class MemoryService:
     # queries ------------------------------------------------------------------------------
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
         """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project."""
+        self._touch()
         mode = SEARCH_MODES[query.mode]
         dense = await self._embed_one(query.query) if mode != "sparse" else None
         sparse = query_vector(query.query) if mode != "dense" else None
@@ -449,6 +452,9 @@ class MemoryService:
             await asyncio.to_thread(prime, texts)
 
     # helpers ------------------------------------------------------------------------------
+    def _touch(self) -> None:
+        self.last_activity = asyncio.get_running_loop().time()
+
     async def _embed_one(self, text: str) -> list[float]:
         vectors = await asyncio.to_thread(self.embedder.embed, [text])
         return [float(x) for x in vectors[0]]
