@@ -19,8 +19,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any
 
 from deploy.embedded.errors import EmbeddedStartError
 from deploy.embedded.ports import (
@@ -32,6 +31,7 @@ from deploy.embedded.ports import (
     stop_process_group,
     url_host,
 )
+from deploy.embedded.server import ChildServer
 
 __all__ = ["EmbeddedNats", "EmbeddedStartError", "find_nats_server"]
 
@@ -87,7 +87,7 @@ def read_server_info(host: str, port: int, timeout: float = 1.0) -> dict[str, An
     return info if isinstance(info, dict) else None
 
 
-class EmbeddedNats:
+class EmbeddedNats(ChildServer):
     """A ``nats-server`` with JetStream, run as a child process of this program.
 
     ``start()`` returns the client URL once the server accepts connections and announces
@@ -126,16 +126,7 @@ class EmbeddedNats:
             raise RuntimeError("EmbeddedNats has not been started yet; call start() first")
         return f"nats://{url_host(self.host)}:{self.port}"
 
-    @property
-    def pid(self) -> int | None:
-        """Process id of the running server, or ``None``."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
 
-    @property
-    def running(self) -> bool:
-        """Whether the server process started by this object is alive."""
-        return self._proc is not None and self._proc.poll() is None
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -199,17 +190,6 @@ class EmbeddedNats:
             self._remove_pid_file(proc.pid)
         self._release()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -263,9 +243,3 @@ class EmbeddedNats:
         except (OSError, ValueError, IndexError):
             pass
 
-    def _release(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            self._proc = None
-        if self._proc is None and self._log_fh is not None:
-            self._log_fh.close()
-            self._log_fh = None

@@ -62,8 +62,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any
 from urllib.parse import quote
 
 from deploy.embedded.errors import EmbeddedStartError
@@ -76,6 +75,7 @@ from deploy.embedded.ports import (
     tcp_accepts,
     url_host,
 )
+from deploy.embedded.server import ChildServer
 
 __all__ = ["SUPERUSER", "EmbeddedPostgres", "EmbeddedStartError", "find_pg_install"]
 
@@ -229,7 +229,7 @@ class _Launch:
     data_fd: int | None  # open descriptor behind /proc/self/fd/<n>, inherited by the child
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(ChildServer):
     """A PostgreSQL server on a local data folder, run as a child process of this program.
 
     ``start()`` initialises the cluster on first use, starts the server, creates ``database`` if it
@@ -275,16 +275,7 @@ class EmbeddedPostgres:
             raise RuntimeError("EmbeddedPostgres has not been started yet; call start() first")
         return f"postgresql://{self.user}@{url_host(self.host)}:{self.port}/{quote(self.database, safe='')}"
 
-    @property
-    def pid(self) -> int | None:
-        """Process id of the running postmaster, or ``None``."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
 
-    @property
-    def running(self) -> bool:
-        """Whether the server process started by this object is alive."""
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def install_dir(self) -> Path:
@@ -355,17 +346,6 @@ class EmbeddedPostgres:
             log.info("embedded PostgreSQL (pid %s) stopped with status %s", proc.pid, code)
         self._release()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- preparation -----------------------------------------------------------------------------
 
@@ -667,9 +647,3 @@ class EmbeddedPostgres:
                 hint=f"read the output above and the server log {self.log_file}.",
             )
 
-    def _release(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
-            self._proc = None
-        if self._proc is None and self._log_fh is not None:
-            self._log_fh.close()
-            self._log_fh = None
