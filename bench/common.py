@@ -29,7 +29,10 @@ def machine() -> str:
         mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    load = ", load average %.1f/%.1f/%.1f when recorded" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+    load = ""
+    if hasattr(os, "getloadavg"):
+        one, five, fifteen = os.getloadavg()
+        load = f", load average {one:.1f}/{five:.1f}/{fifteen:.1f} when recorded"
     return f"{os.cpu_count()} cores ({cpu}){mem}, Python {platform.python_version()}, {platform.system()}{load}"
 
 
