@@ -1,4 +1,4 @@
-"""Auth service contracts: API keys, key introspection and the events gateways listen to."""
+"""Auth service contracts: API keys, users, OAuth tokens, introspection and the events gateways listen to."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.memory import PROJECT_PATTERN
 
 API_KEY_PREFIX = "egm_"
+OAUTH_ACCESS_TOKEN_PREFIX = "egat_"
+OAUTH_REFRESH_TOKEN_PREFIX = "egrt_"
+OAUTH_CODE_PREFIX = "egac_"
+USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"
+USER_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 
 
 class Scope(StrEnum):
@@ -21,6 +26,9 @@ class Scope(StrEnum):
 
 
 DEFAULT_KEY_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE)
+# What an OAuth client may ask a user for (``admin`` is for API keys made by the operator only).
+OAUTH_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE, Scope.MEMORY_MAINTENANCE)
+DEFAULT_OAUTH_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE)
 
 
 class CreateApiKey(BaseModel):
@@ -86,12 +94,65 @@ class TokenInfo(BaseModel):
     scopes: list[str] = Field(default_factory=list)
     project: str | None = None
     expires_at: int | None = None
+    resource: str | None = Field(
+        None, description="RFC 8707 audience: the MCP URL an OAuth token was issued for; null for API keys"
+    )
+    grant_id: str | None = Field(None, description="the OAuth grant (token family) this token belongs to")
+
+
+class CreateUser(BaseModel):
+    """Create a user who signs in with a password (or give an existing user a login).
+
+    The password travels already hashed (``scrypt$…``, made by the CLI), never in clear text.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    username: str = Field(pattern=USERNAME_PATTERN)
+    password_hash: str = Field(pattern=r"^scrypt\$[0-9]{1,2}\$[0-9]{1,2}\$[0-9]{1,2}\$[A-Za-z0-9_-]{16,64}\$[A-Za-z0-9_-]{32,128}$")
+    user_id: str | None = Field(None, pattern=USER_ID_PATTERN, description="attach the login to this existing user")
+    display_name: str | None = Field(None, min_length=1, max_length=200)
+
+
+class DisableUser(BaseModel):
+    """Disable a user: every API key and OAuth token of theirs stops working at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str = Field(pattern=USER_ID_PATTERN)
+
+
+class ListUsers(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserView(BaseModel):
+    user_id: str
+    username: str | None
+    name: str
+    disabled: bool
+    created_at: datetime
+
+
+class UserList(BaseModel):
+    users: list[UserView]
 
 
 class AuthEventType(StrEnum):
     API_KEY_CREATED = "ApiKeyCreated"
     API_KEY_REVOKED = "ApiKeyRevoked"
+    TOKEN_REVOKED = "TokenRevoked"  # aggregate "oauthgrant", id = the grant: all its tokens are dead
+    USER_DEACTIVATED = "UserDeactivated"  # aggregate "user", id = the user id
 
 
-COMMANDS: dict[str, type[BaseModel]] = {"create_api_key": CreateApiKey, "revoke_api_key": RevokeApiKey}
-QUERIES: dict[str, type[BaseModel]] = {"introspect": IntrospectToken, "list_api_keys": ListApiKeys}
+COMMANDS: dict[str, type[BaseModel]] = {
+    "create_api_key": CreateApiKey,
+    "revoke_api_key": RevokeApiKey,
+    "create_user": CreateUser,
+    "disable_user": DisableUser,
+}
+QUERIES: dict[str, type[BaseModel]] = {
+    "introspect": IntrospectToken,
+    "list_api_keys": ListApiKeys,
+    "list_users": ListUsers,
+}

@@ -1,4 +1,4 @@
-"""The `engram` command line: run the stack or one service, manage API keys, show status."""
+"""The `engram` command line: run the stack or one service, manage API keys and users, show status."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from kit.config import default_home
 app = typer.Typer(help="Engram: long-term memory for AI assistants, served over MCP.", no_args_is_help=True)
 keys = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
 app.add_typer(keys, name="keys")
+users = typer.Typer(help="Create, list and disable users who sign in with a password (OAuth).", no_args_is_help=True)
+app.add_typer(users, name="users")
 console = Console()
 err = Console(stderr=True)
 
@@ -36,6 +38,8 @@ def up(
     port: Annotated[int, typer.Option(help="gateway port; a free one is used when taken")] = 8080,
     host: Annotated[str, typer.Option(help="gateway bind address")] = "127.0.0.1",
     public_url: Annotated[str | None, typer.Option(help="externally visible base URL")] = None,
+    auth_port: Annotated[int, typer.Option(help="OAuth sign-in server port; a free one is used when taken")] = 8081,
+    auth_public_url: Annotated[str | None, typer.Option(help="externally visible URL of the sign-in server")] = None,
 ) -> None:
     """Start NATS, Postgres and every service on this machine; print the MCP URL and an API key."""
     from deploy.stack import StackOptions, run_up
@@ -48,6 +52,8 @@ def up(
         gateway_host=host,
         gateway_port=port,
         public_url=public_url or os.environ.get("ENGRAM_PUBLIC_URL"),
+        auth_port=auth_port,
+        auth_public_url=auth_public_url or os.environ.get("ENGRAM_AUTH_PUBLIC_URL"),
     )
     raise typer.Exit(run_up(options))
 
@@ -153,6 +159,71 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="the key id shown by 
         err.print(f"[red]error:[/red] {reply.error}")
         raise typer.Exit(1)
     console.print(f"Revoked key {key_id}.")
+
+
+def _admin(kind: str, name: str, payload: dict[str, object]):  # type: ignore[no-untyped-def]
+    from deploy.client import admin_command, admin_query, connect
+
+    async def go():  # type: ignore[no-untyped-def]
+        bus = await connect()
+        try:
+            if kind == "command":
+                return await admin_command(bus, name, payload)
+            return await admin_query(bus, name, payload)
+        finally:
+            await bus.close()
+
+    reply = _run(go)
+    if not reply.ok:
+        err.print(f"[red]error:[/red] {reply.error}")
+        raise typer.Exit(1)
+    return reply.result
+
+
+@users.command("create")
+def users_create(
+    username: Annotated[str, typer.Option(help="the sign-in name")],
+    password: Annotated[str | None, typer.Option(help="the password (asked for when omitted)")] = None,
+    user: Annotated[str | None, typer.Option(help="give this existing user (e.g. the owner of your API key) the login")] = None,
+    name: Annotated[str | None, typer.Option(help="display name")] = None,
+) -> None:
+    """Create a user who signs in with a password (OAuth clients), or give an existing user a login.
+
+    The password is hashed (scrypt) here; only the hash travels to the auth service."""
+    from services.auth.domain.passwords import WeakPassword, hash_password
+
+    if password is None:
+        password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    try:
+        password_hash = hash_password(password)
+    except WeakPassword as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    payload: dict[str, object] = {"username": username, "password_hash": password_hash}
+    if user:
+        payload["user_id"] = user
+    if name:
+        payload["display_name"] = name
+    result = _admin("command", "create_user", payload)
+    console.print(f"User {result['user_id']} signs in as [bold]{result['username']}[/bold].")
+
+
+@users.command("list")
+def users_list() -> None:
+    """List users."""
+    result = _admin("query", "list_users", {})
+    table = Table("user id", "username", "name", "created", "state")
+    for u in result["users"]:
+        table.add_row(u["user_id"], u["username"] or "-", u["name"], u["created_at"][:19],
+                      "disabled" if u["disabled"] else "active")
+    console.print(table)
+
+
+@users.command("disable")
+def users_disable(user_id: Annotated[str, typer.Argument(help="the user id shown by `engram users list`")]) -> None:
+    """Disable a user: their API keys, OAuth tokens and sessions stop working on every gateway at once."""
+    _admin("command", "disable_user", {"user_id": user_id})
+    console.print(f"Disabled user {user_id}.")
 
 
 @app.command()

