@@ -16,6 +16,10 @@ class GatewaySettings(CommonSettings):
     allowed_hosts: list[str] = Field(default_factory=list, description="extra Host header values accepted")
     command_timeout_s: float = 15.0
     token_cache_ttl_s: float = 30.0
+    rate_limit_per_minute: float = Field(600.0, gt=0, description="requests per minute per API key / OAuth grant")
+    rate_limit_burst: int = Field(60, ge=1, description="requests allowed at once before the rate applies")
+    anonymous_rate_limit_per_minute: float = Field(120.0, gt=0, description="unauthenticated requests per minute per address")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="largest request body accepted (413 above)")
     auth_public_url: str = Field("http://127.0.0.1:8081", description="the OAuth authorization server (issuer)")
     auth_metadata_url: str | None = Field(
         None, description="where the gateway fetches the RFC 8414 metadata it re-serves; default from auth_public_url"

@@ -35,6 +35,7 @@ from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
 from services.gateway.pin import PinMiddleware, pinned_project
 from services.gateway.principal import bearer_challenge
+from services.gateway.ratelimit import RateLimitMiddleware
 
 log = logging.getLogger("engram.gateway")
 
@@ -69,7 +70,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     servers = {pinned: build_mcp(backend, verifier, settings, pinned=pinned) for pinned in (False, True)}
     apps = {
         pinned: server.streamable_http_app(
-            streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security
+            streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security,
+            max_request_body_size=settings.max_body_bytes,
         )
         for pinned, server in servers.items()
     }
@@ -113,6 +115,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             await bus.close()
 
     app = FastAPI(
+        max_body_size=settings.max_body_bytes,
         title="Engram",
         version="0.1.0",
         description="Long-term memory for AI assistants. MCP at /mcp; the same operations as REST under /v1.",
@@ -192,6 +195,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return error_response(ApiError(status, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=message, field=field)))
 
     app.add_middleware(PinMiddleware)
+    app.add_middleware(
+        RateLimitMiddleware, per_minute=settings.rate_limit_per_minute, burst=settings.rate_limit_burst,
+        anonymous_per_minute=settings.anonymous_rate_limit_per_minute,
+    )
     app.add_middleware(AuthContextMiddleware)
     app.add_middleware(AuthenticationMiddleware, backend=StrictBearerBackend(verifier))
     return app

@@ -33,7 +33,8 @@ def running(infra) -> Iterator[Running]:  # type: ignore[no-untyped-def]
         namespace=infra.fresh_namespace(),
         gateway_port=0,
         auth_port=0,
-        extra_env={"ENGRAM_LOG_LEVEL": "INFO"},
+        extra_env={"ENGRAM_LOG_LEVEL": "INFO", "ENGRAM_RATE_LIMIT_PER_MINUTE": "100000", "ENGRAM_RATE_LIMIT_BURST": "10000",
+                   "ENGRAM_ANONYMOUS_RATE_LIMIT_PER_MINUTE": "100000"},
     )
     stack = Stack(options, say=lambda _: None)
     try:
