@@ -13,8 +13,6 @@ from contracts.auth import Scope
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
-    MAX_QUERY_CHARS,
-    MAX_STRUCTURED_CONTENT_CHARS,
     MAX_TITLE_CHARS,
     MEMORY_KEY_PATTERN,
     PROJECT_PATTERN,
@@ -25,11 +23,14 @@ from contracts.memory import (
     MemoryLookup,
     Profile,
     ProjectList,
-    RecallMode,
+    Recall,
     RecallResult,
+    SaveMemory,
     SaveMemoryResult,
+    SaveSharedMemory,
     SaveSharedMemoryResult,
     SharedMemoryList,
+    UpdateMemory,
 )
 from services.gateway.adapters.backend import Backend, BackendError
 from services.gateway.pin import pinned_project
@@ -48,42 +49,15 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse({"error": exc.body.model_dump(mode="json")}, status_code=exc.status, headers=exc.headers)
 
 
-class SaveRequest(BaseModel):
+class SaveRequest(SaveMemory):
     """Free-form (content only) or categorised (category, optional memory_key) memory."""
 
-    model_config = ConfigDict(extra="forbid")
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
-    project: str | None = Field(None, pattern=PROJECT_PATTERN)
-    category: Category | None = None
-    memory_key: str | None = Field(None, pattern=MEMORY_KEY_PATTERN, max_length=80)
-    importance: int = Field(3, ge=1, le=5)
-    confidence: float = Field(0.8, ge=0.0, le=1.0)
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
     source: str = Field("api", min_length=1, max_length=64)
 
 
-class UpdateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: UUID | None = None
-    memory_key: str | None = Field(None, pattern=MEMORY_KEY_PATTERN, max_length=80)
-    project: str | None = Field(None, pattern=PROJECT_PATTERN)
-    content: str | None = Field(None, min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
-    category: Category | None = None
-    importance: int | None = Field(None, ge=1, le=5)
-    confidence: float | None = Field(None, ge=0.0, le=1.0)
-    source: str | None = Field(None, min_length=1, max_length=64)
-
-    @model_validator(mode="after")
-    def _one_target(self) -> "UpdateRequest":
-        if (self.id is None) == (self.memory_key is None):
-            raise ValueError("give exactly one of id or memory_key")
-        return self
-
-
-class SharedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
-    event: str = Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
-    importance: int = Field(3, ge=1, le=5)
+class UpdateRequest(UpdateMemory):
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
 
 
 class ForgetRequest(BaseModel):
@@ -98,14 +72,6 @@ class ForgetRequest(BaseModel):
         if (self.content is None) == (self.memory_id is None):
             raise ValueError("give exactly one of content or memory_id")
         return self
-
-
-class RecallRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    project: str | None = Field(None, pattern=PROJECT_PATTERN)
-    limit: int = Field(10, ge=1, le=100)
-    mode: RecallMode = RecallMode.HYBRID
 
 
 class WhoAmI(BaseModel):
@@ -200,7 +166,7 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
         return await call(backend.query_memory(who.tenant, "memory_history", {"memory_id": str(memory_id)}))
 
     @router.post("/shared-memories", response_model=SaveSharedMemoryResult, summary="Save a shared memory")
-    async def save_shared(body: SharedRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+    async def save_shared(body: SaveSharedMemory, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Idempotent per title: the same title again updates it."""
         guard(who, Scope.MEMORY_WRITE)
         return await call(backend.command_memory(who.tenant, "save_shared_memory", body.model_dump(), idempotency_key))
@@ -239,7 +205,7 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
         return await call(backend.forget_memory(who.tenant, payload, idempotency_key))
 
     @router.post("/recall", response_model=RecallResult, summary="Recall memories")
-    async def recall(body: RecallRequest, who: Caller) -> Any:
+    async def recall(body: Recall, who: Caller) -> Any:
         """Hybrid search (dense + keyword, RRF) over the caller's memories."""
         guard(who, Scope.MEMORY_READ)
         payload = body.model_dump(mode="json")
