@@ -89,8 +89,6 @@ def keys_create(
     expires_in_days: Annotated[int | None, typer.Option(help="expiry in days")] = None,
 ) -> None:
     """Create an API key (shown once) — for a new user unless --user is given."""
-    from deploy.client import admin_command, connect
-
     payload: dict[str, object] = {"name": name}
     if user:
         payload["user_id"] = user
@@ -101,41 +99,19 @@ def keys_create(
     if expires_in_days:
         payload["expires_in_days"] = expires_in_days
 
-    async def go():  # type: ignore[no-untyped-def]
-        bus = await connect()
-        try:
-            return await admin_command(bus, "create_api_key", payload)
-        finally:
-            await bus.close()
-
-    reply = _run(go)
-    if not reply.ok:
-        err.print(f"[red]error:[/red] {reply.error}")
-        raise typer.Exit(1)
-    view = reply.result["view"]
+    result = _admin("command", "create_api_key", payload)
+    view = result["view"]
     console.print(f"API key for user {view['user_id']} (key id {view['key_id']}, scopes {', '.join(view['scopes'])}):")
-    print(reply.result["key"])
+    print(result["key"])
     console.print("[dim]Shown once: store it now. Use it as `Authorization: Bearer <key>`.[/dim]")
 
 
 @keys.command("list")
 def keys_list(user: Annotated[str | None, typer.Option(help="only this user's keys")] = None) -> None:
     """List API keys (never their secrets)."""
-    from deploy.client import admin_query, connect
-
-    async def go():  # type: ignore[no-untyped-def]
-        bus = await connect()
-        try:
-            return await admin_query(bus, "list_api_keys", {"user_id": user})
-        finally:
-            await bus.close()
-
-    reply = _run(go)
-    if not reply.ok:
-        err.print(f"[red]error:[/red] {reply.error}")
-        raise typer.Exit(1)
+    result = _admin("query", "list_api_keys", {"user_id": user})
     table = Table("key id", "user", "name", "prefix", "scopes", "project", "last used", "state")
-    for k in reply.result["keys"]:
+    for k in result["keys"]:
         state = "revoked" if k["revoked_at"] else "active"
         table.add_row(k["key_id"], k["user_id"], k["name"], k["prefix"] + "…", " ".join(k["scopes"]),
                       k["project"] or "-", (k["last_used_at"] or "never")[:19], state)
@@ -145,19 +121,7 @@ def keys_list(user: Annotated[str | None, typer.Option(help="only this user's ke
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the key id shown by `engram keys list`")]) -> None:
     """Revoke an API key; every gateway refuses it at once."""
-    from deploy.client import admin_command, connect
-
-    async def go():  # type: ignore[no-untyped-def]
-        bus = await connect()
-        try:
-            return await admin_command(bus, "revoke_api_key", {"key_id": key_id})
-        finally:
-            await bus.close()
-
-    reply = _run(go)
-    if not reply.ok:
-        err.print(f"[red]error:[/red] {reply.error}")
-        raise typer.Exit(1)
+    _admin("command", "revoke_api_key", {"key_id": key_id})
     console.print(f"Revoked key {key_id}.")
 
 
