@@ -182,11 +182,13 @@ class Stack:
                     + svc.tail()
                 )
 
-    def create_key(self, user_id: str | None, name: str) -> dict[str, Any]:
+    def create_key(self, user_id: str | None, name: str, scopes: list[str] | None = None) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
             try:
                 payload: dict[str, Any] = {"name": name}
+                if scopes:
+                    payload["scopes"] = scopes
                 if user_id:
                     payload["user_id"] = user_id
                 else:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.auth import Scope
+from contracts.auth import ApiKeyList, ApiKeyView, CreateApiKey, CreatedApiKey, Scope
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
@@ -32,6 +32,7 @@ from contracts.memory import (
     SharedMemoryList,
     UpdateMemory,
 )
+from contracts.subjects import AUTH
 from services.gateway.adapters.backend import Backend, BackendError
 from services.gateway.pin import pinned_project
 from services.gateway.principal import AccessDenied, Principal
@@ -218,5 +219,24 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
             user_id=who.tenant, client_id=who.client_id, key_id=who.key_id,
             scopes=sorted(who.scopes), project=who.project,
         )
+
+    @router.post("/keys", status_code=201, response_model=CreatedApiKey, tags=["admin"], summary="Create an API key")
+    async def create_key(body: CreateApiKey, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """Create an API key (the secret is in this response only). Needs the `admin` scope."""
+        guard(who, Scope.ADMIN)
+        payload = body.model_dump(mode="json", exclude_none=True)
+        return await call(backend.command(AUTH, "create_api_key", who.tenant, payload, idempotency_key))
+
+    @router.get("/keys", response_model=ApiKeyList, tags=["admin"], summary="List API keys")
+    async def list_keys(who: Caller, user_id: Annotated[str | None, Query(max_length=128)] = None) -> Any:
+        """Every key (or one user's), never their secrets. Needs the `admin` scope."""
+        guard(who, Scope.ADMIN)
+        return await call(backend.query(AUTH, "list_api_keys", who.tenant, {"user_id": user_id}))
+
+    @router.delete("/keys/{key_id}", response_model=ApiKeyView, tags=["admin"], summary="Revoke an API key")
+    async def revoke_key(key_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """Revoke a key; every gateway refuses it at once. Needs the `admin` scope."""
+        guard(who, Scope.ADMIN)
+        return await call(backend.command(AUTH, "revoke_api_key", who.tenant, {"key_id": str(key_id)}, idempotency_key))
 
     return router
