@@ -35,16 +35,20 @@ COPY deploy/ deploy/
 RUN pip install --no-cache-dir --no-deps . \
  && cd / && rm -rf /src
 
+# In a container every HTTP server binds all interfaces: the gateway and auth's OAuth server.
 ENV ENGRAM_HOME=/data \
     ENGRAM_GATEWAY_HOST=0.0.0.0 \
+    ENGRAM_AUTH_HOST=0.0.0.0 \
     HOME=/home/engram
 VOLUME /data
 WORKDIR /data
 USER 10001:10001
 
-# The gateway's HTTP port (MCP at /mcp, REST at /v1, /healthz, /readyz). auth and memory listen on
-# nothing: they talk only to NATS.
+# The gateway's HTTP port (MCP at /mcp, REST at /v1, /healthz, /readyz).
 EXPOSE 8080
+# auth's OAuth 2.1 authorization server (/authorize, /token, /register, /revoke, /login, /consent,
+# /signup, /.well-known/oauth-authorization-server). memory listens on nothing: it talks only to NATS.
+EXPOSE 8081
 
 ENTRYPOINT ["engram"]
 CMD ["serve", "gateway"]

@@ -1,10 +1,13 @@
 """The deployment files (Dockerfile, compose, Kubernetes/kustomize) agree with the code.
 
 Every YAML document under deploy/compose and deploy/k8s is parsed; the checks are on what the
-services actually read: the command each container runs, the ENGRAM_* variables, the stream
-replicas of the 3-node NATS cluster, the gateway's health endpoints. When `kubectl` (or
-`kustomize`) is on the PATH the kustomizations are also rendered and checked; otherwise those
-tests are skipped (nothing is downloaded).
+services actually read: the command each container runs, the ENGRAM_* variables (each one a real
+settings field, each settings field documented with the services that read it), the stream
+replicas of the 3-node NATS cluster, the gateway's and auth's HTTP ports and health endpoints, and
+the one public origin on which the proxy (compose) and the Ingress (production) serve MCP and the
+auth service's OAuth paths (taken from the auth app's own routes). When `kubectl` (or `kustomize`)
+is on the PATH the kustomizations are also rendered and checked; otherwise those tests are skipped
+(nothing is downloaded).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ K8S_PROD = K8S_DIR / "overlays" / "production"
 
 SERVICES = {"gateway", "auth", "memory"}
 
-#: The documented ENGRAM_* environment contract (docs/deployment.md). A manifest may use nothing else.
+#: The documented ENGRAM_* environment contract (docs/deployment.md). A manifest may use nothing
+#: else; it is exactly the fields of the settings classes (both directions are checked below).
 ALLOWED_ENV = {
     # common
     "ENGRAM_ENV",
@@ -43,19 +47,38 @@ ALLOWED_ENV = {
     # memory
     "ENGRAM_QDRANT_URL",
     "ENGRAM_QDRANT_COLLECTION",
+    "ENGRAM_QDRANT_API_KEY",
     "ENGRAM_EMBEDDER",
     "ENGRAM_EMBEDDER_URL",
     "ENGRAM_EMBEDDER_MODEL",
     "ENGRAM_EMBEDDER_DIM",
     "ENGRAM_EMBEDDER_API_KEY",
     "ENGRAM_EMBEDDER_THREADS",
-    # gateway
+    "ENGRAM_MEMORY_SCHEMA",
+    # gateway (ENGRAM_GATEWAY_HOST/PORT and ENGRAM_PUBLIC_URL are read by auth too)
     "ENGRAM_GATEWAY_HOST",
     "ENGRAM_GATEWAY_PORT",
     "ENGRAM_PUBLIC_URL",
     "ENGRAM_ALLOWED_HOSTS",
+    "ENGRAM_COMMAND_TIMEOUT_S",
+    "ENGRAM_TOKEN_CACHE_TTL_S",
+    "ENGRAM_RATE_LIMIT_PER_MINUTE",
+    "ENGRAM_RATE_LIMIT_BURST",
+    "ENGRAM_ANONYMOUS_RATE_LIMIT_PER_MINUTE",
+    "ENGRAM_MAX_BODY_BYTES",
+    "ENGRAM_AUTH_METADATA_URL",
+    # auth (ENGRAM_AUTH_PUBLIC_URL is read by the gateway too)
+    "ENGRAM_AUTH_SCHEMA",
+    "ENGRAM_AUTH_HOST",
+    "ENGRAM_AUTH_PORT",
+    "ENGRAM_AUTH_PUBLIC_URL",
+    "ENGRAM_RESOURCE_URL",
+    "ENGRAM_ALLOW_SIGNUP",
 }
 ENV_NAME = re.compile(r"\bENGRAM_[A-Z0-9_]+\b")
+
+AUTH_PORT = 8081
+AS_METADATA_PATH = "/.well-known/oauth-authorization-server"
 
 
 # --- loading ---------------------------------------------------------------------------------------
@@ -122,6 +145,48 @@ def nats_cluster_routes(args: list[str]) -> list[str]:
     return [r.strip() for r in routes.split(",")]
 
 
+def settings_classes() -> dict[str, Any]:
+    from services.auth.config import AuthSettings
+    from services.gateway.config import GatewaySettings
+    from services.memory.config import MemorySettings
+
+    return {"gateway": GatewaySettings, "auth": AuthSettings, "memory": MemorySettings}
+
+
+def readers() -> dict[str, set[str]]:
+    """ENGRAM_* variable -> the services whose settings read it."""
+    found: dict[str, set[str]] = {}
+    for service, settings in settings_classes().items():
+        for field in settings.model_fields:
+            found.setdefault("ENGRAM_" + field.upper(), set()).add(service)
+    return found
+
+
+@pytest.fixture(scope="module")
+def oauth_paths() -> set[str]:
+    """The paths the auth service answers over HTTP, from its own app (not a copy of the list):
+    the proxy and the Ingress must send exactly these to auth. /healthz stays internal."""
+    from services.auth.entrypoints.http import create_app
+    from services.auth.oauth.pages import Pages
+
+    issuer = "https://engram.example.com"
+    app = create_app(None, Pages(None, issuer=issuer, allow_signup=True), issuer)  # type: ignore[arg-type]
+    paths = {getattr(route, "path", "") for route in app.routes} - {"/healthz", ""}
+    assert AS_METADATA_PATH in paths and "/token" in paths
+    return paths
+
+
+def nginx_routes(conf: str) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """(variables set, {(modifier, path): upstream URL}) of the compose proxy's nginx server."""
+    conf = conf.replace("$$", "$")  # compose's escape for a literal $
+    variables = dict(re.findall(r"^\s*set \$(\w+) (\S+);", conf, re.MULTILINE))
+    routes: dict[tuple[str, str], str] = {}
+    for modifier, path, body in re.findall(r"location\s+(=\s+)?(\S+)\s*\{([^}]*)\}", conf):
+        (target,) = re.findall(r"proxy_pass \$(\w+);", body)
+        routes[(modifier.strip(), path)] = variables[target]
+    return variables, routes
+
+
 # --- every file parses -----------------------------------------------------------------------------
 
 
@@ -156,23 +221,34 @@ def test_only_documented_engram_variables_are_used() -> None:
 
 def test_documented_variables_exist_in_the_settings() -> None:
     """The allowed list itself names real settings fields (catches typos and renames)."""
-    from kit.config import CommonSettings
-    from services.auth.config import AuthSettings
-    from services.gateway.config import GatewaySettings
-    from services.memory.config import MemorySettings
-
-    known = {
-        "ENGRAM_" + field.upper()
-        for settings in (CommonSettings, AuthSettings, GatewaySettings, MemorySettings)
-        for field in settings.model_fields
-    }
+    known = set(readers())
     assert ALLOWED_ENV <= known, f"not settings fields: {sorted(ALLOWED_ENV - known)}"
 
 
-def test_documented_variables_are_in_the_deployment_guide() -> None:
+def test_every_setting_is_documented() -> None:
+    """A new settings field must be added to the list (and so to docs/deployment.md)."""
+    known = set(readers())
+    assert known <= ALLOWED_ENV, f"settings fields missing from ALLOWED_ENV and the guide: {sorted(known - ALLOWED_ENV)}"
+
+
+def test_deployment_guide_documents_each_variable_with_its_readers() -> None:
+    """The guide's variable table lists every variable once, with the services that read it."""
     guide = (ROOT / "docs" / "deployment.md").read_text()
-    missing = {name for name in ALLOWED_ENV if f"`{name}`" not in guide}
-    assert not missing, f"docs/deployment.md does not document {sorted(missing)}"
+    table = guide[guide.index("## Environment variables"):]
+    documented: dict[str, set[str]] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        match = re.fullmatch(r"`(ENGRAM_[A-Z0-9_]+)`", cells[0]) if line.startswith("|") else None
+        if match:
+            assert match[1] not in documented, f"{match[1]} is documented twice"
+            used_by = cells[1]
+            documented[match[1]] = set(SERVICES) if used_by == "all" else {s.strip() for s in used_by.split(",")}
+    assert set(documented) == ALLOWED_ENV, (
+        f"undocumented {sorted(ALLOWED_ENV - set(documented))}, unknown {sorted(set(documented) - ALLOWED_ENV)}"
+    )
+    actual = readers()
+    wrong = {name: (used, actual[name]) for name, used in documented.items() if used != actual[name]}
+    assert not wrong, f"'used by' (documented, actual) differs: {wrong}"
 
 
 def test_env_example_keys_are_used_by_compose() -> None:
@@ -192,8 +268,10 @@ def test_dockerfile_runs_engram_as_non_root() -> None:
     assert 'ENTRYPOINT ["engram"]' in text
     assert 'CMD ["serve", "gateway"]' in text
     assert re.search(r"^EXPOSE 8080$", text, re.MULTILINE)
+    assert re.search(rf"^EXPOSE {AUTH_PORT}$", text, re.MULTILINE), "auth's OAuth server"
     assert re.search(r"^VOLUME /data$", text, re.MULTILINE)
     assert "ENGRAM_HOME=/data" in text
+    assert "ENGRAM_GATEWAY_HOST=0.0.0.0" in text and "ENGRAM_AUTH_HOST=0.0.0.0" in text
     user = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
     assert user and user[-1].split(":")[0].isdigit() and user[-1].split(":")[0] != "0", (
         "USER must be a numeric non-root uid"
@@ -256,6 +334,8 @@ def test_compose_engram_env_matches_the_cluster(compose: dict[str, Any]) -> None
         if name == "gateway":
             assert env["ENGRAM_GATEWAY_HOST"] == "0.0.0.0"
             assert "ENGRAM_DATABASE_URL" not in env, "the gateway talks only to NATS"
+        if name == "auth":
+            assert env["ENGRAM_AUTH_HOST"] == "0.0.0.0" and str(env["ENGRAM_AUTH_PORT"]) == str(AUTH_PORT)
 
 
 def test_compose_memory_replicas_use_the_qdrant_server(compose: dict[str, Any]) -> None:
@@ -281,6 +361,40 @@ def test_compose_postgres_and_gateway_health(compose: dict[str, Any]) -> None:
     assert published == ["proxy"]
     assert compose["services"]["proxy"]["depends_on"]["gateway"]["condition"] == "service_healthy"
     assert "gateway:8080" in compose["configs"]["proxy-conf"]["content"]
+    auth = compose["services"]["auth"]
+    assert "ports" not in auth and str(AUTH_PORT) in [str(p) for p in auth["expose"]]
+    assert f"http://127.0.0.1:{AUTH_PORT}{AS_METADATA_PATH}" in " ".join(auth["healthcheck"]["test"])
+
+
+def test_compose_gateway_and_auth_agree_on_one_public_origin(compose: dict[str, Any]) -> None:
+    gateway = compose["services"]["gateway"]["environment"]
+    auth = compose["services"]["auth"]["environment"]
+    # the token audience (auth: ENGRAM_PUBLIC_URL + /mcp) is the MCP URL the gateway checks
+    assert gateway["ENGRAM_PUBLIC_URL"] == auth["ENGRAM_PUBLIC_URL"]
+    # the proxy serves OAuth on the same origin: the issuer is the public URL, for both services
+    assert gateway["ENGRAM_AUTH_PUBLIC_URL"] == auth["ENGRAM_AUTH_PUBLIC_URL"] == auth["ENGRAM_PUBLIC_URL"]
+    assert "ENGRAM_RESOURCE_URL" not in auth, "derived from ENGRAM_PUBLIC_URL, as the gateway derives it"
+    metadata = urlparse(gateway["ENGRAM_AUTH_METADATA_URL"])
+    assert (metadata.hostname, metadata.port, metadata.path) == ("auth", AUTH_PORT, AS_METADATA_PATH), (
+        "the gateway fetches the metadata inside the network"
+    )
+    for env in (gateway, auth):  # per-address limits need the client address the proxy saw
+        assert env["FORWARDED_ALLOW_IPS"]
+
+
+def test_compose_proxy_routes_oauth_to_auth_and_the_rest_to_the_gateway(
+    compose: dict[str, Any], oauth_paths: set[str]
+) -> None:
+    conf = compose["configs"]["proxy-conf"]["content"]
+    variables, routes = nginx_routes(conf)
+    assert variables["auth"] == f"http://auth:{AUTH_PORT}" and variables["gateway"] == "http://gateway:8080"
+    to_auth = {path for (modifier, path), upstream in routes.items() if upstream == variables["auth"]}
+    assert to_auth == oauth_paths
+    assert all(modifier == "=" for (modifier, path) in routes if path in oauth_paths), "exact matches only"
+    assert routes[("", "/")] == variables["gateway"]
+    assert set(routes) == {("=", p) for p in oauth_paths} | {("", "/")}
+    # the client address the services trust is the one nginx saw, never one the client sent
+    assert "proxy_set_header X-Forwarded-For $$remote_addr;" in conf
 
 
 # --- kubernetes ------------------------------------------------------------------------------------
@@ -355,6 +469,23 @@ def test_k8s_env_matches_the_cluster(base_objects: list[dict[str, Any]]) -> None
             assert urlparse(env["ENGRAM_QDRANT_URL"]).hostname in by_kind(base_objects, "Service")
 
 
+def test_k8s_gateway_and_auth_agree_on_the_urls(base_objects: list[dict[str, Any]]) -> None:
+    config = by_kind(base_objects, "ConfigMap")["engram-config"]["data"]
+    envs = {d["metadata"]["name"]: container_env(c, config) for d, c in engram_containers(base_objects)}
+    gateway, auth = envs["gateway"], envs["auth"]
+    for name in ("ENGRAM_PUBLIC_URL", "ENGRAM_AUTH_PUBLIC_URL"):
+        assert config[name], f"{name} is set once, in the ConfigMap"
+        assert gateway[name] == auth[name] == config[name], f"{name}: gateway and auth must agree"
+    assert "ENGRAM_RESOURCE_URL" not in auth, "derived from ENGRAM_PUBLIC_URL, as the gateway derives it"
+    metadata = urlparse(str(gateway["ENGRAM_AUTH_METADATA_URL"]))
+    service = by_kind(base_objects, "Service")[str(metadata.hostname)]
+    assert service["metadata"]["name"] == "auth" and metadata.path == AS_METADATA_PATH
+    assert metadata.port in {p["port"] for p in service["spec"]["ports"]}
+    assert auth["ENGRAM_AUTH_HOST"] == "0.0.0.0" and auth["ENGRAM_AUTH_PORT"] == str(AUTH_PORT)
+    for env in (gateway, auth):  # per-address limits need the client address the Ingress saw
+        assert env["FORWARDED_ALLOW_IPS"]
+
+
 def test_k8s_nats_cluster_routes_use_pod_dns(base_objects: list[dict[str, Any]]) -> None:
     nats = by_kind(base_objects, "StatefulSet")["nats"]
     headless = by_kind(base_objects, "Service")[nats["spec"]["serviceName"]]
@@ -386,9 +517,43 @@ def test_k8s_gateway_probes_and_service(base_objects: list[dict[str, Any]]) -> N
     service = by_kind(base_objects, "Service")["gateway"]
     (port,) = service["spec"]["ports"]
     assert port["port"] == 80 and ports.get(port["targetPort"], port["targetPort"]) == 8080
-    for name in ("auth", "memory"):  # no HTTP port: no HTTP probe
-        spec = by_kind(base_objects, "Deployment")[name]["spec"]["template"]["spec"]["containers"][0]
-        assert "ports" not in spec and "livenessProbe" not in spec and "readinessProbe" not in spec
+    memory = by_kind(base_objects, "Deployment")["memory"]["spec"]["template"]["spec"]["containers"][0]
+    assert "ports" not in memory and "livenessProbe" not in memory and "readinessProbe" not in memory, (
+        "memory has no HTTP port: no HTTP probe"
+    )
+
+
+def test_k8s_auth_probes_and_service(base_objects: list[dict[str, Any]], oauth_paths: set[str]) -> None:
+    auth = by_kind(base_objects, "Deployment")["auth"]
+    container = auth["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert list(ports.values()) == [AUTH_PORT]
+    assert AS_METADATA_PATH in oauth_paths  # a GET that answers 200 once the server is up
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["path"] == AS_METADATA_PATH, probe
+        assert ports.get(get["port"], get["port"]) == AUTH_PORT, probe
+    service = by_kind(base_objects, "Service")["auth"]
+    assert service["spec"]["selector"] == auth["spec"]["selector"]["matchLabels"]
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == AUTH_PORT and ports.get(port["targetPort"], port["targetPort"]) == AUTH_PORT
+
+
+def test_k8s_network_policy_lets_the_gateway_and_the_ingress_reach_auth(
+    base_objects: list[dict[str, Any]],
+) -> None:
+    policy = by_kind(base_objects, "NetworkPolicy")["engram-auth"]["spec"]
+    auth_labels = by_kind(base_objects, "Deployment")["auth"]["spec"]["template"]["metadata"]["labels"]
+    gateway_labels = by_kind(base_objects, "Deployment")["gateway"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["podSelector"]["matchLabels"].items() <= auth_labels.items()
+    peers = []
+    for rule in policy["ingress"]:
+        assert [(p["protocol"], p["port"]) for p in rule["ports"]] == [("TCP", AUTH_PORT)], "8081 only"
+        peers.extend(rule["from"])
+    assert any(p.get("podSelector", {}).get("matchLabels", {}).items() <= gateway_labels.items()
+               and "namespaceSelector" not in p for p in peers if "podSelector" in p), "gateway -> auth"
+    assert any("namespaceSelector" in p for p in peers), "Ingress controller -> auth"
 
 
 def test_production_overlay_sources() -> None:
@@ -398,6 +563,7 @@ def test_production_overlay_sources() -> None:
     assert set(counts) == SERVICES and min(counts.values()) >= 3
     patches = "\n".join(p["patch"] for p in kustomization["patches"])
     assert "ENGRAM_ENV: production" in patches and "ENGRAM_PUBLIC_URL" in patches
+    assert "ENGRAM_AUTH_PUBLIC_URL" in patches
     (ingress,) = load_all(K8S_PROD / "ingress.yaml")
     assert ingress["kind"] == "Ingress"
 
@@ -431,7 +597,7 @@ def test_rendered_base() -> None:
         assert container["image"] == "engram:latest"
 
 
-def test_rendered_production_overlay() -> None:
+def test_rendered_production_overlay(oauth_paths: set[str]) -> None:
     objects = render(K8S_PROD)
     config = by_kind(objects, "ConfigMap")["engram-config"]["data"]
     assert config["ENGRAM_ENV"] == "production"
@@ -439,14 +605,25 @@ def test_rendered_production_overlay() -> None:
     deployments = by_kind(objects, "Deployment")
     for name in SERVICES:
         assert deployments[name]["spec"]["replicas"] >= 3
-    gateway = deployments["gateway"]["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e.get("value") for e in gateway["env"]}
-    public = urlparse(env["ENGRAM_PUBLIC_URL"])
-    assert public.scheme == "https"
-    assert env["ENGRAM_GATEWAY_HOST"] == "0.0.0.0"  # the patch merged, it did not replace the list
+    envs = {d["metadata"]["name"]: container_env(c, config) for d, c in engram_containers(objects)}
+    public = urlparse(config["ENGRAM_PUBLIC_URL"])
+    assert public.scheme == "https" and not public.path.strip("/")
+    assert envs["gateway"]["ENGRAM_PUBLIC_URL"] == envs["auth"]["ENGRAM_PUBLIC_URL"] == config["ENGRAM_PUBLIC_URL"]
+    # one origin: the Ingress serves the OAuth paths, so the issuer is the public URL
+    assert envs["gateway"]["ENGRAM_AUTH_PUBLIC_URL"] == envs["auth"]["ENGRAM_AUTH_PUBLIC_URL"] == config["ENGRAM_PUBLIC_URL"]
+    assert envs["gateway"]["ENGRAM_GATEWAY_HOST"] == "0.0.0.0"
     (ingress,) = by_kind(objects, "Ingress").values()
     hosts = {rule["host"] for rule in ingress["spec"]["rules"]}
     assert hosts == {public.hostname}, "the Ingress host must be the public URL's (Host allowlist)"
-    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
-    assert backend["name"] == "gateway"
+    assert {h for tls in ingress["spec"]["tls"] for h in tls["hosts"]} == {public.hostname}
+    services = by_kind(objects, "Service")
+    routes: dict[tuple[str, str], tuple[str, int]] = {}
+    for rule in ingress["spec"]["rules"]:
+        for entry in rule["http"]["paths"]:
+            backend = entry["backend"]["service"]
+            ports = {p["name"]: p["port"] for p in services[backend["name"]]["spec"]["ports"]}
+            port = backend["port"].get("number") or ports[backend["port"]["name"]]
+            assert port in ports.values(), entry
+            routes[(entry["pathType"], entry["path"])] = (backend["name"], port)
+    assert routes == {("Exact", p): ("auth", AUTH_PORT) for p in oauth_paths} | {("Prefix", "/"): ("gateway", 80)}
     assert by_kind(objects, "StatefulSet")["nats"]["spec"]["replicas"] == 3
