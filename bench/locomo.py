@@ -3,8 +3,8 @@ keyword-only and hybrid recall modes, through the production indexing and search
 
 Each LoCoMo conversation becomes one project of one tenant; every dialogue turn becomes a memory
 (see :func:`memory_content` for its text) whose ``created_at`` is its session's date. The memories
-go through the same code as a save: ``indexed_text`` → ``MiniLMEmbedder.embed`` → ``point_for`` →
-``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``MemoryService.recall``
+go through the same code as a save: ``embed_memories`` (sentence texts → ``MiniLMEmbedder.embed`` →
+``memory_vector``) → ``point_for`` → ``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``MemoryService.recall``
 searches (query embedding, ``query_vector``, ``index.search`` with ``active_filter`` and the mode),
 with limit 25, and the retrieved turns are compared with the question's evidence turns.
 
@@ -42,7 +42,7 @@ from common import LOCOMO, locomo, percentiles, record
 from contracts.memory import MemoryState
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
-from services.memory.application.indexing import active_filter, indexed_text, point_for
+from services.memory.application.indexing import active_filter, embed_memories, point_for
 from services.memory.domain.keywords import query_vector
 
 TENANT = "locomo"
@@ -117,7 +117,7 @@ def load(content: Callable[[dict[str, Any]], str] = memory_content) -> list[Conv
                 conv.memories.append(MemoryState(
                     id=mid, tenant=TENANT, project=conv.sample_id, content=content(turn),
                     created_at=when, updated_at=when, source="locomo",
-                ))
+                ))  # type: ignore[call-arg]  # defaults of importance, confidence, version
                 conv.dia_of[str(mid)] = turn["dia_id"]
             n += 1
         known = set(conv.dia_of.values())
@@ -202,7 +202,7 @@ async def run(
             for start in range(0, len(states), batch):
                 chunk = states[start : start + batch]
                 t = time.perf_counter()
-                vectors = embedder.embed([indexed_text(s) for s in chunk])
+                vectors = embed_memories(embedder, chunk)
                 embed_s += time.perf_counter() - t
                 t = time.perf_counter()
                 await index.upsert([point_for(s, v) for s, v in zip(chunk, vectors, strict=True)])
@@ -212,7 +212,7 @@ async def run(
             timings["index turns (point_for + upsert)"] = upsert_s
 
             t = time.perf_counter()
-            qvecs = embedder.embed([q.question for q in questions]) if questions else []
+            qvecs = embedder.embed([q.question for q in questions])
             timings["embed questions"] = time.perf_counter() - t
 
             dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
@@ -322,10 +322,10 @@ def main() -> None:
     timing = Table(title="phases")
     timing.add_column("phase")
     timing.add_column("seconds", justify="right")
-    for k, v in result.timings.items():
-        timing.add_row(k, f"{v:.1f}")
-    for m, v in result.search_ms.items():
-        p = percentiles(v)
+    for phase, seconds in result.timings.items():
+        timing.add_row(phase, f"{seconds:.1f}")
+    for m, samples in result.search_ms.items():
+        p = percentiles(samples)
         timing.add_row(f"index.search {MODE_LABEL[m]} p50 / p95 (ms)", f"{p['p50']:.2f} / {p['p95']:.2f}")
     console.print(timing)
     if args.record:

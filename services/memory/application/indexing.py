@@ -1,25 +1,139 @@
 """How a memory becomes a point in the vector index, and how a recall searches it — one place,
-shared by the service, replay and the recall-quality benchmark."""
+shared by the service, replay and the recall-quality benchmark.
+
+A memory's dense vector is the unit-length mean of the embeddings of its sentences
+(:func:`embedding_texts`, combined by :func:`memory_vector`; :func:`embed_memories` does both for
+a batch). Mean-pooled sentence embedders such as MiniLM dilute a multi-sentence text: each
+sentence's topic, and the subject named once at the start, weigh less the longer the memory is.
+Embedding the sentences apart and averaging keeps every sentence's topic in the vector, and a
+leading ``Label:`` (``"Caroline: ..."``, ``"Project Atlas: ..."``) is repeated on every sentence
+so each one stays attached to whom or what it is about. On LoCoMo this raised dense recall@5
+from 0.36 to 0.49 and hybrid recall@5 from 0.55 to 0.61 (docs/recall-quality.md). A one-sentence
+memory is embedded as it is, so its vector is unchanged. The keyword vector is built from the
+whole text plus the day it was written (:func:`keyword_text`).
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
 from contracts.memory import MemoryState, MemoryStatus, RecallMode
+from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.vectors import SearchFilter, VectorPoint
 from services.memory.domain.keywords import document_vector
 
 SEARCH_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}
 
+#: At most this many sentences are embedded apart; the rest of a long memory joins the last one.
+MAX_SENTENCES = 32
+# A sentence ends at . ! ? (followed by white space) or at a CJK full stop / mark; line breaks
+# also separate.
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？])\s*|\s*\n\s*")
+_ABBREVIATION = re.compile(r"(?:.*\s)?(?:[A-Z][a-z]{0,2}|[a-z]\.[a-z])\.")
+# A short leading label: "Caroline: ", "Project Atlas: " (at most 4 words, 40 characters).
+_LABEL = re.compile(r"^\s*([^\s:：][^:：\n]{0,39})(?::\s+|：\s*)")
+_LABEL_MAX_WORDS = 4
+
 
 def indexed_text(state: MemoryState) -> str:
-    """The text that is embedded and keyword-indexed for a memory."""
+    """A memory's text: what is embedded (sentence by sentence, see :func:`embedding_texts`) and,
+    with its date, keyword-indexed."""
     return state.content
 
 
-def point_for(state: MemoryState, dense: list[float]) -> VectorPoint:
+def date_words(state: MemoryState) -> str:
+    """The day the memory's content was written, as words: ``"8 May 2023"``."""
+    when = state.updated_at
+    return f"{when.day} {when.strftime('%B')} {when.year}"
+
+
+def keyword_text(state: MemoryState) -> str:
+    """The text keyword-indexed for a memory: its content and :func:`date_words`, so a query that
+    names a day ("what did we decide on 3 March 2024?") also matches what was saved that day.
+    The date is not embedded: it moved dense vectors away from the content (docs/recall-quality.md)."""
+    return f"{indexed_text(state)}\n{date_words(state)}"
+
+
+def split_sentences(text: str, max_sentences: int = MAX_SENTENCES) -> list[str]:
+    """``text`` cut into sentences (non-empty, stripped); the tail beyond ``max_sentences`` joins
+    the last one."""
+    parts: list[str] = []
+    for piece in _SENTENCE_END.split(text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if parts and _ABBREVIATION.fullmatch(parts[-1]):  # "Dr." "e.g." "St." do not end a sentence
+            parts[-1] = f"{parts[-1]} {piece}"
+        else:
+            parts.append(piece)
+    if len(parts) > max_sentences:
+        parts = parts[: max_sentences - 1] + [" ".join(parts[max_sentences - 1 :])]
+    return parts
+
+
+def leading_label(text: str) -> str | None:
+    """The ``Label`` of a text that starts ``"Label: ..."`` with a label of at most four words."""
+    m = _LABEL.match(text)
+    if m is None:
+        return None
+    label = m.group(1).strip()
+    return label if label and len(label.split()) <= _LABEL_MAX_WORDS else None
+
+
+def passages(text: str) -> list[str]:
+    """What is embedded for a memory with content ``text``: its sentences, each after the first
+    prefixed with the memory's leading label if it has one; ``[text]`` for a one-sentence text."""
+    sentences = split_sentences(text)
+    if len(sentences) <= 1:
+        return [text]
+    label = leading_label(text)
+    if label is None:
+        return sentences
+    return [sentences[0]] + [f"{label}: {s}" for s in sentences[1:]]
+
+
+def embedding_texts(state: MemoryState) -> list[str]:
+    """The texts embedded for a memory; :func:`memory_vector` combines their vectors."""
+    return passages(indexed_text(state))
+
+
+def memory_vector(vectors: np.ndarray | Sequence[Sequence[float]]) -> list[float]:
+    """The memory's dense vector from the vectors of its :func:`embedding_texts`: their mean,
+    scaled to unit length (a single vector is returned as it is, normalised)."""
+    matrix = np.asarray(vectors, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] == 0:
+        raise ValueError("memory_vector needs a non-empty (n, dim) matrix")
+    mean = matrix.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    if norm > 0:
+        mean /= norm
+    combined: list[float] = mean.tolist()
+    return combined
+
+
+def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[list[float]]:
+    """Dense vectors of ``states`` with one ``embedder.embed`` call over all their texts.
+    Blocking (run it in a thread from async code)."""
+    texts: list[str] = []
+    bounds: list[tuple[int, int]] = []
+    for state in states:
+        own = embedding_texts(state)
+        bounds.append((len(texts), len(texts) + len(own)))
+        texts.extend(own)
+    if not texts:
+        return []
+    matrix = embedder.embed(texts)
+    return [memory_vector(matrix[a:b]) for a, b in bounds]
+
+
+def point_for(state: MemoryState, dense: Sequence[float]) -> VectorPoint:
     return VectorPoint(
         id=str(state.id),
         dense=dense,
-        sparse=document_vector(indexed_text(state)),
+        sparse=document_vector(keyword_text(state)),
         payload={
             "tenant": state.tenant,
             "project": state.project,

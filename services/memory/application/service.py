@@ -51,7 +51,15 @@ from kit.bus import ConcurrencyConflict, validation_reply
 from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.vectors import VectorIndex
-from services.memory.application.indexing import SEARCH_MODES, active_filter, indexed_text, point_for
+from services.memory.application.indexing import (
+    SEARCH_MODES,
+    active_filter,
+    embed_memories,
+    embedding_texts,
+    memory_vector,
+    passages,
+    point_for,
+)
 from services.memory.domain import model, shared
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
 from services.memory.domain.keywords import query_vector
@@ -317,7 +325,8 @@ class MemoryService:
         exact = await self.store.find_active_by_hash(tenant, cmd.project, model.content_hash(cmd.content))
         if exact is not None:
             return exact, "exact", 1.0
-        dense = await self._embed_one(cmd.content)
+        # compared the way memories are embedded (sentence by sentence), not as one text
+        dense = memory_vector(await asyncio.to_thread(self.embedder.embed, passages(model.normalize_content(cmd.content))))
         hits = await self.index.search(
             dense=dense, sparse=None, mode="dense", limit=3,
             filter=active_filter(tenant, cmd.project),
@@ -349,7 +358,7 @@ class MemoryService:
             fresh = applied is None or applied < seq
             if fresh:
                 if state.status is MemoryStatus.ACTIVE:
-                    dense = await self._embed_one(indexed_text(state))
+                    dense = (await asyncio.to_thread(embed_memories, self.embedder, [state]))[0]
                     await self.index.upsert([point_for(state, dense)])
                 else:
                     await self.index.delete([str(state.id)])
@@ -433,7 +442,7 @@ class MemoryService:
         texts = []
         for env in envs:
             if env.type == "save_memory" and isinstance(env.payload.get("content"), str):
-                texts.append(model.normalize_content(env.payload["content"]))
+                texts.extend(passages(model.normalize_content(env.payload["content"])))
         await self._prime(texts)
 
     async def prime_events(self, batch: list[tuple[EventEnvelope, int]]) -> None:
@@ -441,8 +450,9 @@ class MemoryService:
         states = {model.state_of(e).id: (model.state_of(e), seq) for e, seq in batch if e.aggregate == model.AGGREGATE}
         applied = await self.store.applied_sequences(list(states))
         texts = [
-            indexed_text(st) for mid, (st, seq) in states.items()
+            text for mid, (st, seq) in states.items()
             if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq
+            for text in embedding_texts(st)
         ]
         await self._prime(texts)
 

@@ -1,0 +1,135 @@
+"""How a memory becomes an index point: sentence passages, the combined dense vector, the
+keyword text with the memory's date."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from contracts.memory import MemoryState
+from services.memory.application.indexing import (
+    MAX_SENTENCES,
+    date_words,
+    embed_memories,
+    embedding_texts,
+    keyword_text,
+    leading_label,
+    memory_vector,
+    passages,
+    point_for,
+    split_sentences,
+)
+from services.memory.domain.keywords import document_vector, query_vector
+
+pytestmark = pytest.mark.unit
+
+WHEN = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+def state(content: str, when: datetime = WHEN) -> MemoryState:
+    return MemoryState(id=uuid.uuid4(), tenant="t", project="p", content=content, created_at=when, updated_at=when)
+
+
+def test_one_sentence_is_embedded_as_it_is() -> None:
+    assert passages("User prefers dark mode.") == ["User prefers dark mode."]
+    assert passages("Caroline: I went to a support group yesterday.") == [
+        "Caroline: I went to a support group yesterday."
+    ]
+    assert passages("  no punctuation at all  ") == ["  no punctuation at all  "]
+
+
+def test_sentences_carry_the_leading_label() -> None:
+    assert passages("Caroline: I went to a support group. It was so powerful! Really?") == [
+        "Caroline: I went to a support group.",
+        "Caroline: It was so powerful!",
+        "Caroline: Really?",
+    ]
+
+
+def test_sentences_without_a_label_are_split_plainly() -> None:
+    assert passages("The deploy uses Helm. Staging runs on k3s.") == ["The deploy uses Helm.", "Staging runs on k3s."]
+
+
+def test_long_prefix_before_a_colon_is_not_a_label() -> None:
+    text = "This is a long sentence with a colon in it: here. And more."
+    assert leading_label(text) is None
+    assert passages(text) == ["This is a long sentence with a colon in it: here.", "And more."]
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [("Caroline: hi", "Caroline"), ("Project Atlas: uses Postgres", "Project Atlas"), ("会议：周一", "会议"),
+     ("http://example.com is down", None), ("at 10:30 we met", None), ("no label", None)],
+)
+def test_leading_label(text: str, label: str | None) -> None:
+    assert leading_label(text) == label
+
+
+def test_cjk_and_line_breaks_split_sentences() -> None:
+    assert split_sentences("我喜欢绿茶。我每天都喝！") == ["我喜欢绿茶。", "我每天都喝！"]
+    assert split_sentences("first line\nsecond line") == ["first line", "second line"]
+
+
+def test_abbreviations_do_not_end_sentences() -> None:
+    assert split_sentences("Dr. Smith called. He will e.g. come back. St. Paul is nice.") == [
+        "Dr. Smith called.", "He will e.g. come back.", "St. Paul is nice.",
+    ]
+
+
+def test_sentence_count_is_capped() -> None:
+    text = " ".join(f"Sentence number {i}." for i in range(100))
+    parts = split_sentences(text)
+    assert len(parts) == MAX_SENTENCES
+    assert parts[-1].endswith("Sentence number 99.")
+    assert " ".join(parts) == text
+
+
+def test_memory_vector_is_the_unit_mean() -> None:
+    v = memory_vector(np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32))
+    assert v == pytest.approx([2**-0.5, 2**-0.5])
+    assert memory_vector([[3.0, 4.0]]) == pytest.approx([0.6, 0.8])
+    with pytest.raises(ValueError):
+        memory_vector(np.zeros((0, 4)))
+
+
+class CountingEmbedder:
+    model_id = "fake"
+    dim = 3
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        rows = [[float(len(t)), 1.0, float(i)] for i, t in enumerate(texts)]
+        matrix = np.asarray(rows, dtype=np.float32)
+        return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def test_embed_memories_batches_and_combines() -> None:
+    one = state("Short memory.")
+    two = state("Caroline: First sentence here. Second one.")
+    emb = CountingEmbedder()
+    vectors = embed_memories(emb, [one, two])
+    assert len(emb.calls) == 1
+    assert emb.calls[0] == embedding_texts(one) + embedding_texts(two)
+    assert embedding_texts(two) == ["Caroline: First sentence here.", "Caroline: Second one."]
+    matrix = emb.embed(emb.calls[0])
+    assert vectors[0] == pytest.approx(memory_vector(matrix[:1]), abs=1e-6)
+    assert vectors[1] == pytest.approx(memory_vector(matrix[1:3]), abs=1e-6)
+    assert all(abs(np.linalg.norm(v) - 1.0) < 1e-6 for v in vectors)
+    assert embed_memories(emb, []) == []
+
+
+def test_keyword_text_adds_the_day_written() -> None:
+    s = state("Caroline: I went to a support group.")
+    assert date_words(s) == "8 May 2023"
+    assert keyword_text(s) == "Caroline: I went to a support group.\n8 May 2023"
+    point = point_for(s, [1.0, 0.0, 0.0])
+    assert point.sparse == document_vector(keyword_text(s))
+    assert set(query_vector("what was on 8 May, 2023?").indices) <= set(point.sparse.indices)
+    assert point.payload["created_at"] == WHEN.isoformat()
