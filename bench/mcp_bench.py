@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fmt, locomo, locomo_turns, percentiles, record
+from common import BENCH_ENV, fmt, locomo, locomo_turns, percentiles, record
 
 from deploy.stack import Stack, StackOptions
 
@@ -175,7 +175,7 @@ def main() -> None:
     stack = Stack(StackOptions(
         home=home, nats_url=os.environ.get("ENGRAM_NATS_URL"), database_url=os.environ.get("ENGRAM_DATABASE_URL"),
         namespace="bench" + uuid.uuid4().hex[:6], gateway_port=0,
-        extra_env={"ENGRAM_LOG_LEVEL": "WARNING"},
+        extra_env=BENCH_ENV,
     ))
     with stack:
         created = stack.create_key(None, "bench")
