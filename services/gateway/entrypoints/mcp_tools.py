@@ -5,6 +5,7 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 """
 
 
+import asyncio
 import functools
 import inspect
 import json
@@ -167,10 +168,13 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         """
         c = Caller(containerTag, Scope.MEMORY_READ)
         project = c.search_project()
-        result = await backend.query_memory(c.tenant, "recall", {"query": query, "project": project, "limit": limit})
-        profile = None
-        if includeProfile:
-            profile = await backend.query_memory(c.tenant, "profile", {"project": project})
+        search = backend.query_memory(c.tenant, "recall", {"query": query, "project": project, "limit": limit})
+        if includeProfile:  # both questions at once: the profile costs no extra round trip
+            result, profile = await asyncio.gather(
+                search, backend.query_memory(c.tenant, "profile", {"project": project})
+            )
+        else:
+            result, profile = await search, None
         return format_recall(query, result["hits"], project, profile)
 
     @tool_errors
