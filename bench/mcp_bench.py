@@ -114,15 +114,20 @@ async def recall_latency(url: str, key: str, queries: list[str]) -> list[float]:
 async def preload(stack: Stack, tenant: str, texts: list[str], window: int = 2000) -> float:
     """Publish save commands straight to the command stream (as the gateway does, without waiting
     for each reply), keeping at most ``window`` in flight; return sustained saves/s."""
-    from contracts.envelope import CommandEnvelope, QueryEnvelope
+    from contracts.envelope import CommandEnvelope
     from contracts.subjects import MEMORY, Names
     from kit.bus import Bus
 
     bus = await Bus.connect(stack.nats_url, Names(stack.o.namespace), name="bench-preload")
 
-    async def stored() -> int:
-        reply = await bus.query(MEMORY, "list_projects", QueryEnvelope(type="list_projects", tenant=tenant, payload={}))
-        return sum(p["memories"] for p in reply.result["projects"]) if reply.ok else 0
+    spec = bus.names.command_consumer(MEMORY)
+
+    async def handled(sent: int) -> int:
+        """Commands the memory service has finished (identical contents dedupe, so count commands)."""
+        state = await bus.consumer_state(spec.stream, spec.durable)
+        if state is None:
+            return 0
+        return sent - state.pending - state.ack_pending
 
     try:
         start = time.perf_counter()
@@ -130,9 +135,9 @@ async def preload(stack: Stack, tenant: str, texts: list[str], window: int = 200
             task = progress.add_task("preloading memories", total=len(texts))
             sent = 0
             while True:
-                done = await stored()
+                done = await handled(sent)
                 progress.update(task, completed=done)
-                if done >= len(texts):
+                if sent == len(texts) and done >= sent:
                     break
                 while sent < len(texts) and sent - done < window:
                     env = CommandEnvelope(command_id=f"bench-{sent:08d}-{uuid.uuid4().hex[:8]}", type="save_memory",
