@@ -40,6 +40,7 @@ from contracts.subjects import (
 log = logging.getLogger("engram.bus")
 
 WRONG_LAST_SEQUENCE = 10071
+PIPELINE_MIN_BATCH = 8
 STREAM_NAME_IN_USE = 10058
 
 
@@ -355,24 +356,43 @@ class Bus:
             async with gate:
                 await self._handle(spec, m, handler, on_dead)
 
+        async def handle_all(msgs: list[Msg]) -> None:
+            if concurrency <= 1:
+                for msg in msgs:
+                    await self._handle(spec, msg, handler, on_dead)
+            else:
+                await asyncio.gather(*(one(m) for m in msgs))
+
+        async def prepared(msgs: list[Msg]) -> None:
+            if prepare is None or not msgs:
+                return
+            try:
+                await prepare(msgs)
+            except Exception:
+                log.exception("%s: batch preparation failed; handling one by one", spec.durable)
+
+        # Under load, batch N+1 is prepared (e.g. embedded, off the event loop) while batch N is
+        # handled; a small batch is handled at once so a lone message never waits.
+        deferred: list[Msg] = []
         try:
             while not stop.is_set():
                 try:
-                    msgs = await sub.fetch(batch, timeout=1.0)
+                    msgs = await sub.fetch(batch, timeout=0.05 if deferred else 1.0)
                 except (TimeoutError, nats.errors.TimeoutError):
-                    continue
+                    msgs = []
                 except nats.errors.ConnectionClosedError:
                     return
-                if prepare is not None:
-                    try:
-                        await prepare(msgs)
-                    except Exception:
-                        log.exception("%s: batch preparation failed; handling one by one", spec.durable)
-                if concurrency <= 1:
-                    for msg in msgs:
-                        await self._handle(spec, msg, handler, on_dead)
-                else:
-                    await asyncio.gather(*(one(m) for m in msgs))
+                preparing = asyncio.ensure_future(prepared(msgs))
+                if deferred:
+                    await handle_all(deferred)
+                    deferred = []
+                await preparing
+                if len(msgs) >= PIPELINE_MIN_BATCH:
+                    deferred = msgs
+                elif msgs:
+                    await handle_all(msgs)
+            if deferred:
+                await handle_all(deferred)
         finally:
             try:
                 await sub.unsubscribe()

@@ -173,3 +173,29 @@ async def test_explicit_poison_is_not_retried(bus: Bus) -> None:
     await asyncio.sleep(0.3)
     assert attempts == [1]
     assert len(await dead_letters(bus)) == 1
+
+
+async def test_batches_are_prepared_before_they_are_handled(bus: Bus) -> None:
+    spec = bus.names.command_consumer("piped")
+    for i in range(40):
+        await bus.js.publish(bus.names.command("piped", "noop"), command(f"piped-key-{i:04d}").model_dump_json().encode())
+    prepared: set[str] = set()
+    handled: list[str] = []
+
+    async def prepare(msgs: list[Msg]) -> None:
+        await asyncio.sleep(0.05)  # like embedding a batch off the event loop
+        prepared.update(CommandEnvelope.model_validate_json(m.data).command_id for m in msgs)
+
+    async def handle(msg: Msg) -> None:
+        cid = CommandEnvelope.model_validate_json(msg.data).command_id
+        assert cid in prepared, "handled before its batch was prepared"
+        handled.append(cid)
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(bus.consume(spec, handle, stop, batch=8, prepare=prepare))
+    async with asyncio.timeout(20):
+        while len(handled) < 40:
+            await asyncio.sleep(0.05)
+    stop.set()
+    await task
+    assert handled == [f"piped-key-{i:04d}" for i in range(40)]
