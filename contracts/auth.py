@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -156,3 +157,27 @@ QUERIES: dict[str, type[BaseModel]] = {
     "list_api_keys": ListApiKeys,
     "list_users": ListUsers,
 }
+
+
+def canonical_resource(uri: str) -> str:
+    """An RFC 8707 resource as compared by auth and gateway alike: lower-case scheme and host, no
+    default port, no trailing slash."""
+    parts = urlsplit(uri.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
+        host = f"{host}:{port}"
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{host}{parts.path.rstrip('/')}{query}"
+
+
+def same_resource(a: str | None, b: str | None) -> bool:
+    """Whether two resource indicators name the same resource (False when either is missing)."""
+    if not a or not b:
+        return False
+    try:
+        return canonical_resource(a) == canonical_resource(b)
+    except ValueError:
+        return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from mcp.server.auth.provider import AccessToken
 
@@ -60,27 +59,8 @@ class Principal:
         return self.project_for(requested, pinned)
 
 
-def canonical_resource(uri: str) -> str:
-    """An RFC 8707 resource as compared here: lower-case scheme and host, no default port, no
-    trailing slash."""
-    parts = urlsplit(uri.strip())
-    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port
-    if port is not None and (scheme, port) not in (("https", 443), ("http", 80)):
-        host = f"{host}:{port}"
-    query = f"?{parts.query}" if parts.query else ""
-    return f"{scheme}://{host}{parts.path.rstrip('/')}{query}"
 
 
-def same_resource(a: str | None, b: str | None) -> bool:
-    if not a or not b:
-        return False
-    try:
-        return canonical_resource(a) == canonical_resource(b)
-    except ValueError:
-        return False
 
 
 def bearer_challenge(

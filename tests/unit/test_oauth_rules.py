@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from starlette.requests import HTTPConnection
 
-from contracts.auth import TokenInfo
+from contracts.auth import TokenInfo, same_resource
 from contracts.envelope import Reply
 from services.auth.domain import oauth as rules
 from services.auth.domain import passwords
 from services.gateway.adapters.token_verifier import IntrospectionVerifier, StrictBearerBackend
-from services.gateway.principal import bearer_challenge, same_resource
+from services.gateway.principal import bearer_challenge
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 29, tzinfo=UTC)

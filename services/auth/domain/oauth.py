@@ -21,6 +21,7 @@ from contracts.auth import (
     OAUTH_CODE_PREFIX,
     OAUTH_REFRESH_TOKEN_PREFIX,
     OAUTH_SCOPES,
+    same_resource,
 )
 
 TOKEN_BYTES = 32  # 256 bits
@@ -114,28 +115,8 @@ def redirect_uri_registered(requested: str, registered: list[str]) -> bool:
 
 
 # Resource indicators (RFC 8707) ------------------------------------------------------------
-def canonical_resource(uri: str) -> str:
-    """Lower-case scheme and host, no default port, no trailing slash, no fragment."""
-    parts = urlsplit(uri.strip())
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port
-    if port is not None and not ((scheme == "https" and port == 443) or (scheme == "http" and port == 80)):
-        host = f"{host}:{port}"
-    path = parts.path.rstrip("/")
-    query = f"?{parts.query}" if parts.query else ""
-    return f"{scheme}://{host}{path}{query}"
 
 
-def same_resource(a: str | None, b: str | None) -> bool:
-    if not a or not b:
-        return False
-    try:
-        return canonical_resource(a) == canonical_resource(b)
-    except ValueError:
-        return False
 
 
 def resource_problem(requested: str | None, ours: str) -> str | None:

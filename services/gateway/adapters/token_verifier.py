@@ -19,11 +19,10 @@ from mcp.server.auth.provider import AccessToken
 from nats.aio.msg import Msg
 from starlette.requests import HTTPConnection
 
-from contracts.auth import AuthEventType, TokenInfo
+from contracts.auth import AuthEventType, TokenInfo, same_resource
 from contracts.envelope import QueryEnvelope
 from contracts.subjects import AUTH
 from kit.bus import Bus, BusUnavailable
-from services.gateway.principal import same_resource
 
 log = logging.getLogger("engram.gateway.auth")
 B64TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")  # RFC 6750 §2.1
