@@ -71,10 +71,12 @@ IDLE_BEFORE_OPTIMIZE_S = 5.0
 
 
 async def maintain_index(app: MemoryApp, stop: asyncio.Event) -> None:
-    """Build the vector index for new points while the service is idle.
+    """Build the vector index for new points once writes have paused.
 
     The embedded engine searches unindexed points by full scan (slow past ~20k points) and blocks
-    the process while it builds an index, so this waits for a quiet moment and a worthwhile batch.
+    the process while it builds an index, so this waits for 5 s without commands and a worthwhile
+    batch. Reads do not postpone it: under steady reads the index would otherwise never be built,
+    and one bounded pause (the new segment only) is cheaper than slow searches from then on.
     """
     needs_optimize = getattr(app.index, "needs_optimize", None)
     optimize = getattr(app.index, "optimize", None)

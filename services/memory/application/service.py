@@ -95,7 +95,7 @@ class MemoryService:
         self.names = names
         self.clock = clock
         self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
-        self.last_activity = 0.0  # event-loop time of the last command or recall
+        self.last_activity = 0.0  # event-loop time of the last command (reads do not count)
 
     # commands -----------------------------------------------------------------------------
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
@@ -373,7 +373,6 @@ class MemoryService:
     # queries ------------------------------------------------------------------------------
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
         """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project."""
-        self._touch()
         mode = SEARCH_MODES[query.mode]
         dense = await self._embed_one(query.query) if mode != "sparse" else None
         sparse = query_vector(query.query) if mode != "dense" else None
