@@ -183,24 +183,14 @@ class Stack:
                 )
 
     def create_key(self, user_id: str | None, name: str, scopes: list[str] | None = None) -> dict[str, Any]:
-        async def go() -> dict[str, Any]:
-            bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
-            try:
-                payload: dict[str, Any] = {"name": name}
-                if scopes:
-                    payload["scopes"] = scopes
-                if user_id:
-                    payload["user_id"] = user_id
-                else:
-                    payload["user_name"] = "owner"
-                reply = await admin_command(bus, "create_api_key", payload)
-                if not reply.ok:
-                    raise RuntimeError(f"could not create an API key: {reply.error}")
-                return dict(reply.result)
-            finally:
-                await bus.close()
-
-        return asyncio.run(go())
+        payload: dict[str, Any] = {"name": name}
+        if scopes:
+            payload["scopes"] = scopes
+        if user_id:
+            payload["user_id"] = user_id
+        else:
+            payload["user_name"] = "owner"
+        return self._admin("create_api_key", payload, "create an API key")
 
     def create_user(self, username: str, password: str, user_id: str | None = None) -> dict[str, Any]:
         """Give a user a password sign-in (a new user unless ``user_id`` is given)."""
@@ -209,13 +199,15 @@ class Stack:
         payload: dict[str, Any] = {"username": username, "password_hash": hash_password(password)}
         if user_id:
             payload["user_id"] = user_id
+        return self._admin("create_user", payload, "create the user")
 
+    def _admin(self, command: str, payload: dict[str, Any], what: str) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
             try:
-                reply = await admin_command(bus, "create_user", payload)
+                reply = await admin_command(bus, command, payload)
                 if not reply.ok:
-                    raise RuntimeError(f"could not create the user: {reply.error}")
+                    raise RuntimeError(f"could not {what}: {reply.error}")
                 return dict(reply.result)
             finally:
                 await bus.close()

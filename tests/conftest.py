@@ -7,6 +7,7 @@ session works in a fresh namespace and a fresh database, and removes both at the
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -39,6 +40,19 @@ def _with_database(url: str, database: str) -> str:
     return f"{base}/{database}"
 
 
+def _admin_sql(url: str, statement: str) -> None:
+    """Run one statement outside a transaction (CREATE/DROP DATABASE) on the admin database."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
 @pytest.fixture(scope="session")
 def infra() -> Iterator[Infra]:
     root = Path(tempfile.mkdtemp(prefix="engram-test-"))
@@ -59,16 +73,7 @@ def infra() -> Iterator[Infra]:
             pg_url = pg.start()
             started.append(pg)
         database = "engram_test_" + uuid.uuid4().hex[:10]
-        import asyncio
-
-        async def create() -> None:
-            conn = await asyncpg.connect(pg_url)
-            try:
-                await conn.execute(f'CREATE DATABASE "{database}"')
-            finally:
-                await conn.close()
-
-        asyncio.run(create())
+        _admin_sql(pg_url, f'CREATE DATABASE "{database}"')
         yield Infra(
             nats_url=nats_url,
             database_url=_with_database(pg_url, database),
@@ -77,14 +82,7 @@ def infra() -> Iterator[Infra]:
             root=root,
         )
 
-        async def drop() -> None:
-            conn = await asyncpg.connect(pg_url)
-            try:
-                await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            finally:
-                await conn.close()
-
-        asyncio.run(drop())
+        _admin_sql(pg_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     finally:
         for server in reversed(started):
             server.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -49,7 +49,7 @@ from contracts.memory import (
 from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict, validation_reply
 from services.memory.adapters.embedder import Embedder
-from services.memory.adapters.pg_store import MemoryStore
+from services.memory.adapters.pg_store import MemoryStore, Tx
 from services.memory.adapters.vectors import VectorIndex
 from services.memory.application.indexing import (
     SEARCH_MODES,
@@ -293,17 +293,12 @@ class MemoryService:
     ) -> bool:
         """Project one shared-memory event, once per sequence."""
         state = SharedMemoryState.model_validate(event.data)
-        async with self.store.transaction() as tx:
-            applied = await tx.lock_shared(state.id)
-            fresh = applied is None or applied < seq
-            if fresh:
-                await tx.upsert_shared(state, seq)
-            if outcome is not None:
-                env, reply = outcome
-                await tx.record_outcome(env.tenant, env.command_id, env.type, reply)
-            if checkpoint is not None:
-                await tx.advance_checkpoint(checkpoint, seq)
-        return fresh
+
+        async def write(tx: Tx) -> None:
+            await tx.upsert_shared(state, seq)
+
+        return await self._project_once(tx_lock=lambda tx: tx.lock_shared(state.id), write=write,
+                                        seq=seq, outcome=outcome, checkpoint=checkpoint)
 
     async def project_event(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
         """The projector's entry: route an event of any aggregate this service owns."""
@@ -353,16 +348,35 @@ class MemoryService:
         Returns False when the memory already reflects this or a later sequence.
         """
         state = model.state_of(event)
+
+        async def write(tx: Tx) -> None:
+            # the vector write happens under the row lock, before the row commits
+            if state.status is MemoryStatus.ACTIVE:
+                dense = (await asyncio.to_thread(embed_memories, self.embedder, [state]))[0]
+                await self.index.upsert([point_for(state, dense)])
+            else:
+                await self.index.delete([str(state.id)])
+            await tx.upsert(state, model.content_hash(state.content), seq)
+
+        return await self._project_once(tx_lock=lambda tx: tx.lock(state.id), write=write,
+                                        seq=seq, outcome=outcome, checkpoint=checkpoint)
+
+    async def _project_once(
+        self,
+        *,
+        tx_lock: Callable[[Tx], Awaitable[int | None]],
+        write: Callable[[Tx], Awaitable[None]],
+        seq: int,
+        outcome: tuple[CommandEnvelope, Reply[Any]] | None,
+        checkpoint: str | None,
+    ) -> bool:
+        """One projection step in one transaction: lock the aggregate, write only if this sequence
+        is newer than what it reflects, record the command outcome and the checkpoint."""
         async with self.store.transaction() as tx:
-            applied = await tx.lock(state.id)
+            applied = await tx_lock(tx)
             fresh = applied is None or applied < seq
             if fresh:
-                if state.status is MemoryStatus.ACTIVE:
-                    dense = (await asyncio.to_thread(embed_memories, self.embedder, [state]))[0]
-                    await self.index.upsert([point_for(state, dense)])
-                else:
-                    await self.index.delete([str(state.id)])
-                await tx.upsert(state, model.content_hash(state.content), seq)
+                await write(tx)
             if outcome is not None:
                 env, reply = outcome
                 await tx.record_outcome(env.tenant, env.command_id, env.type, reply)
