@@ -4,7 +4,7 @@ keyword-only and hybrid recall modes, through the production indexing and search
 Each LoCoMo conversation becomes one project of one tenant; every dialogue turn becomes a memory
 (see :func:`memory_content` for its text) whose ``created_at`` is its session's date. The memories
 go through the same code as a save: ``embed_memories`` (sentence texts → ``MiniLMEmbedder.embed`` →
-``memory_vector``) → ``point_for`` → ``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``MemoryService.recall``
+``memory_vector`` weighted by ``passage_weights``) → ``point_for`` → ``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``MemoryService.recall``
 searches (query embedding, ``query_vector``, ``index.search`` with ``active_filter`` and the mode),
 with limit 25, and the retrieved turns are compared with the question's evidence turns.
 

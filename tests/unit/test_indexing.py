@@ -13,12 +13,14 @@ import pytest
 from contracts.memory import MemoryState
 from services.memory.application.indexing import (
     MAX_SENTENCES,
+    content_vector,
     date_words,
     embed_memories,
     embedding_texts,
     keyword_text,
     leading_label,
     memory_vector,
+    passage_weights,
     passages,
     point_for,
     split_sentences,
@@ -96,6 +98,30 @@ def test_memory_vector_is_the_unit_mean() -> None:
         memory_vector(np.zeros((0, 4)))
 
 
+def test_memory_vector_weights() -> None:
+    v = memory_vector(np.array([[1.0, 0.0], [0.0, 1.0]]), [3.0, 1.0])
+    assert v == pytest.approx(np.array([3.0, 1.0]) / 10**0.5)
+    assert memory_vector([[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0]) == pytest.approx([2**-0.5, 2**-0.5])
+    for bad in ([1.0], [1.0, -1.0], [0.0, 0.0]):
+        with pytest.raises(ValueError):
+            memory_vector([[1.0, 0.0], [0.0, 1.0]], bad)
+
+
+def test_passage_weights_favour_statements_with_content() -> None:
+    texts = passages("Caroline: Wow! I went to a support group with my sister. Did you go?")
+    assert texts == ["Caroline: Wow!", "Caroline: I went to a support group with my sister.", "Caroline: Did you go?"]
+    wow, statement, question = passage_weights(texts)
+    assert wow == pytest.approx(1.0)  # "wow"; the label does not count
+    assert statement == pytest.approx(4**0.5)  # went, support, group, sister
+    assert question == pytest.approx(0.5 * 1**0.5)  # "go", halved for a question
+    assert passage_weights(["我喜欢绿茶。", "你呢？"])[1] < passage_weights(["我喜欢绿茶。", "你呢。"])[1]
+
+
+def test_passage_weights_degenerate_cases() -> None:
+    assert passage_weights(["Just one sentence?"]) == [1.0]
+    assert passage_weights(["I.", "A?"]) == [1.0, 1.0]  # no keyword term anywhere: plain mean
+
+
 class CountingEmbedder:
     model_id = "fake"
     dim = 3
@@ -112,15 +138,18 @@ class CountingEmbedder:
 
 def test_embed_memories_batches_and_combines() -> None:
     one = state("Short memory.")
-    two = state("Caroline: First sentence here. Second one.")
+    two = state("Caroline: First sentence here. Second one?")
     emb = CountingEmbedder()
     vectors = embed_memories(emb, [one, two])
     assert len(emb.calls) == 1
     assert emb.calls[0] == embedding_texts(one) + embedding_texts(two)
-    assert embedding_texts(two) == ["Caroline: First sentence here.", "Caroline: Second one."]
+    assert embedding_texts(two) == ["Caroline: First sentence here.", "Caroline: Second one?"]
     matrix = emb.embed(emb.calls[0])
     assert vectors[0] == pytest.approx(memory_vector(matrix[:1]), abs=1e-6)
-    assert vectors[1] == pytest.approx(memory_vector(matrix[1:3]), abs=1e-6)
+    assert vectors[1] == pytest.approx(
+        memory_vector(matrix[1:3], passage_weights(embedding_texts(two))), abs=1e-6
+    )
+    assert vectors[1] != pytest.approx(memory_vector(matrix[1:3]), abs=1e-6)
     assert all(abs(np.linalg.norm(v) - 1.0) < 1e-6 for v in vectors)
     assert embed_memories(emb, []) == []
 
@@ -133,3 +162,9 @@ def test_keyword_text_adds_the_day_written() -> None:
     assert point.sparse == document_vector(keyword_text(s))
     assert set(query_vector("what was on 8 May, 2023?").indices) <= set(point.sparse.indices)
     assert point.payload["created_at"] == WHEN.isoformat()
+
+
+def test_content_vector_is_the_vector_a_memory_gets() -> None:
+    text = "Caroline: First sentence here. Second one?"
+    emb = CountingEmbedder()
+    assert content_vector(emb, text) == pytest.approx(embed_memories(emb, [state(text)])[0], abs=1e-9)
