@@ -61,10 +61,21 @@ def test_english_case_stopwords_and_short_words() -> None:
         ("hiked", "hikes"),
         ("running", "run"),
         ("stopped", "stop"),
+        ("adoption", "adopt"),
+        ("generously", "generous"),
+        ("painting", "paint"),
+        ("Volunteering", "volunteered"),
     ],
 )
-def test_light_stemming_conflates_inflections(a: str, b: str) -> None:
+def test_stemming_conflates_inflections_and_derivations(a: str, b: str) -> None:
     assert keyword_terms(a) == keyword_terms(b)
+
+
+def test_stemming_keeps_distinct_words_apart_and_other_alphabets_verbatim() -> None:
+    assert keyword_terms("news") != keyword_terms("new")
+    assert keyword_terms("university") != keyword_terms("universe")
+    assert keyword_terms("café crème") == ["café", "crème"]
+    assert keyword_terms("Москва москвы") == ["москва", "москвы"]
 
 
 def test_plural_query_matches_singular_memory() -> None:
