@@ -337,6 +337,7 @@ class Bus:
         on_dead: DeadHook | None = None,
         prepare: Callable[[list[Msg]], Awaitable[None]] | None = None,
         concurrency: int = 1,
+        after_batch: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Run a durable pull consumer until ``stop`` is set.
 
@@ -347,6 +348,8 @@ class Bus:
         there is only logged, since every message is still handled on its own. ``concurrency`` > 1
         handles up to that many messages of a batch at once — only for handlers whose writes are
         safe to interleave (e.g. guarded by optimistic concurrency), never for order-sensitive ones.
+        ``after_batch`` runs once each fetched batch is handled (e.g. to record progress once per
+        batch rather than per message); a failure there is only logged.
         """
         await self.ensure_consumer(spec)
         sub = await self.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
@@ -362,6 +365,11 @@ class Bus:
                     await self._handle(spec, msg, handler, on_dead)
             else:
                 await asyncio.gather(*(one(m) for m in msgs))
+            if after_batch is not None:
+                try:
+                    await after_batch()
+                except Exception:
+                    log.exception("%s: after-batch step failed", spec.durable)
 
         async def prepared(msgs: list[Msg]) -> None:
             if prepare is None or not msgs:

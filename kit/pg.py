@@ -22,10 +22,26 @@ class DatabaseUnavailable(Exception):
     """Postgres could not be reached or is too old; the message says what to do."""
 
 
+class _PooledConnection(asyncpg.Connection):  # type: ignore[misc]
+    """A pooled connection returned without asyncpg's reset query.
+
+    asyncpg resets a connection on every release (unlock all advisory locks, CLOSE ALL, UNLISTEN,
+    RESET ALL): one more round trip per acquire. Engram keeps no session state on pooled
+    connections — advisory locks are transaction-scoped (``migrate`` releases its session lock
+    itself), and nothing SETs, LISTENs or holds cursors — so there is nothing to reset; an open
+    transaction is still rolled back by asyncpg.
+    """
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """Open a pool and check the server version."""
     try:
-        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, command_timeout=30)
+        pool = await asyncpg.create_pool(
+            url, min_size=min_size, max_size=max_size, command_timeout=30, connection_class=_PooledConnection
+        )
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseUnavailable(
             f"cannot connect to Postgres at {redact(url)}: {exc}. Start it (`engram up` does) "

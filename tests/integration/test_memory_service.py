@@ -257,3 +257,76 @@ async def test_projects_and_profile(app: MemoryApp) -> None:
     assert [m["content"] for m in profile.result["dynamic"]] == ["Sprint ends Friday"]
     empty = await app.service.handle_query(QueryEnvelope(type="profile", tenant="bob", payload={}))
     assert empty.result == {"static": [], "dynamic": []}
+
+
+async def test_batch_hints_never_duplicate_or_replay(app: MemoryApp) -> None:
+    """A fetched batch is prepared with one lookup of outcomes and saved contents; contents in the
+    batch twice, retried commands and contents saved before the batch keep their usual answers."""
+    done = cmd("save_memory", {"content": "Retried command content"}, key="batch-retry-0001")
+    first = await app.service.handle_command(done)
+    before = await app.service.handle_command(cmd("save_memory", {"content": "Saved before the batch"}))
+    batch = [
+        done,
+        cmd("save_memory", {"content": "Saved before the batch"}),
+        cmd("save_memory", {"content": "Twice in one batch"}),
+        cmd("save_memory", {"content": "twice in one  batch"}),
+        cmd("save_memory", {"content": "Only once in the batch"}),
+    ]
+    await app.service.prime_commands(batch)
+    replies = await asyncio.gather(*(app.service.handle_command(c) for c in batch))
+    assert replies[0] == first
+    assert replies[1].result["memory_id"] == before.result["memory_id"] and replies[1].result["created"] is False
+    assert {replies[2].result["memory_id"]} == {replies[3].result["memory_id"]}
+    assert sorted(r.result["created"] for r in replies[2:4]) == [False, True]
+    assert replies[4].result["created"] is True
+    assert await app.store.counts() == {"active": 4}
+    assert len(await events(app.bus)) == 4
+
+
+async def test_content_saved_after_the_batch_lookup_is_not_duplicated(app: MemoryApp) -> None:
+    """The batch lookup said 'new', then another command saved the same content: still one memory."""
+    late = cmd("save_memory", {"content": "Raced content"})
+    await app.service.prime_commands([late])
+    other = await app.service.handle_command(cmd("save_memory", {"content": "Raced content"}))
+    reply = await app.service.handle_command(late)
+    assert reply.result["memory_id"] == other.result["memory_id"] and reply.result["created"] is False
+    assert await app.store.counts() == {"active": 1}
+
+
+async def test_content_written_by_another_path_after_the_lookup_is_not_duplicated(app: MemoryApp) -> None:
+    """A keyed save writes the content (without consulting the batch hint); the hint is dropped."""
+    late = cmd("save_memory", {"content": "I drink oolong every morning"})
+    await app.service.prime_commands([late])
+    keyed = await app.service.handle_command(
+        cmd("save_memory", {"content": "I drink oolong every morning", "category": "preference"})
+    )
+    reply = await app.service.handle_command(late)
+    assert reply.result["memory_id"] == keyed.result["memory_id"] and reply.result["created"] is False
+    assert await app.store.counts() == {"active": 1}
+
+
+async def test_projector_skips_what_commands_already_projected(app: MemoryApp) -> None:
+    """Events the command path projected inline cost the projector no embedding and no write."""
+    for text in ("Skipped one", "Skipped two", "Skipped three"):
+        await app.service.handle_command(cmd("save_memory", {"content": text}))
+    inner = app.service.embedder.inner  # type: ignore[attr-defined]
+    calls: list[int] = []
+    original = inner.embed
+
+    def counting(texts):  # type: ignore[no-untyped-def]
+        calls.append(len(texts))
+        return original(texts)
+
+    inner.embed = counting
+    stop = asyncio.Event()
+    tasks = nats_entry.start(app.bus, app.service, stop)
+    try:
+        async with asyncio.timeout(20):
+            while await app.store.checkpoint("memory-projector") < 3:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        inner.embed = original
+    assert calls == []
+    assert await app.store.counts() == {"active": 3}

@@ -137,6 +137,9 @@ class MiniLMEmbedder:
         if threads is not None:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+        # Idle intra-op threads sleep instead of spinning: in a service the event loop, NATS and
+        # Postgres need the cores between inference runs (docs/benchmarks.md, save throughput).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(
             str(model_path or _default_model_path()),
             sess_options=options,

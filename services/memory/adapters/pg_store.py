@@ -34,6 +34,15 @@ def _like(keyword: str) -> str:
     return "%" + keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+#: A command's outcome to record: (tenant, command_id, command type, reply).
+Outcome = tuple[str, str, str, Reply[Any]]
+
+
+def _outcome_args(outcome: Outcome) -> tuple[str, str, str, str]:
+    tenant, command_id, type_, reply = outcome
+    return tenant, command_id, type_, reply.model_dump_json()
+
+
 def _state(row: asyncpg.Record) -> MemoryState:
     return MemoryState.model_validate({k: row[k] for k in MemoryState.model_fields})
 
@@ -47,12 +56,20 @@ class Tx:
 
     async def lock(self, memory_id: UUID) -> int | None:
         """Serialise appliers of one memory; return the sequence already applied to it."""
-        await self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", str(memory_id))
-        return await self.conn.fetchval(f"SELECT last_seq FROM {self.s}.memories WHERE id = $1", memory_id)
+        return await self.conn.fetchval(f"SELECT {self.s}.lock_aggregate('{self.s}.memories', 0, $1)", memory_id)
 
-    async def upsert(self, state: MemoryState, content_hash: str, seq: int) -> None:
-        await self.conn.execute(
-            f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash)
+    async def upsert(
+        self, state: MemoryState, content_hash: str, seq: int, outcome: Outcome | None = None
+    ) -> None:
+        """Write the memory's row unless it already reflects ``seq`` or later; with ``outcome``,
+        record the command's outcome in the same statement (one round trip)."""
+        memory_args = (
+            state.id, state.tenant, state.project, state.content,
+            state.category.value if state.category else None, state.memory_key, state.importance,
+            state.confidence, state.source, state.version, state.status.value, state.forget_reason,
+            state.created_at, state.updated_at, seq, content_hash,
+        )
+        upsert = f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)
                 ON CONFLICT (id) DO UPDATE SET
                   project=EXCLUDED.project, content=EXCLUDED.content, category=EXCLUDED.category,
@@ -61,23 +78,28 @@ class Tx:
                   status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   content_hash=EXCLUDED.content_hash
-                WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq""",
-            state.id, state.tenant, state.project, state.content,
-            state.category.value if state.category else None, state.memory_key, state.importance,
-            state.confidence, state.source, state.version, state.status.value, state.forget_reason,
-            state.created_at, state.updated_at, seq, content_hash,
+                WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq"""
+        if outcome is None:
+            await self.conn.execute(upsert, *memory_args)
+            return
+        await self.conn.execute(
+            f"""WITH written AS ({upsert})
+                INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($17,$18,$19,$20)
+                ON CONFLICT (tenant, command_id) DO NOTHING""",
+            *memory_args, *_outcome_args(outcome),
         )
 
     async def record_outcome(self, tenant: str, command_id: str, type_: str, reply: Reply[Any]) -> None:
         await self.conn.execute(
             f"""INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($1,$2,$3,$4)
                 ON CONFLICT (tenant, command_id) DO NOTHING""",
-            tenant, command_id, type_, reply.model_dump_json(),
+            *_outcome_args((tenant, command_id, type_, reply)),
         )
 
     async def lock_shared(self, shared_id: UUID) -> int | None:
-        await self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 1))", str(shared_id))
-        return await self.conn.fetchval(f"SELECT last_seq FROM {self.s}.shared_memories WHERE id = $1", shared_id)
+        return await self.conn.fetchval(
+            f"SELECT {self.s}.lock_aggregate('{self.s}.shared_memories', 1, $1)", shared_id
+        )
 
     async def upsert_shared(self, state: SharedMemoryState, seq: int) -> None:
         await self.conn.execute(
@@ -127,6 +149,31 @@ class MemoryStore:
             f"SELECT outcome FROM {self.s}.command_log WHERE tenant = $1 AND command_id = $2", tenant, command_id
         )
         return Reply[Any].model_validate(json.loads(raw)) if raw is not None else None
+
+    async def known_commands(self, commands: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of these (tenant, command_id) already have an outcome (one query for a batch)."""
+        if not commands:
+            return set()
+        rows = await self.pool.fetch(
+            f"""SELECT c.tenant, c.command_id FROM {self.s}.command_log c
+                JOIN unnest($1::text[], $2::text[]) AS q(tenant, command_id)
+                  ON c.tenant = q.tenant AND c.command_id = q.command_id""",
+            [t for t, _ in commands], [c for _, c in commands],
+        )
+        return {(r["tenant"], r["command_id"]) for r in rows}
+
+    async def active_hashes(self, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+        """Which of these (tenant, project, content hash) an active memory has (one query)."""
+        if not keys:
+            return set()
+        rows = await self.pool.fetch(
+            f"""SELECT DISTINCT m.tenant, m.project, m.content_hash FROM {self.s}.memories m
+                JOIN unnest($1::text[], $2::text[], $3::text[]) AS q(tenant, project, content_hash)
+                  ON m.tenant = q.tenant AND m.project = q.project AND m.content_hash = q.content_hash
+                WHERE m.status = 'active'""",
+            [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+        )
+        return {(r["tenant"], r["project"], r["content_hash"]) for r in rows}
 
     async def find_active_by_hash(self, tenant: str, project: str, content_hash: str) -> MemoryState | None:
         row = await self.pool.fetchrow(

@@ -13,7 +13,11 @@ from services.memory.adapters.embedder import Embedder
 
 
 class PrimedEmbedder:
-    """Wraps an Embedder; ``prime`` embeds many texts at once, ``embed`` uses primed vectors first."""
+    """Wraps an Embedder; ``prime`` embeds many texts at once, ``embed`` uses primed vectors first.
+
+    Primed vectors stay cached (least recently used evicted past ``capacity``), so a text primed
+    once serves every memory that contains it, and is never embedded twice while it is cached.
+    """
 
     def __init__(self, inner: Embedder, capacity: int = 4096) -> None:
         self.inner = inner
@@ -37,9 +41,28 @@ class PrimedEmbedder:
                 self._primed.popitem(last=False)
         return len(missing)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def cached(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The vectors of ``texts`` if every one is primed (no embedding, no blocking), else None."""
         with self._lock:
-            found = [self._primed.pop(t, None) for t in texts]
-        if all(v is not None for v in found):
-            return np.stack(found) if found else np.zeros((0, self.dim), dtype=np.float32)  # type: ignore[arg-type]
-        return self.inner.embed(texts)
+            found = [self._primed.get(t) for t in texts]
+            if not found or any(v is None for v in found):
+                return None
+            for text in texts:
+                self._primed.move_to_end(text)
+        return np.stack(found)  # type: ignore[arg-type]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts``: primed ones from the cache (they stay there: short sentences
+        such as "Thanks!" recur across memories), the rest embedded together in one call."""
+        with self._lock:
+            found = [self._primed.get(t) for t in texts]
+            for text, vector in zip(texts, found, strict=True):
+                if vector is not None:
+                    self._primed.move_to_end(text)
+        missing = list(dict.fromkeys(t for t, v in zip(texts, found, strict=True) if v is None))
+        if missing:
+            fresh = dict(zip(missing, self.inner.embed(missing), strict=True))
+            found = [v if v is not None else fresh[t] for t, v in zip(texts, found, strict=True)]
+        if not found:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack(found)  # type: ignore[arg-type]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -49,12 +51,11 @@ from contracts.memory import (
 from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict, validation_reply
 from services.memory.adapters.embedder import Embedder
-from services.memory.adapters.pg_store import MemoryStore, Tx
+from services.memory.adapters.pg_store import MemoryStore, Outcome, Tx
 from services.memory.adapters.vectors import VectorIndex
 from services.memory.application.indexing import (
     SEARCH_MODES,
     active_filter,
-    embed_memories,
     embedding_texts,
     memory_vector,
     passages,
@@ -68,6 +69,12 @@ log = logging.getLogger("engram.memory")
 
 PROJECTOR = "memory-projector"
 _MAX_RACES = 8
+#: The command path projects its own events inline (read-your-writes). The projector exists for
+#: events nobody projected (a crash between append and projection, another writer), so it waits
+#: up to this long for this process's in-flight inline projections of the same memories before
+#: doing the work itself; otherwise, under load, it would embed most new memories a second time.
+PROJECTOR_GRACE_S = 5.0
+_HINTS_MAX = 16_384
 
 
 class EventLog(Protocol):
@@ -96,14 +103,28 @@ class MemoryService:
         self.clock = clock
         self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
         self.last_activity = 0.0  # event-loop time of the last command (reads do not count)
+        # memory id -> a sequence already projected into it, read per projector batch; read-model
+        # sequences only grow, so "applied >= seq" stays true and the event needs no transaction
+        self._applied_hint: dict[UUID, int] = {}
+        self._pending_checkpoints: dict[str, int] = {}
+        self._inflight: Counter[UUID] = Counter()  # memories being appended + projected inline here
+        # Read once per fetched command batch (prime_commands) instead of once per command:
+        # commands known to have no outcome yet, and contents known to be in no active memory.
+        self._new_commands: set[tuple[str, str]] = set()
+        self._absent_contents: set[tuple[str, str, str]] = set()
+        self._content_writes = 0  # counts writes of memory contents, see prime_commands
+        self._content_written: dict[tuple[str, str, str], int] = {}
 
     # commands -----------------------------------------------------------------------------
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
         """Run one command exactly once per idempotency key and return its outcome."""
         self._touch()
-        prior = await self.store.outcome(env.tenant, env.command_id)
-        if prior is not None:
-            return prior
+        if (env.tenant, env.command_id) in self._new_commands:
+            self._new_commands.discard((env.tenant, env.command_id))
+        else:
+            prior = await self.store.outcome(env.tenant, env.command_id)
+            if prior is not None:
+                return prior
         try:
             if env.type == "save_memory":
                 return await self.save(env, SaveMemory.model_validate(env.payload))
@@ -130,7 +151,12 @@ class MemoryService:
         digest = model.content_hash(cmd.content)
         lock = self._content_locks[int(digest[:8], 16) % len(self._content_locks)]
         async with lock:  # identical contents saved concurrently here still make one memory
-            existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
+            content = (env.tenant, cmd.project, digest)
+            if content in self._absent_contents:
+                self._absent_contents.discard(content)
+                existing = None
+            else:
+                existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
             if existing is not None:
                 return await self._unchanged(env, existing)
             state = model.new_memory(env.tenant, env.command_id, cmd, self.clock())
@@ -189,15 +215,24 @@ class MemoryService:
         event = model.event_for(
             state, event_type, command_id=env.command_id, correlation_id=env.correlation_id, now=state.updated_at
         )
-        seq = await self.events.append_event(self._subject(state), event, expected_last_seq=expected_last_seq)
-        reply = Reply.success(
+        async with self._projecting_inline(state.id):
+            seq = await self.events.append_event(self._subject(state), event, expected_last_seq=expected_last_seq)
+            reply = self._saved_reply(state, created)
+            await self.apply(event, seq, outcome=(env, reply))
+        self._content_writes += 1
+        content = (state.tenant, state.project, model.content_hash(state.content))
+        self._content_written[content] = self._content_writes
+        self._absent_contents.discard(content)
+        return reply
+
+    @staticmethod
+    def _saved_reply(state: MemoryState, created: bool) -> Reply[Any]:
+        return Reply.success(
             SaveMemoryResult(
                 memory_id=state.id, project=state.project, version=state.version, memory_key=state.memory_key,
                 created=created, updated=not created,
             ).model_dump(mode="json")
         )
-        await self.apply(event, seq, outcome=(env, reply))
-        return reply
 
     async def _unchanged(self, env: CommandEnvelope, current: MemoryState) -> Reply[Any]:
         reply = Reply.success(
@@ -242,17 +277,18 @@ class MemoryService:
                 new_state, MemoryEventType.FORGOTTEN, command_id=env.command_id,
                 correlation_id=env.correlation_id, now=now,
             )
-            try:
-                seq = await self.events.append_event(self._subject(new_state), event, expected_last_seq=last_seq)
-            except ConcurrencyConflict:
-                continue
-            result = ForgetMemoryResult(
-                forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
-                content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
-            )
-            reply = Reply.success(result.model_dump(mode="json"))
-            await self.apply(event, seq, outcome=(env, reply))
-            return reply
+            async with self._projecting_inline(new_state.id):
+                try:
+                    seq = await self.events.append_event(self._subject(new_state), event, expected_last_seq=last_seq)
+                except ConcurrencyConflict:
+                    continue
+                result = ForgetMemoryResult(
+                    forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
+                    content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
+                )
+                reply = Reply.success(result.model_dump(mode="json"))
+                await self.apply(event, seq, outcome=(env, reply))
+                return reply
         raise ConcurrencyConflict(f"memory {target.id} kept changing while being forgotten; retry")
 
     async def save_shared(self, env: CommandEnvelope, cmd: SaveSharedMemory) -> Reply[Any]:
@@ -294,8 +330,9 @@ class MemoryService:
         """Project one shared-memory event, once per sequence."""
         state = SharedMemoryState.model_validate(event.data)
 
-        async def write(tx: Tx) -> None:
+        async def write(tx: Tx, outcome: Outcome | None) -> bool:
             await tx.upsert_shared(state, seq)
+            return False
 
         return await self._project_once(tx_lock=lambda tx: tx.lock_shared(state.id), write=write,
                                         seq=seq, outcome=outcome, checkpoint=checkpoint)
@@ -348,15 +385,20 @@ class MemoryService:
         Returns False when the memory already reflects this or a later sequence.
         """
         state = model.state_of(event)
+        if checkpoint is not None and self._applied_hint.get(state.id, 0) >= seq:
+            # already projected (inline, by the command that wrote it): nothing to write; the
+            # checkpoint moves once per batch (flush_checkpoints)
+            self._pending_checkpoints[checkpoint] = max(seq, self._pending_checkpoints.get(checkpoint, 0))
+            return False
 
-        async def write(tx: Tx) -> None:
+        async def write(tx: Tx, outcome: Outcome | None) -> bool:
             # the vector write happens under the row lock, before the row commits
             if state.status is MemoryStatus.ACTIVE:
-                dense = (await asyncio.to_thread(embed_memories, self.embedder, [state]))[0]
-                await self.index.upsert([point_for(state, dense)])
+                await self.index.upsert([point_for(state, await self._memory_vector(state))])
             else:
                 await self.index.delete([str(state.id)])
-            await tx.upsert(state, model.content_hash(state.content), seq)
+            await tx.upsert(state, model.content_hash(state.content), seq, outcome)
+            return True
 
         return await self._project_once(tx_lock=lambda tx: tx.lock(state.id), write=write,
                                         seq=seq, outcome=outcome, checkpoint=checkpoint)
@@ -365,21 +407,24 @@ class MemoryService:
         self,
         *,
         tx_lock: Callable[[Tx], Awaitable[int | None]],
-        write: Callable[[Tx], Awaitable[None]],
+        write: Callable[[Tx, Outcome | None], Awaitable[bool]],
         seq: int,
         outcome: tuple[CommandEnvelope, Reply[Any]] | None,
         checkpoint: str | None,
     ) -> bool:
         """One projection step in one transaction: lock the aggregate, write only if this sequence
-        is newer than what it reflects, record the command outcome and the checkpoint."""
+        is newer than what it reflects, record the command outcome and the checkpoint. ``write``
+        returns whether it recorded the outcome itself (in the same statement as its row)."""
+        record = None
+        if outcome is not None:
+            env, reply = outcome
+            record = (env.tenant, env.command_id, env.type, reply)
         async with self.store.transaction() as tx:
             applied = await tx_lock(tx)
             fresh = applied is None or applied < seq
-            if fresh:
-                await write(tx)
-            if outcome is not None:
-                env, reply = outcome
-                await tx.record_outcome(env.tenant, env.command_id, env.type, reply)
+            recorded = await write(tx, record) if fresh else False
+            if record is not None and not recorded:
+                await tx.record_outcome(*record)
             if checkpoint is not None:
                 await tx.advance_checkpoint(checkpoint, seq)
         return fresh
@@ -451,17 +496,61 @@ class MemoryService:
 
     # batching -----------------------------------------------------------------------------
     async def prime_commands(self, envs: list[CommandEnvelope]) -> None:
-        """Embed the contents of a batch of save commands in one call."""
-        texts = []
+        """Prepare a fetched batch of commands: embed every save's sentences in one call, and
+        find with one query each which commands already have an outcome and which contents are
+        already saved, so each command skips those two lookups.
+
+        A content written by this process after the lookup started is left out (the write
+        counter), so the hint never claims a content is new when a write may have raced it."""
+        texts: list[str] = []
+        contents: list[tuple[str, str, str]] = []
         for env in envs:
-            if env.type == "save_memory" and isinstance(env.payload.get("content"), str):
-                texts.extend(passages(model.normalize_content(env.payload["content"])))
+            if env.type != "save_memory":
+                continue
+            try:
+                cmd = SaveMemory.model_validate(env.payload)
+            except ValidationError:
+                continue
+            texts.extend(passages(model.normalize_content(cmd.content)))
+            if model.resolve_key(cmd) is None:
+                contents.append((env.tenant, cmd.project, model.content_hash(cmd.content)))
+        commands = [(env.tenant, env.command_id) for env in envs]
+        written_before = self._content_writes
+        known = await self.store.known_commands(commands)
+        present = await self.store.active_hashes(contents)
+        if len(self._new_commands) > _HINTS_MAX:
+            self._new_commands.clear()
+        if len(self._absent_contents) > _HINTS_MAX or len(self._content_written) > _HINTS_MAX:
+            self._absent_contents.clear()
+            self._content_written.clear()  # (and forget the hints the counter guarded)
+        self._new_commands.update(c for c in commands if c not in known)
+        self._absent_contents.update(
+            c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
+        )
         await self._prime(texts)
 
     async def prime_events(self, batch: list[tuple[EventEnvelope, int]]) -> None:
-        """Embed, in one call, the contents of the events this projection has not applied yet."""
-        states = {model.state_of(e).id: (model.state_of(e), seq) for e, seq in batch if e.aggregate == model.AGGREGATE}
+        """Prepare a projector batch: find which events are already projected (one query), let
+        this process's inline projections of the same memories finish, and embed what is left in
+        one call."""
+        states: dict[UUID, tuple[MemoryState, int]] = {}
+        for event, seq in batch:
+            if event.aggregate == model.AGGREGATE:
+                st = model.state_of(event)
+                states[st.id] = (st, seq)
+        if not states:
+            return
         applied = await self.store.applied_sequences(list(states))
+        pending = [mid for mid, (_, seq) in states.items() if applied.get(mid, 0) < seq]
+        if any(mid in self._inflight for mid in pending):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + PROJECTOR_GRACE_S
+            while any(mid in self._inflight for mid in pending) and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            applied.update(await self.store.applied_sequences(pending))
+        if len(self._applied_hint) > _HINTS_MAX:
+            self._applied_hint.clear()
+        self._applied_hint.update(applied)
         texts = [
             text for mid, (st, seq) in states.items()
             if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq
@@ -469,14 +558,42 @@ class MemoryService:
         ]
         await self._prime(texts)
 
+    async def flush_checkpoints(self) -> None:
+        """Record how far the projector got through events that needed no write."""
+        pending, self._pending_checkpoints = self._pending_checkpoints, {}
+        for projection, seq in pending.items():
+            async with self.store.transaction() as tx:
+                await tx.advance_checkpoint(projection, seq)
+
     async def _prime(self, texts: list[str]) -> None:
         prime = getattr(self.embedder, "prime", None)
         if prime is not None and len(texts) > 1:
             await asyncio.to_thread(prime, texts)
 
     # helpers ------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _projecting_inline(self, memory_id: UUID) -> AsyncIterator[None]:
+        """Mark a memory as being appended to and projected by this process (see prime_events)."""
+        self._inflight[memory_id] += 1
+        try:
+            yield
+        finally:
+            self._inflight[memory_id] -= 1
+            if self._inflight[memory_id] <= 0:
+                del self._inflight[memory_id]
+
     def _touch(self) -> None:
         self.last_activity = asyncio.get_running_loop().time()
+
+    async def _memory_vector(self, state: MemoryState) -> list[float]:
+        """The memory's dense vector; from primed sentence vectors without leaving the event loop
+        when the batch was primed, else embedded in a worker thread."""
+        texts = embedding_texts(state)
+        cached = getattr(self.embedder, "cached", None)
+        vectors = cached(texts) if cached is not None else None
+        if vectors is None:
+            vectors = await asyncio.to_thread(self.embedder.embed, texts)
+        return memory_vector(vectors)
 
     async def _embed_one(self, text: str) -> list[float]:
         vectors = await asyncio.to_thread(self.embedder.embed, [text])

@@ -59,7 +59,8 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
                         prepare=prepare_commands, concurrency=COMMAND_CONCURRENCY)
         ),
         asyncio.create_task(
-            bus.consume(names.projector(MEMORY, "memory"), projecting(PROJECTOR), stop, prepare=prepare_events)
+            bus.consume(names.projector(MEMORY, "memory"), projecting(PROJECTOR), stop, prepare=prepare_events,
+                        after_batch=service.flush_checkpoints)
         ),
         asyncio.create_task(
             bus.consume(names.projector(MEMORY, "shared", name=SHARED_PROJECTOR_NAME),
