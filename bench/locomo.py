@@ -178,11 +178,13 @@ async def run(
     categories: Sequence[int] = (1, 2, 3, 4, 5),
     batch: int = 64,
     search: Callable[..., Any] | None = None,
+    keyword_feedback: bool = True,
 ) -> Run:
     """Index every conversation into one fresh embedded index, then search each question.
 
     ``search`` (default: the index's own ``search``) lets variants be measured through the same
     harness; it is called with the index and the same keywords as ``VectorIndex.search``.
+    ``keyword_feedback=False`` measures hybrid search without its second (feedback) round.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -193,7 +195,9 @@ async def run(
     questions = [q for c in convs for q in c.questions if q.category in categories]
 
     home = Path(tempfile.mkdtemp(prefix="engram-locomo-"))
-    index: VectorIndex = build_vector_index(qdrant_url=None, path=home / "shard", dim=embedder.dim)
+    index: VectorIndex = build_vector_index(
+        qdrant_url=None, path=home / "shard", dim=embedder.dim, keyword_feedback=keyword_feedback
+    )
     try:
         await index.ensure()
         with _progress() as progress:
@@ -313,11 +317,16 @@ def markdown(r: Run) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--record", action="store_true", help="append the results to docs/benchmarks.md")
+    parser.add_argument(
+        "--no-keyword-feedback", action="store_true", help="hybrid search without its keyword-feedback round"
+    )
     args = parser.parse_args()
+    if args.record and args.no_keyword_feedback:
+        sys.exit("--record measures the production path: leave keyword feedback on")
     console = Console()
     if not LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {LOCOMO} (set ENGRAM_LOCOMO)")
-    result = asyncio.run(run())
+    result = asyncio.run(run(keyword_feedback=not args.no_keyword_feedback))
     console.print(table(result))
     timing = Table(title="phases")
     timing.add_column("phase")

@@ -7,8 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.memory.domain.keywords import (
+    FEEDBACK_MIN_HITS,
+    FEEDBACK_WEIGHT,
     SparseVector,
     document_vector,
+    expand_query,
     keyword_terms,
     query_vector,
     term_index,
@@ -143,3 +146,66 @@ def test_every_cjk_substring_pair_is_findable(text: str) -> None:
     doc = set(document_vector(text).indices)
     for i in range(len(text) - 1):
         assert set(query_vector(text[i : i + 2]).indices) <= doc
+
+
+# --- pseudo-relevance feedback ----------------------------------------------
+
+
+def weights(vector: SparseVector) -> dict[int, float]:
+    return dict(zip(vector.indices, vector.values, strict=True))
+
+
+FEEDBACK_POOL = [
+    document_vector("Caroline: I researched adoption agencies for LGBTQ parents"),
+    document_vector("Caroline: The adoption agencies were very welcoming"),
+    document_vector("Caroline: My mentor helped with the agencies' paperwork"),
+    document_vector("Caroline: I painted a sunset"),
+    document_vector("Caroline: The parade was fun"),
+    *[document_vector(f"Caroline: Day {i} went fine") for i in range(6)],
+]
+
+
+def test_feedback_adds_the_best_hits_specific_terms_with_lower_weight() -> None:
+    query = query_vector("What did Caroline research?")
+    expanded = weights(expand_query(query, FEEDBACK_POOL, docs=2, terms=3, min_hits=1))
+    own = weights(query)
+    assert all(expanded[i] == own[i] for i in own)  # the query's own terms keep their weights
+    added = {i: w for i, w in expanded.items() if i not in own}
+    # "adopt" and "agenc" are in both relevant hits, "welcom" is a larger share of the shorter one
+    # than "lgbtq" and "parent" are of the longer; "agenc" is also in a third, less relevant hit
+    assert set(added) == {term_index("adopt"), term_index("agenc"), term_index("welcom")}
+    assert added[term_index("adopt")] > added[term_index("welcom")] > added[term_index("agenc")]
+    assert sum(added.values()) == pytest.approx(FEEDBACK_WEIGHT * sum(own.values()))
+
+
+def test_feedback_passes_over_terms_every_hit_has() -> None:
+    query = query_vector("adoption")
+    expanded = weights(expand_query(query, FEEDBACK_POOL, docs=2, terms=5, min_hits=1))
+    assert term_index("carolin") not in expanded  # in every hit: says nothing about these two
+    assert term_index("agenc") in expanded
+
+
+def test_feedback_leaves_the_query_alone_when_there_is_nothing_to_add() -> None:
+    query = query_vector("adoption")
+    assert expand_query(query, []) is query
+    assert expand_query(query, [SparseVector((), ())], min_hits=1) is query
+    assert expand_query(query, [document_vector("adoption")], min_hits=1) is query  # nothing beyond its own term
+    empty = query_vector("")
+    assert expand_query(empty, FEEDBACK_POOL, min_hits=1) is empty
+
+
+def test_feedback_needs_a_background_of_hits() -> None:
+    query = query_vector("adoption")
+    assert len(FEEDBACK_POOL) < FEEDBACK_MIN_HITS
+    assert expand_query(query, FEEDBACK_POOL) is query
+    background = [document_vector(f"Melanie: Note {i} about pottery") for i in range(FEEDBACK_MIN_HITS)]
+    assert expand_query(query, FEEDBACK_POOL + background) != query
+
+
+def test_feedback_is_deterministic_and_well_formed() -> None:
+    query = query_vector("Caroline adoption")
+    one = expand_query(query, FEEDBACK_POOL, min_hits=1)
+    assert one == expand_query(query, list(FEEDBACK_POOL), min_hits=1)
+    assert list(one.indices) == sorted(set(one.indices))
+    assert all(v > 0 for v in one.values)
+    assert len(one.indices) <= len(query.indices) + 10

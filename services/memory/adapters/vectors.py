@@ -21,6 +21,15 @@ Search semantics, identical in both adapters:
   ``prefetch_limit``, default ``max(4 * limit, 50)``, each carrying the full
   filter) fused by Reciprocal Rank Fusion with ``k = RRF_K``; ``dense`` and
   ``sparse`` query one vector with the filter;
+* keyword feedback (``keyword_feedback``, default on): a ``hybrid`` search
+  first runs as above with limit ``max(limit, FEEDBACK_POOL)``, reading the
+  hits' stored keyword vectors;
+  :func:`~services.memory.domain.keywords.expand_query` adds the terms that
+  characterise its best hits to the sparse query, and the search runs again
+  with it (the dense query is unchanged). When nothing can be added, the first
+  round's top ``limit`` is the answer. Two engine queries instead of one; on
+  LoCoMo hybrid recall@10 rose from 0.710 to 0.724 (docs/recall-quality.md).
+  ``sparse`` searches stay literal: every hit shares a term with the query;
 * IDF statistics for the keyword vector are computed over the searching
   tenant's points only (``tenant_scoped_idf``, default on), so one tenant's
   vocabulary never shifts another tenant's scores;
@@ -55,6 +64,7 @@ __all__ = [
     "as_float_list",
     "build_vector_index",
     "default_prefetch_limit",
+    "feedback_pool_limit",
     "validate_search",
 ]
 
@@ -65,6 +75,9 @@ TENANT_FIELD = "tenant"
 KEYWORD_FIELDS: tuple[str, ...] = ("tenant", "project", "status", "category")
 #: Reciprocal Rank Fusion constant; 2 is Qdrant server's default for ``Fusion.RRF``.
 RRF_K = 2
+#: Hits of a keyword-feedback search's first round: the best ``FEEDBACK_DOCS`` of them are read
+#: as relevant, all of them are the background a feedback term must stand out from.
+FEEDBACK_POOL = 100
 
 SearchMode = Literal["hybrid", "dense", "sparse"]
 
@@ -173,6 +186,11 @@ def default_prefetch_limit(limit: int) -> int:
     return max(limit * 4, 50)
 
 
+def feedback_pool_limit(limit: int) -> int:
+    """Hits of the first round of a keyword-feedback search: ``max(limit, FEEDBACK_POOL)``."""
+    return max(limit, FEEDBACK_POOL)
+
+
 def validate_search(
     *,
     dense: Sequence[float] | None,
@@ -208,6 +226,7 @@ def build_vector_index(
     collection: str = "memories",
     api_key: str | None = None,
     tenant_scoped_idf: bool = True,
+    keyword_feedback: bool = True,
 ) -> VectorIndex:
     """Pick the adapter from configuration.
 
@@ -219,12 +238,15 @@ def build_vector_index(
       (``api_key`` optional).
 
     ``tenant_scoped_idf=False`` falls back to collection-wide IDF, for Qdrant
-    servers that predate IDF corpus scoping.
+    servers that predate IDF corpus scoping. ``keyword_feedback=False`` turns
+    the second round of hybrid searches off.
     """
     if not qdrant_url:
         from services.memory.adapters.vectors_edge import EdgeVectorIndex
 
-        return EdgeVectorIndex(Path(path), dim, tenant_scoped_idf=tenant_scoped_idf)
+        return EdgeVectorIndex(
+            Path(path), dim, tenant_scoped_idf=tenant_scoped_idf, keyword_feedback=keyword_feedback
+        )
 
     from qdrant_client import AsyncQdrantClient
 
@@ -234,4 +256,6 @@ def build_vector_index(
         client = AsyncQdrantClient(location=":memory:")
     else:
         client = AsyncQdrantClient(url=qdrant_url, api_key=api_key)
-    return QdrantServerVectorIndex(client, collection, dim, tenant_scoped_idf=tenant_scoped_idf)
+    return QdrantServerVectorIndex(
+        client, collection, dim, tenant_scoped_idf=tenant_scoped_idf, keyword_feedback=keyword_feedback
+    )

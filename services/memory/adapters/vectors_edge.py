@@ -53,8 +53,10 @@ from services.memory.adapters.vectors import (
     VectorPoint,
     as_float_list,
     default_prefetch_limit,
+    feedback_pool_limit,
     validate_search,
 )
+from services.memory.domain.keywords import expand_query
 
 try:
     import fcntl
@@ -87,15 +89,20 @@ class EdgeVectorIndex:
     ``ensure()`` opens the shard (creating it if ``path`` holds none) and adds
     any missing payload index; it must be awaited first. Opening an existing
     shard created with a different ``dim`` fails. ``tenant_scoped_idf``
-    computes keyword IDF over the searching tenant's points only.
+    computes keyword IDF over the searching tenant's points only;
+    ``keyword_feedback`` expands the keyword side of a hybrid query with the
+    best hits of a first round (see the port docs).
     """
 
-    def __init__(self, path: Path, dim: int, *, tenant_scoped_idf: bool = True) -> None:
+    def __init__(
+        self, path: Path, dim: int, *, tenant_scoped_idf: bool = True, keyword_feedback: bool = True
+    ) -> None:
         if dim <= 0:
             raise ValueError("dim must be positive")
         self.path = Path(path)
         self.dim = dim
         self.tenant_scoped_idf = tenant_scoped_idf
+        self.keyword_feedback = keyword_feedback
         self._shard: qe.EdgeShard | None = None
         self._lock_file: IO[bytes] | None = None
         self._closed = False
@@ -329,41 +336,59 @@ class EdgeVectorIndex:
         dense_query = (
             qe.Query.Nearest(as_float_list(dense), using=DENSE_VECTOR) if dense is not None else None
         )
-        sparse_query = (
-            qe.Query.Nearest(qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE_VECTOR)
-            if sparse is not None
-            else None
-        )
-        if mode == "dense":
-            request = qe.QueryRequest(limit=limit, query=dense_query, filter=flt, with_payload=True)
-        elif mode == "sparse":
-            if sparse is None or sparse.is_empty:
-                return []
-            request = qe.QueryRequest(
-                limit=limit,
-                query=sparse_query,
-                filter=flt,
-                with_payload=True,
-                params=self._sparse_params(filter),
+        pl = prefetch_limit if prefetch_limit is not None else default_prefetch_limit(limit)
+
+        def request(keywords: SparseVector | None, size: int, with_keywords: bool) -> qe.QueryRequest:
+            sparse_query = (
+                qe.Query.Nearest(
+                    qe.SparseVector(list(keywords.indices), list(keywords.values)), using=SPARSE_VECTOR
+                )
+                if keywords is not None and not keywords.is_empty
+                else None
             )
-        else:
-            pl = prefetch_limit if prefetch_limit is not None else default_prefetch_limit(limit)
+            vectors = [SPARSE_VECTOR] if with_keywords else None
+            if mode == "dense":
+                return qe.QueryRequest(limit=size, query=dense_query, filter=flt, with_payload=True)
+            if mode == "sparse":
+                return qe.QueryRequest(
+                    limit=size, query=sparse_query, filter=flt, with_payload=True,
+                    params=self._sparse_params(filter),
+                )
             prefetches = [qe.Prefetch(limit=pl, query=dense_query, filter=flt)]
-            if sparse is not None and not sparse.is_empty:
+            if sparse_query is not None:
                 prefetches.append(
                     qe.Prefetch(limit=pl, query=sparse_query, filter=flt, params=self._sparse_params(filter))
                 )
-            request = qe.QueryRequest(
-                limit=limit,
+            return qe.QueryRequest(
+                limit=size,
                 prefetches=prefetches,
                 query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]  # the stub's union omits Fusion.Rrf
                 filter=flt,
                 with_payload=True,
+                with_vector=vectors,
             )
+
+        if mode == "sparse" and (sparse is None or sparse.is_empty):
+            return []
+        if self.keyword_feedback and mode == "hybrid" and sparse is not None and not sparse.is_empty:
+            first = shard.query(request(sparse, feedback_pool_limit(limit), True))
+            expanded = expand_query(sparse, [self._keywords_of(p) for p in first])
+            points = first[:limit] if expanded == sparse else shard.query(request(expanded, limit, False))
+        else:
+            points = shard.query(request(sparse, limit, False))
         return [
             SearchHit(id=_point_id(p.id), score=float(p.score), payload=dict(p.payload or {}))
-            for p in shard.query(request)
+            for p in points
         ]
+
+    @staticmethod
+    def _keywords_of(point: qe.ScoredPoint) -> SparseVector:
+        """The stored keyword vector of a hit read with ``with_vector`` (empty if it has none)."""
+        vectors = point.vector if isinstance(point.vector, dict) else {}
+        stored = vectors.get(SPARSE_VECTOR)
+        if stored is None:
+            return SparseVector((), ())
+        return SparseVector(tuple(stored.indices), tuple(stored.values))
 
     async def count(self, filter: SearchFilter) -> int:
         """Exact number of points matching ``filter``."""

@@ -7,7 +7,9 @@ Same schema and search semantics as the embedded adapter (see
   searches (read-your-writes, which the memory service relies on).
 * Hybrid search is one ``query_points`` call: a dense and a sparse
   ``Prefetch`` (each with the filter), fused by ``FusionQuery(Fusion.RRF)``
-  (server default ``k = 2``, the value the embedded adapter uses too).
+  (server default ``k = 2``, the value the embedded adapter uses too); with
+  keyword feedback (default), two: the first also returns its hits' keyword
+  vectors, from which the second's sparse query is expanded.
 * In local mode (``AsyncQdrantClient(location=":memory:")`` or a path)
   payload indexes have no effect; creating them is skipped there without the
   client's warning. Searches are exact in local mode.
@@ -40,8 +42,10 @@ from services.memory.adapters.vectors import (
     VectorPoint,
     as_float_list,
     default_prefetch_limit,
+    feedback_pool_limit,
     validate_search,
 )
+from services.memory.domain.keywords import expand_query
 
 __all__ = ["QdrantServerVectorIndex"]
 
@@ -63,6 +67,7 @@ class QdrantServerVectorIndex:
         dim: int,
         *,
         tenant_scoped_idf: bool = True,
+        keyword_feedback: bool = True,
     ) -> None:
         if dim <= 0:
             raise ValueError("dim must be positive")
@@ -70,6 +75,7 @@ class QdrantServerVectorIndex:
         self.collection = collection
         self.dim = dim
         self.tenant_scoped_idf = tenant_scoped_idf
+        self.keyword_feedback = keyword_feedback
 
     @property
     def _is_local(self) -> bool:
@@ -200,57 +206,61 @@ class QdrantServerVectorIndex:
         validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
         flt = self._filter(filter)
         dense_query = as_float_list(dense) if dense is not None else None
-        sparse_query = (
-            qm.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
-            if sparse is not None
-            else None
-        )
-        if mode == "dense":
-            response = await self.client.query_points(
-                self.collection,
-                query=dense_query,
-                using=DENSE_VECTOR,
-                query_filter=flt,
-                limit=limit,
-                with_payload=True,
+        pl = prefetch_limit if prefetch_limit is not None else default_prefetch_limit(limit)
+
+        async def query(keywords: SparseVector | None, size: int, with_keywords: bool) -> list[qm.ScoredPoint]:
+            sparse_query = (
+                qm.SparseVector(indices=list(keywords.indices), values=list(keywords.values))
+                if keywords is not None and not keywords.is_empty
+                else None
             )
-        elif mode == "sparse":
-            if sparse is None or sparse.is_empty:
-                return []
-            response = await self.client.query_points(
-                self.collection,
-                query=sparse_query,
-                using=SPARSE_VECTOR,
-                query_filter=flt,
-                search_params=self._sparse_params(filter),
-                limit=limit,
-                with_payload=True,
-            )
-        else:
-            pl = prefetch_limit if prefetch_limit is not None else default_prefetch_limit(limit)
-            prefetch = [qm.Prefetch(query=dense_query, using=DENSE_VECTOR, filter=flt, limit=pl)]
-            if sparse is not None and not sparse.is_empty:
-                prefetch.append(
-                    qm.Prefetch(
-                        query=sparse_query,
-                        using=SPARSE_VECTOR,
-                        filter=flt,
-                        params=self._sparse_params(filter),
-                        limit=pl,
-                    )
+            vectors: list[str] | bool = [SPARSE_VECTOR] if with_keywords else False
+            if mode == "dense":
+                response = await self.client.query_points(
+                    self.collection, query=dense_query, using=DENSE_VECTOR, query_filter=flt,
+                    limit=size, with_payload=True,
                 )
-            response = await self.client.query_points(
-                self.collection,
-                prefetch=prefetch,
-                query=qm.FusionQuery(fusion=qm.Fusion.RRF),
-                query_filter=flt,
-                limit=limit,
-                with_payload=True,
-            )
+            elif mode == "sparse":
+                response = await self.client.query_points(
+                    self.collection, query=sparse_query, using=SPARSE_VECTOR, query_filter=flt,
+                    search_params=self._sparse_params(filter), limit=size, with_payload=True,
+                )
+            else:
+                prefetch = [qm.Prefetch(query=dense_query, using=DENSE_VECTOR, filter=flt, limit=pl)]
+                if sparse_query is not None:
+                    prefetch.append(
+                        qm.Prefetch(
+                            query=sparse_query, using=SPARSE_VECTOR, filter=flt,
+                            params=self._sparse_params(filter), limit=pl,
+                        )
+                    )
+                response = await self.client.query_points(
+                    self.collection, prefetch=prefetch, query=qm.FusionQuery(fusion=qm.Fusion.RRF),
+                    query_filter=flt, limit=size, with_payload=True, with_vectors=vectors,
+                )
+            return list(response.points)
+
+        if mode == "sparse" and (sparse is None or sparse.is_empty):
+            return []
+        if self.keyword_feedback and mode == "hybrid" and sparse is not None and not sparse.is_empty:
+            first = await query(sparse, feedback_pool_limit(limit), True)
+            expanded = expand_query(sparse, [self._keywords_of(p) for p in first])
+            points = first[:limit] if expanded == sparse else await query(expanded, limit, False)
+        else:
+            points = await query(sparse, limit, False)
         return [
             SearchHit(id=str(uuid.UUID(str(p.id))), score=float(p.score), payload=dict(p.payload or {}))
-            for p in response.points
+            for p in points
         ]
+
+    @staticmethod
+    def _keywords_of(point: qm.ScoredPoint) -> SparseVector:
+        """The stored keyword vector of a hit read with ``with_vectors`` (empty if it has none)."""
+        vectors = point.vector if isinstance(point.vector, dict) else {}
+        stored = vectors.get(SPARSE_VECTOR)
+        if not isinstance(stored, qm.SparseVector):
+            return SparseVector((), ())
+        return SparseVector(tuple(stored.indices), tuple(stored.values))
 
     async def count(self, filter: SearchFilter) -> int:
         """Exact number of points matching ``filter``."""

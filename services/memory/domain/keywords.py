@@ -26,16 +26,21 @@ Weights: documents carry the BM25 term-frequency component (saturation and
 length normalisation, see :func:`document_vector`); queries carry 1.0 per
 distinct term. The vector index applies the IDF factor (Qdrant's ``idf``
 modifier), so the dot product of the two is a BM25 score.
+
+:func:`expand_query` adds pseudo-relevance feedback: the terms that
+characterise the best first-round hits join the query with a lower weight.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 import threading
 import unicodedata
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import snowballstemmer
@@ -43,6 +48,7 @@ import snowballstemmer
 __all__ = [
     "SparseVector",
     "document_vector",
+    "expand_query",
     "keyword_terms",
     "query_vector",
     "term_index",
@@ -204,3 +210,68 @@ def query_vector(text: str) -> SparseVector:
     """Sparse vector to search with: weight 1.0 for each distinct term of ``text``."""
     indices = tuple(sorted({term_index(t) for t in keyword_terms(text)}))
     return SparseVector(indices, (1.0,) * len(indices))
+
+
+# --- pseudo-relevance feedback ----------------------------------------------
+
+#: How many of the best first-round hits are read as relevant.
+FEEDBACK_DOCS = 5
+#: How many terms they add to the query at most.
+FEEDBACK_TERMS = 10
+#: The added terms' total weight, relative to the query's own total weight.
+FEEDBACK_WEIGHT = 0.5
+#: Fewer first-round hits than this leave the query alone: a term can only stand out as
+#: specific to the best hits against a background of other hits.
+FEEDBACK_MIN_HITS = 4 * FEEDBACK_DOCS
+
+
+def expand_query(
+    query: SparseVector,
+    ranked: Sequence[SparseVector],
+    *,
+    docs: int = FEEDBACK_DOCS,
+    terms: int = FEEDBACK_TERMS,
+    weight: float = FEEDBACK_WEIGHT,
+    min_hits: int = FEEDBACK_MIN_HITS,
+) -> SparseVector:
+    """``query`` plus the terms that characterise the best hits of a first search (RM3-style
+    pseudo-relevance feedback over the stored keyword vectors).
+
+    ``ranked`` holds the stored (:func:`document_vector`) vectors of the first search's hits, best
+    first; the first ``docs`` are taken as relevant, and all of them are the background against
+    which a term counts as specific. Each term not in the query scores its share of each relevant
+    document's weight, summed over those documents, times ``log(1 + (n - df + 0.5) / (df + 0.5))``
+    with ``df`` the number of the ``n`` hits that contain it (a word in every hit, such as the
+    name of the person all of them are about, scores little). The best ``terms`` join the
+    query, sharing a total weight of ``weight`` times the query's own total, in proportion to
+    their scores. The query's own terms keep their weights. Returns ``query`` itself when it is
+    empty, when ``ranked`` has fewer than ``min_hits`` vectors (too few to tell specific terms
+    from common ones: a small project's searches stay as they were) or when nothing can be added.
+    Deterministic: ties go to the lower term index.
+    """
+    if query.is_empty or len(ranked) < max(min_hits, 1):
+        return query
+    own = dict(zip(query.indices, query.values, strict=True))
+    relevance: dict[int, float] = defaultdict(float)
+    for vector in ranked[:docs]:
+        total = sum(vector.values)
+        if total <= 0:
+            continue
+        for index, value in zip(vector.indices, vector.values, strict=True):
+            if index not in own:
+                relevance[index] += value / total
+    if not relevance:
+        return query
+    n = len(ranked)
+    df = Counter(index for vector in ranked for index in vector.indices)
+    scored = {i: r * math.log(1.0 + (n - df[i] + 0.5) / (df[i] + 0.5)) for i, r in relevance.items()}
+    chosen = sorted(scored, key=lambda i: (-scored[i], i))[:terms]
+    mass = sum(scored[i] for i in chosen)
+    if mass <= 0:
+        return query
+    budget = weight * sum(own.values())
+    expanded = dict(own)
+    for index in chosen:
+        expanded[index] = budget * scored[index] / mass
+    indices = tuple(sorted(expanded))
+    return SparseVector(indices, tuple(expanded[i] for i in indices))
