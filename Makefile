@@ -40,8 +40,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check contracts kit services deploy tests bench
 
 bench: $(STAMP)
-	$(BIN)/python bench/recall_latency.py
-	$(BIN)/python bench/save_throughput.py
+	$(BIN)/python bench/locomo.py --record
+	$(BIN)/python bench/save_throughput.py --record
+	$(BIN)/python bench/mcp_bench.py --memories 10000 --preload
 
 clean:
 	rm -rf $(VENV) tools/inspector/node_modules .pytest_cache
