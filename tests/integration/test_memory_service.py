@@ -259,6 +259,20 @@ async def test_projects_and_profile(app: MemoryApp) -> None:
     assert empty.result == {"static": [], "dynamic": []}
 
 
+async def test_profile_follows_every_write_although_cached(app: MemoryApp) -> None:
+    async def profile() -> list[str]:
+        reply = await app.service.handle_query(QueryEnvelope(type="profile", tenant="carol", payload={}))
+        return [m["content"] for m in reply.result["static"] + reply.result["dynamic"]]
+
+    await app.service.handle_command(cmd("save_memory", {"content": "Carol is vegetarian", "category": "preference"}, "carol"))
+    assert await profile() == ["Carol is vegetarian"]
+    assert await profile() == ["Carol is vegetarian"]  # served from the cache
+    await app.service.handle_command(cmd("save_memory", {"content": "Carol moved to Porto"}, "carol"))
+    assert set(await profile()) == {"Carol is vegetarian", "Carol moved to Porto"}
+    await app.service.handle_command(cmd("forget_memory", {"content": "Carol is vegetarian"}, "carol"))
+    assert await profile() == ["Carol moved to Porto"]
+
+
 async def test_batch_hints_never_duplicate_or_replay(app: MemoryApp) -> None:
     """A fetched batch is prepared with one lookup of outcomes and saved contents; contents in the
     batch twice, retried commands and contents saved before the batch keep their usual answers."""

@@ -114,6 +114,10 @@ class MemoryService:
         self._absent_contents: set[tuple[str, str, str]] = set()
         self._content_writes = 0  # counts writes of memory contents, see prime_commands
         self._content_written: dict[tuple[str, str, str], int] = {}
+        # Profiles are asked with most recalls and change only when the tenant's memories do:
+        # cached per question, valid while the tenant's write count is what it was.
+        self._tenant_writes: Counter[str] = Counter()
+        self._profiles: dict[tuple[str, str | None, int, int], tuple[int, dict[str, Any]]] = {}
 
     # commands -----------------------------------------------------------------------------
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
@@ -400,8 +404,11 @@ class MemoryService:
             await tx.upsert(state, model.content_hash(state.content), seq, outcome)
             return True
 
-        return await self._project_once(tx_lock=lambda tx: tx.lock(state.id), write=write,
-                                        seq=seq, outcome=outcome, checkpoint=checkpoint)
+        try:
+            return await self._project_once(tx_lock=lambda tx: tx.lock(state.id), write=write,
+                                            seq=seq, outcome=outcome, checkpoint=checkpoint)
+        finally:
+            self._tenant_writes[state.tenant] += 1  # whatever happened, cached profiles are stale
 
     async def _project_once(
         self,
@@ -479,9 +486,7 @@ class MemoryService:
                 projects = ProjectList(projects=await self.store.projects(query.tenant))
                 return Reply.success(projects.model_dump(mode="json"))
             if query.type == "profile":
-                pq = GetProfile.model_validate(query.payload)
-                profile = await self.store.profile(query.tenant, pq.project, pq.static_limit, pq.dynamic_limit)
-                return Reply.success(profile.model_dump(mode="json"))
+                return Reply.success(await self._profile(query.tenant, GetProfile.model_validate(query.payload)))
             if query.type == "command_outcome":
                 command_id = str(query.payload.get("command_id", ""))
                 outcome = await self.store.outcome(query.tenant, command_id)
@@ -493,6 +498,21 @@ class MemoryService:
         except DomainError as exc:
             return Reply.failure(exc.code, exc.message, exc.field)
         return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown query {query.type!r}", "type")
+
+    async def _profile(self, tenant: str, query: GetProfile) -> dict[str, Any]:
+        """The profile from the read model, cached until this process projects a write of the
+        tenant's (every write passes through ``apply`` here: inline, by the projector or replay)."""
+        key = (tenant, query.project, query.static_limit, query.dynamic_limit)
+        writes = self._tenant_writes[tenant]
+        cached = self._profiles.get(key)
+        if cached is not None and cached[0] == writes:
+            return cached[1]
+        profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
+        answer = profile.model_dump(mode="json")
+        if len(self._profiles) > _HINTS_MAX:
+            self._profiles.clear()
+        self._profiles[key] = (writes, answer)
+        return answer
 
     # batching -----------------------------------------------------------------------------
     async def prime_commands(self, envs: list[CommandEnvelope]) -> None:
