@@ -17,4 +17,7 @@ class MemorySettings(CommonSettings):
     embedder_dim: int | None = None
     embedder_api_key: str | None = None
     embedder_threads: int | None = None
+    keyword_feedback: bool = Field(
+        True, description="expand hybrid recall's keywords from its best first-round hits (+recall, +~2 ms)"
+    )
     memory_schema: str = "memory"
