@@ -28,7 +28,7 @@ Search semantics, identical in both adapters:
   characterise its best hits to the sparse query, and the search runs again
   with it (the dense query is unchanged). When nothing can be added, the first
   round's top ``limit`` is the answer. Two engine queries instead of one; on
-  LoCoMo hybrid recall@10 rose from 0.710 to 0.724 (docs/recall-quality.md).
+  LoCoMo hybrid recall@10 rose from 0.711 to 0.725 (docs/recall-quality.md).
   ``sparse`` searches stay literal: every hit shares a term with the query;
 * IDF statistics for the keyword vector are computed over the searching
   tenant's points only (``tenant_scoped_idf``, default on), so one tenant's
@@ -77,7 +77,7 @@ KEYWORD_FIELDS: tuple[str, ...] = ("tenant", "project", "status", "category")
 RRF_K = 2
 #: Hits of a keyword-feedback search's first round: the best ``FEEDBACK_DOCS`` of them are read
 #: as relevant, all of them are the background a feedback term must stand out from.
-FEEDBACK_POOL = 100
+FEEDBACK_POOL = 50
 
 SearchMode = Literal["hybrid", "dense", "sparse"]
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
 import re
 import threading
@@ -263,7 +264,7 @@ def expand_query(
     if not relevance:
         return query
     n = len(ranked)
-    df = Counter(index for vector in ranked for index in vector.indices)
+    df = Counter(itertools.chain.from_iterable(vector.indices for vector in ranked))
     scored = {i: r * math.log(1.0 + (n - df[i] + 0.5) / (df[i] + 0.5)) for i, r in relevance.items()}
     chosen = sorted(scored, key=lambda i: (-scored[i], i))[:terms]
     mass = sum(scored[i] for i in chosen)
