@@ -22,6 +22,7 @@ from services.memory.application.indexing import (
     memory_vector,
     passage_weights,
     passages,
+    passages_vector,
     point_for,
     split_sentences,
 )
@@ -168,3 +169,6 @@ def test_content_vector_is_the_vector_a_memory_gets() -> None:
     text = "Caroline: First sentence here. Second one?"
     emb = CountingEmbedder()
     assert content_vector(emb, text) == pytest.approx(embed_memories(emb, [state(text)])[0], abs=1e-9)
+    texts = embedding_texts(state(text))
+    assert passages_vector(texts, emb.embed(texts)) == pytest.approx(content_vector(emb, text), abs=1e-9)
+    assert passages_vector(texts, emb.embed(texts)) != pytest.approx(memory_vector(emb.embed(texts)), abs=1e-6)

@@ -161,7 +161,13 @@ def embed_passages(embedder: Embedder, groups: Sequence[Sequence[str]]) -> list[
     if not texts:
         return []
     matrix = embedder.embed(texts)
-    return [memory_vector(matrix[a:b], passage_weights(texts[a:b])) for a, b in bounds]
+    return [passages_vector(texts[a:b], matrix[a:b]) for a, b in bounds]
+
+
+def passages_vector(texts: Sequence[str], vectors: np.ndarray | Sequence[Sequence[float]]) -> list[float]:
+    """The dense vector of a memory whose :func:`passages` are ``texts`` with embeddings
+    ``vectors`` (e.g. primed ones): :func:`memory_vector` weighted by :func:`passage_weights`."""
+    return memory_vector(vectors, passage_weights(texts))
 
 
 def content_vector(embedder: Embedder, text: str) -> list[float]:
