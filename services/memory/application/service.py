@@ -56,9 +56,10 @@ from services.memory.adapters.vectors import VectorIndex
 from services.memory.application.indexing import (
     SEARCH_MODES,
     active_filter,
+    content_vector,
     embedding_texts,
-    memory_vector,
     passages,
+    passages_vector,
     point_for,
 )
 from services.memory.domain import model, shared
@@ -362,7 +363,7 @@ class MemoryService:
         if exact is not None:
             return exact, "exact", 1.0
         # compared the way memories are embedded (sentence by sentence), not as one text
-        dense = memory_vector(await asyncio.to_thread(self.embedder.embed, passages(model.normalize_content(cmd.content))))
+        dense = await asyncio.to_thread(content_vector, self.embedder, model.normalize_content(cmd.content))
         hits = await self.index.search(
             dense=dense, sparse=None, mode="dense", limit=3,
             filter=active_filter(tenant, cmd.project),
@@ -613,7 +614,7 @@ class MemoryService:
         vectors = cached(texts) if cached is not None else None
         if vectors is None:
             vectors = await asyncio.to_thread(self.embedder.embed, texts)
-        return memory_vector(vectors)
+        return passages_vector(texts, vectors)
 
     async def _embed_one(self, text: str) -> list[float]:
         vectors = await asyncio.to_thread(self.embedder.embed, [text])
