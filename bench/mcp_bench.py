@@ -217,11 +217,12 @@ def main() -> None:
     load_line = f"(loaded earlier: {state.get('load_line', '')})"
     if not state.get("loaded"):
         with Stack(options) as stack:
-            created = stack.create_key(None, "bench")
-            state.update(namespace=options.namespace, key=created["key"], tenant=created["view"]["user_id"],
-                         memories=args.memories)
-            if state_file:
-                state_file.write_text(json.dumps(state))
+            if "key" not in state:  # else an interrupted load resumes: saved contents dedupe
+                created = stack.create_key(None, "bench")
+                state.update(namespace=options.namespace, key=created["key"], tenant=created["view"]["user_id"],
+                             memories=args.memories)
+                if state_file:
+                    state_file.write_text(json.dumps(state))
             url = stack.gateway_url + "/mcp"
             if args.preload:
                 rate = asyncio.run(preload(stack, state["tenant"], texts))

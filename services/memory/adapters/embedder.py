@@ -13,9 +13,11 @@ Both return ``float32`` arrays of shape ``(n, dim)`` with L2-normalised rows.
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,6 +36,7 @@ __all__ = [
 #: Accepted values of ``build_embedder(kind=...)``.
 EMBEDDER_KINDS: tuple[str, ...] = ("minilm", "openai")
 
+_CHUNK = 32  # texts per onnxruntime run (length-sorted, padded to the chunk's longest)
 _TOKENIZER_RELPATH = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
 
 
@@ -99,9 +102,14 @@ class MiniLMEmbedder:
     ``last_hidden_state`` over the attention mask; L2 normalisation.
 
     Single-text calls (typically queries, which repeat) go through an LRU cache
-    of ``cache_size`` entries; batch calls bypass it. ``threads`` sets
-    onnxruntime's intra-op thread count (``None``: onnxruntime's default, one per
-    physical core). ``embed`` is thread-safe.
+    of ``cache_size`` entries; batch calls bypass it. ``threads`` is how many
+    cores the embedder may use (``None``: all of them). A call of at most one
+    chunk (a query) runs on one session with that many intra-op threads, for
+    latency. A larger batch runs its chunks side by side on a second session
+    with one intra-op thread each, one chunk per core: independent runs keep
+    the cores busy when the service's event loop takes one of them for a
+    moment, where intra-op threads would wait for each other at every
+    operator (measured in docs/benchmarks.md). ``embed`` is thread-safe.
     """
 
     model_id: str = "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"
@@ -132,6 +140,15 @@ class MiniLMEmbedder:
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", pad_type_id=0)  # pad to longest
         self._tokenizer = tokenizer
 
+        self._parallel = max(1, threads or os.cpu_count() or 1)
+        path = str(model_path or _default_model_path())
+        self._session = self._open_session(ort, path, threads)
+        self._batch_session = self._open_session(ort, path, 1) if self._parallel > 1 else self._session
+        self._pool = ThreadPoolExecutor(self._parallel, thread_name_prefix="embed") if self._parallel > 1 else None
+        self._input_names = {i.name for i in self._session.get_inputs()}
+
+    @staticmethod
+    def _open_session(ort: Any, path: str, threads: int | None) -> Any:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is not None:
@@ -140,12 +157,7 @@ class MiniLMEmbedder:
         # Idle intra-op threads sleep instead of spinning: in a service the event loop, NATS and
         # Postgres need the cores between inference runs (docs/benchmarks.md, save throughput).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
-            str(model_path or _default_model_path()),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
-        self._input_names = {i.name for i in self._session.get_inputs()}
+        return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``; returns ``float32`` ``(len(texts), 384)``, unit rows."""
@@ -182,19 +194,26 @@ class MiniLMEmbedder:
         )
         order = np.argsort(lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        chunk = 32
-        for start in range(0, len(order), chunk):
-            idx = order[start : start + chunk]
+        chunks = [order[start : start + _CHUNK] for start in range(0, len(order), _CHUNK)]
+
+        def run(idx: np.ndarray, session: Any) -> None:
             width = int(lengths[idx].max())
             ids = np.array([encodings[i].ids[:width] for i in idx], dtype=np.int64)
             mask = np.array([encodings[i].attention_mask[:width] for i in idx], dtype=np.int64)
             feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in self._input_names:
                 feeds["token_type_ids"] = np.zeros_like(ids)
-            (hidden,) = self._session.run(["last_hidden_state"], feeds)
+            (hidden,) = session.run(["last_hidden_state"], feeds)
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
             out[idx] = _l2_normalise(pooled)
+
+        if self._pool is None or len(chunks) == 1:
+            for idx in chunks:
+                run(idx, self._session)
+        else:
+            for done in [self._pool.submit(run, idx, self._batch_session) for idx in chunks]:
+                done.result()
         return out
 
     def cache_clear(self) -> None:
