@@ -151,29 +151,31 @@ class MemoryStore:
         return Reply[Any].model_validate(json.loads(raw)) if raw is not None else None
 
     async def known_commands(self, commands: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which of these (tenant, command_id) already have an outcome (one query for a batch)."""
+        """Which of these (tenant, command_id) already have an outcome (one query for a batch).
+
+        Each column is matched with ``= ANY`` of its distinct values (an index probe per
+        combination on the primary key) — a join with ``unnest`` would be planned as a scan."""
         if not commands:
             return set()
         rows = await self.pool.fetch(
-            f"""SELECT c.tenant, c.command_id FROM {self.s}.command_log c
-                JOIN unnest($1::text[], $2::text[]) AS q(tenant, command_id)
-                  ON c.tenant = q.tenant AND c.command_id = q.command_id""",
-            [t for t, _ in commands], [c for _, c in commands],
+            f"""SELECT tenant, command_id FROM {self.s}.command_log
+                WHERE tenant = ANY($1::text[]) AND command_id = ANY($2::text[])""",
+            sorted({t for t, _ in commands}), sorted({c for _, c in commands}),
         )
-        return {(r["tenant"], r["command_id"]) for r in rows}
+        return {(r["tenant"], r["command_id"]) for r in rows} & set(commands)
 
     async def active_hashes(self, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
-        """Which of these (tenant, project, content hash) an active memory has (one query)."""
+        """Which of these (tenant, project, content hash) an active memory has (one query, index
+        probes on ``memories_content`` as in :meth:`known_commands`)."""
         if not keys:
             return set()
         rows = await self.pool.fetch(
-            f"""SELECT DISTINCT m.tenant, m.project, m.content_hash FROM {self.s}.memories m
-                JOIN unnest($1::text[], $2::text[], $3::text[]) AS q(tenant, project, content_hash)
-                  ON m.tenant = q.tenant AND m.project = q.project AND m.content_hash = q.content_hash
-                WHERE m.status = 'active'""",
-            [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+            f"""SELECT tenant, project, content_hash FROM {self.s}.memories
+                WHERE status = 'active' AND tenant = ANY($1::text[]) AND project = ANY($2::text[])
+                  AND content_hash = ANY($3::text[])""",
+            sorted({k[0] for k in keys}), sorted({k[1] for k in keys}), sorted({k[2] for k in keys}),
         )
-        return {(r["tenant"], r["project"], r["content_hash"]) for r in rows}
+        return {(r["tenant"], r["project"], r["content_hash"]) for r in rows} & set(keys)
 
     async def find_active_by_hash(self, tenant: str, project: str, content_hash: str) -> MemoryState | None:
         row = await self.pool.fetchrow(
