@@ -344,3 +344,21 @@ async def test_projector_skips_what_commands_already_projected(app: MemoryApp) -
         inner.embed = original
     assert calls == []
     assert await app.store.counts() == {"active": 3}
+
+
+async def test_a_batch_of_contents_already_saved_embeds_nothing(app: MemoryApp) -> None:
+    """Re-importing what is already there is answered 'unchanged' without embedding it again."""
+    await app.service.handle_command(cmd("save_memory", {"content": "Imported once. Then again."}))
+    inner = app.service.embedder.inner  # type: ignore[attr-defined]
+    calls: list[list[str]] = []
+    original = inner.embed
+    inner.embed = lambda texts: calls.append(list(texts)) or original(texts)
+    try:
+        again = [cmd("save_memory", {"content": "Imported once. Then again."}),
+                 cmd("save_memory", {"content": "New in this import. Yes."})]
+        await app.service.prime_commands(again)
+        replies = [await app.service.handle_command(c) for c in again]
+    finally:
+        inner.embed = original
+    assert [r.result["created"] for r in replies] == [False, True]
+    assert calls == [["New in this import.", "Yes."]]

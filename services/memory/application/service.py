@@ -523,7 +523,7 @@ class MemoryService:
 
         A content written by this process after the lookup started is left out (the write
         counter), so the hint never claims a content is new when a write may have raced it."""
-        texts: list[str] = []
+        to_embed: list[tuple[tuple[str, str, str] | None, list[str]]] = []
         contents: list[tuple[str, str, str]] = []
         for env in envs:
             if env.type != "save_memory":
@@ -532,9 +532,11 @@ class MemoryService:
                 cmd = SaveMemory.model_validate(env.payload)
             except ValidationError:
                 continue
-            texts.extend(passages(model.normalize_content(cmd.content)))
+            content = None
             if model.resolve_key(cmd) is None:
-                contents.append((env.tenant, cmd.project, model.content_hash(cmd.content)))
+                content = (env.tenant, cmd.project, model.content_hash(cmd.content))
+                contents.append(content)
+            to_embed.append((content, passages(model.normalize_content(cmd.content))))
         commands = [(env.tenant, env.command_id) for env in envs]
         written_before = self._content_writes
         known = await self.store.known_commands(commands)
@@ -548,7 +550,8 @@ class MemoryService:
         self._absent_contents.update(
             c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
         )
-        await self._prime(texts)
+        # a content already saved is answered "unchanged" without embedding (idempotent re-imports)
+        await self._prime([t for content, texts in to_embed if content not in present for t in texts])
 
     async def prime_events(self, batch: list[tuple[EventEnvelope, int]]) -> None:
         """Prepare a projector batch: find which events are already projected (one query), let
