@@ -86,6 +86,9 @@ async def main() -> None:
     embedder.cache_clear()
     embed_ms, optimised = await measure()
     total = [a + b for a, b in zip(embed_ms, optimised, strict=True)]
+    index.keyword_feedback = False
+    embedder.cache_clear()
+    _, literal = await measure()
     await index.close()
     lines = [
         f"memories in one tenant: {args.memories:,}; indexing {args.memories / load_s:,.0f} points/s; "
@@ -93,6 +96,8 @@ async def main() -> None:
         f"query embedding (MiniLM int8, one query): {fmt(percentiles(embed_ms))}",
         f"hybrid search before the index is optimised (full scan): {fmt(percentiles(unoptimised))}",
         f"hybrid search, optimised: {fmt(percentiles(optimised))}",
+        f"hybrid search, optimised, without keyword feedback (ENGRAM_KEYWORD_FEEDBACK=false): "
+        f"{fmt(percentiles(literal))}",
         f"embedding + search, in-process: {fmt(percentiles(total))}",
     ]
     print("\n".join(lines))
