@@ -142,22 +142,23 @@ class MiniLMEmbedder:
 
         self._parallel = max(1, threads or os.cpu_count() or 1)
         path = str(model_path or _default_model_path())
-        self._session = self._open_session(ort, path, threads, spin=True)
-        self._batch_session = self._open_session(ort, path, 1, spin=False) if self._parallel > 1 else self._session
+        self._session = self._open_session(ort, path, threads)
+        self._batch_session = self._open_session(ort, path, 1) if self._parallel > 1 else self._session
         self._pool = ThreadPoolExecutor(self._parallel, thread_name_prefix="embed") if self._parallel > 1 else None
         self._input_names = {i.name for i in self._session.get_inputs()}
 
     @staticmethod
-    def _open_session(ort: Any, path: str, threads: int | None, *, spin: bool) -> Any:
+    def _open_session(ort: Any, path: str, threads: int | None) -> Any:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is not None:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
-        # The query session's threads spin briefly between runs (a query embeds in ~5 ms instead
-        # of ~8 on 2 cores); the batch session's sleep, since in a service the event loop, NATS
-        # and Postgres need the cores between runs (docs/benchmarks.md, save throughput).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        # Idle intra-op threads sleep instead of spinning. Spinning makes a lone query embed faster
+        # (~5 ms instead of ~8 on 2 cores) but takes the cores the search, Postgres, NATS and the
+        # gateway need right after: recall through MCP at 100k was ~2 ms slower at p50 with it,
+        # and saves slower too (docs/benchmarks.md).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
