@@ -41,24 +41,26 @@ class PrimedEmbedder:
                 self._primed.popitem(last=False)
         return len(missing)
 
-    def cached(self, texts: Sequence[str]) -> np.ndarray | None:
-        """The vectors of ``texts`` if every one is primed (no embedding, no blocking), else None."""
-        with self._lock:
-            found = [self._primed.get(t) for t in texts]
-            if not found or any(v is None for v in found):
-                return None
-            for text in texts:
-                self._primed.move_to_end(text)
-        return np.stack(found)  # type: ignore[arg-type]
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of ``texts``: primed ones from the cache (they stay there: short sentences
-        such as "Thanks!" recur across memories), the rest embedded together in one call."""
+    def _lookup(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        """Primed vectors of ``texts`` (None where not primed); hits become most recently used."""
         with self._lock:
             found = [self._primed.get(t) for t in texts]
             for text, vector in zip(texts, found, strict=True):
                 if vector is not None:
                     self._primed.move_to_end(text)
+        return found
+
+    def cached(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The vectors of ``texts`` if every one is primed (no embedding, no blocking), else None."""
+        found = self._lookup(texts)
+        if not found or any(v is None for v in found):
+            return None
+        return np.stack(found)  # type: ignore[arg-type]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts``: primed ones from the cache (they stay there: short sentences
+        such as "Thanks!" recur across memories), the rest embedded together in one call."""
+        found = self._lookup(texts)
         missing = list(dict.fromkeys(t for t, v in zip(texts, found, strict=True) if v is None))
         if missing:
             fresh = dict(zip(missing, self.inner.embed(missing), strict=True))

@@ -523,8 +523,7 @@ class MemoryService:
 
         A content written by this process after the lookup started is left out (the write
         counter), so the hint never claims a content is new when a write may have raced it."""
-        to_embed: list[tuple[tuple[str, str, str] | None, list[str]]] = []
-        contents: list[tuple[str, str, str]] = []
+        to_embed: list[tuple[tuple[str, str, str] | None, list[str]]] = []  # (unkeyed content, texts)
         for env in envs:
             if env.type != "save_memory":
                 continue
@@ -532,11 +531,9 @@ class MemoryService:
                 cmd = SaveMemory.model_validate(env.payload)
             except ValidationError:
                 continue
-            content = None
-            if model.resolve_key(cmd) is None:
-                content = (env.tenant, cmd.project, model.content_hash(cmd.content))
-                contents.append(content)
+            content = (env.tenant, cmd.project, model.content_hash(cmd.content)) if model.resolve_key(cmd) is None else None
             to_embed.append((content, passages(model.normalize_content(cmd.content))))
+        contents = [content for content, _ in to_embed if content is not None]
         commands = [(env.tenant, env.command_id) for env in envs]
         written_before = self._content_writes
         known = await self.store.known_commands(commands)
