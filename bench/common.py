@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import platform
 import statistics
+import tempfile
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = Path(os.environ.get("ENGRAM_LOCOMO", ROOT.parent / "shared" / "bench" / "locomo10.json"))
@@ -18,6 +22,57 @@ BENCH_ENV = {
     "ENGRAM_RATE_LIMIT_PER_MINUTE": "10000000",
     "ENGRAM_RATE_LIMIT_BURST": "100000",
 }
+
+
+def stack_options(prefix: str, home: Path | None = None, namespace: str | None = None) -> Any:
+    """Options for a benchmark's stack: the servers named by ENGRAM_NATS_URL / ENGRAM_DATABASE_URL
+    when set (else embedded ones in ``home``). On a shared Postgres the stack gets schemas of its
+    own: a schema belongs to one namespace, and runs must not mix their read models."""
+    from deploy.stack import StackOptions
+
+    namespace = namespace or prefix + uuid.uuid4().hex[:6]
+    database_url = os.environ.get("ENGRAM_DATABASE_URL")
+    env = dict(BENCH_ENV)
+    if database_url:
+        env.update(ENGRAM_MEMORY_SCHEMA=f"mem_{namespace}", ENGRAM_AUTH_SCHEMA=f"auth_{namespace}")
+    return StackOptions(
+        home=home or Path(tempfile.mkdtemp(prefix=f"engram-{prefix}-")), nats_url=os.environ.get("ENGRAM_NATS_URL"),
+        database_url=database_url, namespace=namespace, gateway_port=0, extra_env=env,
+    )
+
+
+def memory_schema(options: Any) -> str:
+    return str(options.extra_env.get("ENGRAM_MEMORY_SCHEMA", "memory"))
+
+
+def drop_shared_data(options: Any) -> None:
+    """Remove a finished run's streams and schemas from servers that outlive it (embedded servers
+    keep their data in the run's folder)."""
+    from contracts.subjects import Names
+    from kit.bus import Bus
+    from kit.pg import create_pool
+
+    async def drop() -> None:
+        if options.nats_url:
+            bus = await Bus.connect(options.nats_url, Names(options.namespace), name="bench-cleanup")
+            try:
+                for spec in bus.names.streams():
+                    try:
+                        await bus.js.delete_stream(spec.name)
+                    except Exception:  # never created
+                        pass
+            finally:
+                await bus.close()
+        if options.database_url:
+            pool = await create_pool(options.database_url, max_size=1)
+            try:
+                for key in ("ENGRAM_MEMORY_SCHEMA", "ENGRAM_AUTH_SCHEMA"):
+                    if key in options.extra_env:
+                        await pool.execute(f"DROP SCHEMA IF EXISTS {options.extra_env[key]} CASCADE")
+            finally:
+                await pool.close()
+
+    asyncio.run(drop())
 
 
 def machine() -> str:

@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,9 +34,9 @@ from mcp.client.streamable_http import streamable_http_client
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BENCH_ENV, fmt, locomo, locomo_turns, percentiles, record
+from common import drop_shared_data, fmt, locomo, locomo_turns, percentiles, record, stack_options
 
-from deploy.stack import Stack, StackOptions
+from deploy.stack import Stack
 
 
 @asynccontextmanager
@@ -213,37 +212,37 @@ def main() -> None:
     state: dict[str, Any] = json.loads(state_file.read_text()) if state_file and state_file.exists() else {}
     if state and state.get("memories") != args.memories:
         sys.exit(f"{args.state} holds {state.get('memories')} memories, not {args.memories}: use another --state")
-    home = args.state / "home" if args.state else Path(tempfile.mkdtemp(prefix="engram-bench-"))
-    options = StackOptions(
-        home=home, nats_url=os.environ.get("ENGRAM_NATS_URL"), database_url=os.environ.get("ENGRAM_DATABASE_URL"),
-        namespace=state.get("namespace") or "bench" + uuid.uuid4().hex[:6], gateway_port=0,
-        extra_env=BENCH_ENV,
-    )
-    load_line = f"(loaded earlier: {state.get('load_line', '')})"
-    if not state.get("loaded"):
+    options = stack_options("bench", args.state / "home" if args.state else None, state.get("namespace"))
+    home = options.home
+    try:
+        load_line = f"(loaded earlier: {state.get('load_line', '')})"
+        if not state.get("loaded"):
+            with Stack(options) as stack:
+                if "key" not in state:  # else an interrupted load resumes: saved contents dedupe
+                    created = stack.create_key(None, "bench")
+                    state.update(namespace=options.namespace, key=created["key"], tenant=created["view"]["user_id"],
+                                 memories=args.memories)
+                    if state_file:
+                        state_file.write_text(json.dumps(state))
+                url = stack.gateway_url + "/mcp"
+                if args.preload:
+                    rate = asyncio.run(preload(stack, state["tenant"], texts))
+                    load_line = f"sustained save throughput through the command stream (bulk preload): {rate:.1f} saves/s"
+                else:
+                    rate, save_ms = asyncio.run(save_all(url, state["key"], texts, args.concurrency))
+                    load_line = (f"save throughput through MCP ({args.concurrency} clients): {rate:.1f} saves/s; "
+                                 f"per-save latency {fmt(percentiles(save_ms))}")
+            state.update(loaded=True, load_line=load_line)
+            if state_file:
+                state_file.write_text(json.dumps(state))
+        optimise_s = optimise_index(home)
         with Stack(options) as stack:
-            if "key" not in state:  # else an interrupted load resumes: saved contents dedupe
-                created = stack.create_key(None, "bench")
-                state.update(namespace=options.namespace, key=created["key"], tenant=created["view"]["user_id"],
-                             memories=args.memories)
-                if state_file:
-                    state_file.write_text(json.dumps(state))
             url = stack.gateway_url + "/mcp"
-            if args.preload:
-                rate = asyncio.run(preload(stack, state["tenant"], texts))
-                load_line = f"sustained save throughput through the command stream (bulk preload): {rate:.1f} saves/s"
-            else:
-                rate, save_ms = asyncio.run(save_all(url, state["key"], texts, args.concurrency))
-                load_line = (f"save throughput through MCP ({args.concurrency} clients): {rate:.1f} saves/s; "
-                             f"per-save latency {fmt(percentiles(save_ms))}")
-        state.update(loaded=True, load_line=load_line)
-        if state_file:
-            state_file.write_text(json.dumps(state))
-    optimise_s = optimise_index(home)
-    with Stack(options) as stack:
-        url = stack.gateway_url + "/mcp"
-        rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
-        vis = percentiles(asyncio.run(visibility(url, state["key"], args.visibility)))
+            rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
+            vis = percentiles(asyncio.run(visibility(url, state["key"], args.visibility)))
+    finally:
+        if not args.state:  # a kept state is measured again later
+            drop_shared_data(options)
     lines = [
         f"memories in one tenant: {len(texts):,} (LoCoMo dialogue turns)",
         load_line,

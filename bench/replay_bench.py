@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BENCH_ENV, locomo, record  # noqa: E402
+from common import drop_shared_data, locomo, memory_schema, record, stack_options  # noqa: E402
 from mcp_bench import contents, preload  # noqa: E402
 from save_throughput import embedder_throughput  # noqa: E402
 
 from contracts.memory import Recall  # noqa: E402
-from deploy.stack import Stack, StackOptions  # noqa: E402
+from deploy.stack import Stack  # noqa: E402
 from services.memory.config import MemorySettings  # noqa: E402
 from services.memory.main import memory_app  # noqa: E402
 from services.memory.replay import ensure_service_stopped, rebuild  # noqa: E402
@@ -63,23 +60,19 @@ def main() -> None:
     args = parser.parse_args()
     texts = contents(args.memories)
     questions = [qa["question"] for conv in locomo() for qa in conv["qa"]][:100]
-    home = Path(tempfile.mkdtemp(prefix="engram-replay-"))
-    namespace = "replay" + uuid.uuid4().hex[:6]
-    stack = Stack(StackOptions(
-        home=home, nats_url=os.environ.get("ENGRAM_NATS_URL"), database_url=os.environ.get("ENGRAM_DATABASE_URL"),
-        namespace=namespace, gateway_port=0,
-        # a schema of its own: replay empties the whole memory schema, and the machine's Postgres
-        # may hold other runs' read models
-        extra_env={**BENCH_ENV, "ENGRAM_MEMORY_SCHEMA": f"mem_{namespace}"},
-    ))
-    with stack:
-        tenant = stack.create_key(None, "bench")["view"]["user_id"]
-        save_rate = asyncio.run(preload(stack, tenant, texts))
-        stack.services["memory"].stop()
-        time.sleep(1.0)
-        settings = MemorySettings(home=home, nats_url=stack.nats_url, database_url=stack.database_url,
-                                  namespace=namespace, memory_schema=f"mem_{namespace}")
-        replay_rate, events, identical, overlap = asyncio.run(replay_and_compare(settings, tenant, questions))
+    options = stack_options("replay")
+    # replay empties the whole memory schema: on the machine's Postgres the run has schemas of its own
+    try:
+        with Stack(options) as stack:
+            tenant = stack.create_key(None, "bench")["view"]["user_id"]
+            save_rate = asyncio.run(preload(stack, tenant, texts))
+            stack.services["memory"].stop()
+            time.sleep(1.0)
+            settings = MemorySettings(home=options.home, nats_url=stack.nats_url, database_url=stack.database_url,
+                                      namespace=options.namespace, memory_schema=memory_schema(options))
+            replay_rate, events, identical, overlap = asyncio.run(replay_and_compare(settings, tenant, questions))
+    finally:
+        drop_shared_data(options)
     embed_rate, _ = embedder_throughput(texts)
     lines = [
         f"sustained save throughput through the command stream: {save_rate:.1f} saves/s "

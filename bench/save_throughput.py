@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -31,11 +30,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import BENCH_ENV, record
+from common import drop_shared_data, record, stack_options
 from mcp_bench import contents, preload
 
 from contracts.memory import MemoryState
-from deploy.stack import Stack, StackOptions
+from deploy.stack import Stack
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.application.indexing import embed_memories
 
@@ -101,17 +100,16 @@ def main() -> None:
     texts = contents(args.memories)
 
     before_rate, embed_cpu_ms = embedder_throughput(texts)
-    home = Path(tempfile.mkdtemp(prefix="engram-throughput-"))
-    stack = Stack(StackOptions(
-        home=home, nats_url=os.environ.get("ENGRAM_NATS_URL"), database_url=os.environ.get("ENGRAM_DATABASE_URL"),
-        namespace="tput" + uuid.uuid4().hex[:6], gateway_port=0, extra_env=BENCH_ENV,
-    ))
-    with stack:
-        tenant = stack.create_key(None, "bench")["view"]["user_id"]
-        groups = _groups(stack)
-        cpu0, wall0 = _cpu(groups), time.perf_counter()
-        rate = asyncio.run(preload(stack, tenant, texts))
-        cpu1, wall = _cpu(groups), time.perf_counter() - wall0
+    options = stack_options("tput")
+    try:
+        with Stack(options) as stack:
+            tenant = stack.create_key(None, "bench")["view"]["user_id"]
+            groups = _groups(stack)
+            cpu0, wall0 = _cpu(groups), time.perf_counter()
+            rate = asyncio.run(preload(stack, tenant, texts))
+            cpu1, wall = _cpu(groups), time.perf_counter() - wall0
+    finally:
+        drop_shared_data(options)
     after_rate, _ = embedder_throughput(texts)
     embed_rate = (before_rate + after_rate) / 2
 

@@ -3,11 +3,18 @@
 Each service owns one schema and keeps its migrations as numbered SQL files
 (``0001_init.sql``, ``0002_….sql``) in a folder of its own. ``migrate`` applies the missing ones in
 order, each in its own transaction, under an advisory lock so that replicas starting together do
-not race. Applied versions are recorded in ``<schema>.schema_migrations``.
+not race. Applied versions are recorded in ``<schema>.schema_migrations`` with the SHA-256 of the
+file: a migration is append-only, and one edited after it was applied stops the service with a
+message saying so (the database would otherwise silently keep the old version).
+
+A schema belongs to one Engram install (its bus namespace): ``<schema>.schema_owner`` records the
+namespace that first migrated it, and another namespace is refused. Two installs sharing a schema
+would read each other's rows, and a replay of one would empty the other's read model.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -20,6 +27,10 @@ _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 class DatabaseUnavailable(Exception):
     """Postgres could not be reached or is too old; the message says what to do."""
+
+
+class SchemaConflict(DatabaseUnavailable):
+    """The schema belongs to another install, or an applied migration was edited."""
 
 
 class _PooledConnection(asyncpg.Connection):  # type: ignore[misc]
@@ -73,8 +84,9 @@ def discover(folder: Path) -> list[tuple[int, str, Path]]:
     return found
 
 
-async def migrate(pool: asyncpg.Pool, schema: str, folder: Path) -> list[str]:
-    """Apply the missing migrations of ``schema``; return the names applied now."""
+async def migrate(pool: asyncpg.Pool, schema: str, folder: Path, *, owner: str) -> list[str]:
+    """Claim ``schema`` for the install ``owner`` (its namespace) and apply its missing migrations;
+    return the names applied now."""
     if not _SCHEMA.match(schema):
         raise ValueError(f"invalid schema name {schema!r}")
     applied_now: list[str] = []
@@ -82,21 +94,51 @@ async def migrate(pool: asyncpg.Pool, schema: str, folder: Path) -> list[str]:
         await conn.execute("SELECT pg_advisory_lock(hashtext($1))", f"engram-migrate-{schema}")
         try:
             await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            await _claim(conn, schema, owner)
             await conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {schema}.schema_migrations ("
                 " version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            done = {r["version"] for r in await conn.fetch(f"SELECT version FROM {schema}.schema_migrations")}
+            await conn.execute(f"ALTER TABLE {schema}.schema_migrations ADD COLUMN IF NOT EXISTS checksum text")
+            done = {r["version"]: r["checksum"] for r in
+                    await conn.fetch(f"SELECT version, checksum FROM {schema}.schema_migrations")}
             for version, name, path in discover(folder):
+                text = path.read_text(encoding="utf-8")
+                checksum = hashlib.sha256(text.encode()).hexdigest()
                 if version in done:
+                    if done[version] is None:  # applied before checksums were kept: trust it from now on
+                        await conn.execute(f"UPDATE {schema}.schema_migrations SET checksum = $2 WHERE version = $1",
+                                           version, checksum)
+                    elif done[version] != checksum:
+                        raise SchemaConflict(
+                            f"migration {name} of schema {schema!r} was changed after it was applied here "
+                            f"(applied sha256 {done[version][:12]}…, file {checksum[:12]}…). Applied migrations "
+                            "are append-only: restore the file and put the change in a new numbered migration."
+                        )
                     continue
-                sql = path.read_text(encoding="utf-8").replace("{schema}", schema)
                 async with conn.transaction():
-                    await conn.execute(sql)
+                    await conn.execute(text.replace("{schema}", schema))
                     await conn.execute(
-                        f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)", version, name
+                        f"INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                        version, name, checksum,
                     )
                 applied_now.append(name)
         finally:
             await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", f"engram-migrate-{schema}")
     return applied_now
+
+
+async def _claim(conn: asyncpg.Connection, schema: str, owner: str) -> None:
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {schema}.schema_owner (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),"
+        " namespace text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now())"
+    )
+    await conn.execute(f"INSERT INTO {schema}.schema_owner (namespace) VALUES ($1) ON CONFLICT DO NOTHING", owner)
+    found = await conn.fetchval(f"SELECT namespace FROM {schema}.schema_owner")
+    if found != owner:
+        raise SchemaConflict(
+            f"Postgres schema {schema!r} belongs to the Engram install with namespace {found!r}, not {owner!r}: "
+            "two installs must not share a schema (each would read the other's rows, and a replay of one would "
+            "empty the other's). Give this install its own database (ENGRAM_DATABASE_URL) or its own schemas "
+            "(ENGRAM_MEMORY_SCHEMA, ENGRAM_AUTH_SCHEMA)."
+        )

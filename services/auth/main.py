@@ -68,7 +68,7 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
     try:
         await bus.ensure_streams(settings.stream_replicas)
         store = AuthStore(pool, settings.auth_schema)
-        await store.migrate()
+        await store.migrate(owner=settings.namespace)
         oauth = OAuthStore(pool, settings.auth_schema)
         service = AuthService(store, bus, settings.names, oauth)
         server, http_task = await start_http(settings, store, oauth, AuthEvents(bus, settings.names))

@@ -50,7 +50,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
     try:
         await bus.ensure_streams(settings.stream_replicas)
         store = MemoryStore(pool, settings.memory_schema)
-        await store.migrate()
+        await store.migrate(owner=settings.namespace)
         embedder = PrimedEmbedder(make_embedder(settings))
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(

@@ -31,8 +31,9 @@ class AuthStore:
         self.pool = pool
         self.s = schema
 
-    async def migrate(self) -> list[str]:
-        return await migrate(self.pool, self.s, MIGRATIONS)
+    async def migrate(self, owner: str) -> list[str]:
+        """Claim the schema for the install ``owner`` (its namespace) and apply missing migrations."""
+        return await migrate(self.pool, self.s, MIGRATIONS, owner=owner)
 
     async def outcome(self, command_id: str) -> Reply[Any] | None:
         raw = await self.pool.fetchval(f"SELECT outcome FROM {self.s}.command_log WHERE command_id = $1", command_id)

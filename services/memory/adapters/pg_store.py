@@ -132,8 +132,9 @@ class MemoryStore:
         self.pool = pool
         self.s = schema
 
-    async def migrate(self) -> list[str]:
-        return await migrate(self.pool, self.s, MIGRATIONS)
+    async def migrate(self, owner: str) -> list[str]:
+        """Claim the schema for the install ``owner`` (its namespace) and apply missing migrations."""
+        return await migrate(self.pool, self.s, MIGRATIONS, owner=owner)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
