@@ -197,6 +197,9 @@ class Recall(BaseModel):
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     limit: int = Field(10, ge=1, le=MAX_RECALL_LIMIT)
     mode: RecallMode = RecallMode.HYBRID
+    include_profile: bool = Field(
+        False, description="also return the profile of the same scope (one round trip instead of two)"
+    )
 
 
 class GetMemoryByKey(BaseModel):
@@ -276,6 +279,7 @@ class RecallHit(BaseModel):
 
 class RecallResult(BaseModel):
     hits: list[RecallHit]
+    profile: Profile | None = Field(None, description="with include_profile: the profile of the same scope")
 
 
 # shared memories ---------------------------------------------------------------------------
@@ -370,6 +374,9 @@ class GetProfile(BaseModel):
 class Profile(BaseModel):
     static: list[MemoryView] = Field(description="stable facts: profile, preferences, personality, skills, goals, style")
     dynamic: list[MemoryView] = Field(description="recent context: the most recently changed memories")
+
+
+RecallResult.model_rebuild()
 
 
 COMMANDS: dict[str, type[BaseModel]] = {

@@ -219,6 +219,8 @@ def replay_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from deploy.stack import servers_for_offline_work
+    from kit.config import run_service
+    from kit.pg import DatabaseUnavailable
     from services.memory.config import MemorySettings
     from services.memory.replay import ServiceRunning
     from services.memory.replay import replay as run_replay
@@ -243,8 +245,8 @@ def replay_command(
                 progress.update(task, completed=done, total=total)
 
             try:
-                report = asyncio.run(run_replay(settings, on_progress))
-            except ServiceRunning as exc:
+                report = run_service(run_replay(settings, on_progress))
+            except (ServiceRunning, DatabaseUnavailable) as exc:
                 err.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from exc
     console.print(

@@ -6,14 +6,19 @@ from the environment with the ``ENGRAM_`` prefix. Defaults run the embedded stac
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contracts.subjects import DEFAULT_NAMESPACE, Names
+
+T = TypeVar("T")
 
 
 def default_home() -> Path:
@@ -43,3 +48,13 @@ def setup_logging(level: str) -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def run_service(main: Coroutine[Any, Any, T]) -> T:
+    """Run a service's main coroutine on uvloop where it is installed (not on Windows): the event
+    loop, and so asyncpg, nats-py and uvicorn, cost less CPU per message; else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

@@ -16,7 +16,7 @@ from contracts.envelope import CommandEnvelope, Reply
 from contracts.errors import ErrorCode
 from contracts.subjects import AUTH
 from kit.bus import Bus, reply_to
-from kit.config import setup_logging
+from kit.config import run_service, setup_logging
 from kit.pg import create_pool
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
@@ -101,4 +101,4 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
 def main() -> None:
     settings = AuthSettings()
     setup_logging(settings.log_level)
-    asyncio.run(run(settings))
+    run_service(run(settings))

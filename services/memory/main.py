@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from kit.bus import Bus
-from kit.config import setup_logging
+from kit.config import run_service, setup_logging
 from kit.pg import create_pool
 from services.memory.adapters.embedder import Embedder, build_embedder
 from services.memory.adapters.pg_store import MemoryStore
@@ -119,4 +119,4 @@ def _stop_on_signals() -> asyncio.Event:
 def main() -> None:
     settings = MemorySettings()
     setup_logging(settings.log_level)
-    asyncio.run(run(settings))
+    run_service(run(settings))

@@ -257,6 +257,15 @@ async def test_projects_and_profile(app: MemoryApp) -> None:
     assert [m["content"] for m in profile.result["dynamic"]] == ["Sprint ends Friday"]
     empty = await app.service.handle_query(QueryEnvelope(type="profile", tenant="bob", payload={}))
     assert empty.result == {"static": [], "dynamic": []}
+    both = await app.service.handle_query(QueryEnvelope(
+        type="recall", tenant="alice", payload={"query": "where does Alice live", "include_profile": True}))
+    assert both.result["hits"][0]["memory"]["content"] == "Name is Alice, lives in Porto"
+    assert both.result["profile"] == profile.result  # the same profile, in the same answer
+    work = await app.service.handle_query(QueryEnvelope(
+        type="recall", tenant="alice", payload={"query": "sprint", "project": "work", "include_profile": True}))
+    assert [m["content"] for m in work.result["profile"]["dynamic"]] == ["Sprint ends Friday"]
+    plain = await app.service.handle_query(QueryEnvelope(type="recall", tenant="alice", payload={"query": "sprint"}))
+    assert plain.result["profile"] is None
 
 
 async def test_profile_follows_every_write_although_cached(app: MemoryApp) -> None:

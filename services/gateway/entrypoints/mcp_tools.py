@@ -168,14 +168,22 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         """
         c = Caller(containerTag, Scope.MEMORY_READ)
         project = c.search_project()
-        search = backend.query_memory(c.tenant, "recall", {"query": query, "project": project, "limit": limit})
-        if includeProfile:  # both questions at once: the profile costs no extra round trip
+        payload: dict[str, Any] = {"query": query, "project": project, "limit": limit}
+        if includeProfile:
+            payload["include_profile"] = True
+        try:
+            result = await backend.query_memory(c.tenant, "recall", payload)  # the profile comes along: one round trip
+        except BackendError as exc:
+            if exc.error.field != "include_profile":
+                raise
+            # a memory replica older than this gateway (rolling update): ask the two questions apart
+            del payload["include_profile"]
             result, profile = await asyncio.gather(
-                search, backend.query_memory(c.tenant, "profile", {"project": project})
+                backend.query_memory(c.tenant, "recall", payload),
+                backend.query_memory(c.tenant, "profile", {"project": project}),
             )
-        else:
-            result, profile = await search, None
-        return format_recall(query, result["hits"], project, profile)
+            result["profile"] = profile
+        return format_recall(query, result["hits"], project, result.get("profile"))
 
     @tool_errors
     async def list_projects(

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply, utcnow
 from contracts.errors import ErrorCode
@@ -457,8 +457,13 @@ class MemoryService:
             return Reply.failure(ErrorCode.INVALID_ARGUMENT, "tenant is required", "tenant")
         try:
             if query.type == "recall":
-                result: BaseModel = await self.recall(query.tenant, Recall.model_validate(query.payload))
-                return Reply.success(result.model_dump(mode="json"))
+                rq = Recall.model_validate(query.payload)
+                if not rq.include_profile:
+                    return Reply.success((await self.recall(query.tenant, rq)).model_dump(mode="json"))
+                found, profile = await asyncio.gather(
+                    self.recall(query.tenant, rq), self._profile(query.tenant, GetProfile(project=rq.project))
+                )
+                return Reply.success({**found.model_dump(mode="json", exclude={"profile"}), "profile": profile})
             if query.type == "get_memory_by_key":
                 q = GetMemoryByKey.model_validate(query.payload)
                 state = await self.store.get(query.tenant, model.keyed_memory_id(query.tenant, q.project, q.memory_key))
