@@ -56,11 +56,7 @@ def drop_shared_data(options: Any) -> None:
         if options.nats_url:
             bus = await Bus.connect(options.nats_url, Names(options.namespace), name="bench-cleanup")
             try:
-                for spec in bus.names.streams():
-                    try:
-                        await bus.js.delete_stream(spec.name)
-                    except Exception:  # never created
-                        pass
+                await bus.delete_streams()
             finally:
                 await bus.close()
         if options.database_url:
@@ -73,6 +69,53 @@ def drop_shared_data(options: Any) -> None:
                 await pool.close()
 
     asyncio.run(drop())
+
+
+def process_groups(stack: Any, me: str) -> dict[str, list[Any]]:
+    """The processes whose CPU a benchmark charges to its work, by role (``me``: this script)."""
+    import psutil
+
+    groups: dict[str, list[Any]] = {}
+    for name, svc in stack.services.items():
+        try:
+            proc = psutil.Process(svc.proc.pid)
+            groups[name] = [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    groups["nats-server"] = []
+    groups["postgres"] = []
+    for proc in psutil.process_iter(["name"]):
+        name = proc.info["name"] or ""
+        if name.startswith("nats-server"):
+            groups["nats-server"].append(proc)
+        elif name.startswith("postgres"):
+            groups["postgres"].append(proc)
+    groups[me] = [psutil.Process()]
+    return groups
+
+
+def cpu_seconds(groups: dict[str, list[Any]]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each group."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for role, procs in groups.items():
+        total = 0.0
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                continue
+        out[role] = total
+    return out
+
+
+def cpu_profile(before: dict[str, float], after: dict[str, float], operations: int) -> tuple[str, float]:
+    """("memory 4.2, gateway 1.0", 5.2): CPU ms per operation by process group, largest first, and the total."""
+    per_op = {role: 1000 * (after[role] - before[role]) / operations for role in before}
+    parts = ", ".join(f"{role} {ms:.1f}" for role, ms in sorted(per_op.items(), key=lambda kv: -kv[1]))
+    return parts, sum(per_op.values())
 
 
 def machine() -> str:

@@ -34,7 +34,18 @@ from mcp.client.streamable_http import streamable_http_client
 from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import drop_shared_data, fmt, locomo, locomo_turns, percentiles, record, stack_options
+from common import (
+    cpu_profile,
+    cpu_seconds,
+    drop_shared_data,
+    fmt,
+    locomo,
+    locomo_turns,
+    percentiles,
+    process_groups,
+    record,
+    stack_options,
+)
 
 from deploy.stack import Stack
 
@@ -238,11 +249,15 @@ def main() -> None:
         optimise_s = optimise_index(home)
         with Stack(options) as stack:
             url = stack.gateway_url + "/mcp"
+            groups = process_groups(stack, "MCP client (this script)")
+            cpu0 = cpu_seconds(groups)
             rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
+            cpu1 = cpu_seconds(groups)
             vis = percentiles(asyncio.run(visibility(url, state["key"], args.visibility)))
     finally:
         if not args.state:  # a kept state is measured again later
             drop_shared_data(options)
+    n_recalls = len(questions) + len(warmup)
     lines = [
         f"memories in one tenant: {len(texts):,} (LoCoMo dialogue turns)",
         load_line,
@@ -251,6 +266,8 @@ def main() -> None:
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
         f"save → visible to recall: {fmt(vis)}",
+        "CPU per recall by process (ms, mean over warm-up and measured recalls): {}; total {:.1f}".format(
+            *cpu_profile(cpu0, cpu1, n_recalls)),
     ]
     print("\n".join(lines))
     if not args.no_record:

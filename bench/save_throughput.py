@@ -26,11 +26,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import drop_shared_data, record, stack_options
+from common import cpu_profile, cpu_seconds, drop_shared_data, process_groups, record, stack_options
 from mcp_bench import contents, preload
 
 from contracts.memory import MemoryState
@@ -57,41 +55,6 @@ def embedder_throughput(texts: list[str], sample: int = 1536) -> tuple[float, fl
     return len(states) / wall, 1000 * cpu / len(states)
 
 
-def _groups(stack: Stack) -> dict[str, list[psutil.Process]]:
-    """The processes whose CPU is charged to the saves, by role."""
-    groups: dict[str, list[psutil.Process]] = {}
-    for name, svc in stack.services.items():
-        try:
-            proc = psutil.Process(svc.proc.pid)
-            groups[name] = [proc, *proc.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    groups["nats-server"] = []
-    groups["postgres"] = []
-    for proc in psutil.process_iter(["name"]):
-        name = proc.info["name"] or ""
-        if name.startswith("nats-server"):
-            groups["nats-server"].append(proc)
-        elif name.startswith("postgres"):
-            groups["postgres"].append(proc)
-    groups["this script (publisher)"] = [psutil.Process()]
-    return groups
-
-
-def _cpu(groups: dict[str, list[psutil.Process]]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for role, procs in groups.items():
-        total = 0.0
-        for proc in procs:
-            try:
-                t = proc.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                continue
-        out[role] = total
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=5000)
@@ -104,18 +67,16 @@ def main() -> None:
     try:
         with Stack(options) as stack:
             tenant = stack.create_key(None, "bench")["view"]["user_id"]
-            groups = _groups(stack)
-            cpu0, wall0 = _cpu(groups), time.perf_counter()
+            groups = process_groups(stack, "this script (publisher)")
+            cpu0, wall0 = cpu_seconds(groups), time.perf_counter()
             rate = asyncio.run(preload(stack, tenant, texts))
-            cpu1, wall = _cpu(groups), time.perf_counter() - wall0
+            cpu1, wall = cpu_seconds(groups), time.perf_counter() - wall0
     finally:
         drop_shared_data(options)
     after_rate, _ = embedder_throughput(texts)
     embed_rate = (before_rate + after_rate) / 2
 
-    per_save = {role: 1000 * (cpu1[role] - cpu0[role]) / len(texts) for role in cpu0}
-    total = sum(per_save.values())
-    profile = ", ".join(f"{role} {ms:.1f}" for role, ms in sorted(per_save.items(), key=lambda kv: -kv[1]))
+    profile, total = cpu_profile(cpu0, cpu1, len(texts))
     lines = [
         f"{len(texts):,} saves (LoCoMo turns) through the command stream: {rate:.1f} saves/s sustained",
         f"embedder alone on the same work (embed_memories, {BATCH} memories per call, same run): "

@@ -148,6 +148,18 @@ class Bus:
                     raise
                 await self.js.update_stream(config)
 
+    async def delete_streams(self) -> int:
+        """Delete every stream of the namespace — the event log included (tests and benchmarks
+        clean up with it; nothing in Engram calls it). Returns how many existed."""
+        deleted = 0
+        for spec in self.names.streams():
+            try:
+                await self.js.delete_stream(spec.name)
+                deleted += 1
+            except NotFoundError:
+                pass
+        return deleted
+
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
         """Create the durable consumer, or update its settings when it exists."""
         await self.js.add_consumer(spec.stream, _consumer_config(spec))

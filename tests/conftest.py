@@ -89,14 +89,6 @@ def infra() -> Iterator[Infra]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _drop_streams(bus: Bus) -> None:
-    for spec in bus.names.streams():
-        try:
-            await bus.js.delete_stream(spec.name)
-        except Exception:
-            pass
-
-
 @pytest.fixture
 async def bus(infra: Infra) -> AsyncIterator[Bus]:
     """A bus in a namespace of its own, streams created, removed afterwards."""
@@ -105,7 +97,7 @@ async def bus(infra: Infra) -> AsyncIterator[Bus]:
     try:
         yield b
     finally:
-        await _drop_streams(b)
+        await b.delete_streams()
         await b.close()
 
 
@@ -116,5 +108,5 @@ async def session_bus(infra: Infra) -> AsyncIterator[Bus]:
     try:
         yield b
     finally:
-        await _drop_streams(b)
+        await b.delete_streams()
         await b.close()

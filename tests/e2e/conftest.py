@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
+from contracts.subjects import Names
 from deploy.stack import Stack, StackOptions
+from kit.bus import Bus
 
 
 @dataclass
@@ -50,3 +53,12 @@ def running(infra) -> Iterator[Running]:  # type: ignore[no-untyped-def]
         yield running
     finally:
         stack.stop()
+        asyncio.run(_drop_streams(infra.nats_url, options.namespace))  # the machine's NATS outlives the tests
+
+
+async def _drop_streams(nats_url: str, namespace: str) -> None:
+    bus = await Bus.connect(nats_url, Names(namespace), name="engram-test-cleanup")
+    try:
+        await bus.delete_streams()
+    finally:
+        await bus.close()

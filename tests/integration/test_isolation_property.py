@@ -50,8 +50,7 @@ def loop_app(infra, tmp_path_factory):  # type: ignore[no-untyped-def]
     cm = memory_app(settings_)
     app = loop.run_until_complete(cm.__aenter__())
     yield loop, app
-    for spec in app.bus.names.streams():
-        loop.run_until_complete(app.bus.js.delete_stream(spec.name))
+    loop.run_until_complete(app.bus.delete_streams())
     loop.run_until_complete(cm.__aexit__(None, None, None))
     loop.close()
 

@@ -29,8 +29,7 @@ async def app(infra, tmp_path: Path) -> AsyncIterator[MemoryApp]:  # type: ignor
         try:
             yield a
         finally:
-            for spec in a.bus.names.streams():
-                await a.bus.js.delete_stream(spec.name)
+            await a.bus.delete_streams()
 
 
 def cmd(type_: str, payload: dict, tenant: str = "alice", key: str | None = None) -> CommandEnvelope:  # type: ignore[type-arg]

@@ -10,6 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from kit.bus import Bus
 from kit.pg import SchemaConflict, create_pool, migrate
 from services.memory.config import MemorySettings
 from services.memory.main import memory_app
@@ -99,17 +100,14 @@ async def test_memory_service_refuses_a_schema_of_another_namespace(infra, tmp_p
     schema = "mem_" + uuid.uuid4().hex[:8]
     first = MemorySettings(home=tmp_path / "a", nats_url=infra.nats_url, database_url=infra.database_url,
                            namespace=infra.fresh_namespace(), memory_schema=schema)
+    second = first.model_copy(update={"home": tmp_path / "b", "namespace": infra.fresh_namespace()})
     async with memory_app(first) as app:
-        streams = app.bus.names.streams()
-        bus = app.bus
-        second = first.model_copy(update={"home": tmp_path / "b", "namespace": infra.fresh_namespace()})
         try:
             with pytest.raises(SchemaConflict, match=first.namespace):
                 async with memory_app(second):
                     pass
         finally:
-            for spec in streams + second.names.streams():
-                try:
-                    await bus.js.delete_stream(spec.name)
-                except Exception:
-                    pass
+            await app.bus.delete_streams()
+            other = await Bus.connect(infra.nats_url, second.names, name="test-cleanup")
+            await other.delete_streams()  # the refused service had created its streams already
+            await other.close()

@@ -59,8 +59,7 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             assert after == before
             assert after["recalls"]["marathon training"][0][1] == 2
         finally:
-            for spec in app.bus.names.streams():
-                await app.bus.js.delete_stream(spec.name)
+            await app.bus.delete_streams()
 
 
 async def test_replay_refuses_while_the_service_runs(infra, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -80,5 +79,4 @@ async def test_replay_refuses_while_the_service_runs(infra, tmp_path: Path) -> N
         finally:
             stop.set()
             await asyncio.gather(*tasks)
-            for spec in app.bus.names.streams():
-                await app.bus.js.delete_stream(spec.name)
+            await app.bus.delete_streams()
