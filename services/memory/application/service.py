@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -65,6 +65,9 @@ from services.memory.application.indexing import (
 from services.memory.domain import model, shared
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
 from services.memory.domain.keywords import query_vector
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("engram.memory")
 
@@ -441,8 +444,10 @@ class MemoryService:
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
         """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project."""
         mode = SEARCH_MODES[query.mode]
-        dense = await self._embed_one(query.query) if mode != "sparse" else None
+        # the embedding starts on a worker thread now; the keyword vector is computed meanwhile
+        embedding = self._start_embedding(query.query) if mode != "sparse" else None
         sparse = query_vector(query.query) if mode != "dense" else None
+        dense = [float(x) for x in (await embedding)[0]] if embedding is not None else None
         hits = await self.index.search(
             dense=dense, sparse=sparse, mode=mode, limit=query.limit,
             filter=active_filter(tenant, query.project),
@@ -621,9 +626,10 @@ class MemoryService:
             vectors = await asyncio.to_thread(self.embedder.embed, texts)
         return passages_vector(texts, vectors)
 
-    async def _embed_one(self, text: str) -> list[float]:
-        vectors = await asyncio.to_thread(self.embedder.embed, [text])
-        return [float(x) for x in vectors[0]]
+    def _start_embedding(self, text: str) -> asyncio.Future[np.ndarray]:
+        """The embedding of ``text``, already submitted to a worker thread (asyncio.to_thread would
+        start only when awaited)."""
+        return asyncio.get_running_loop().run_in_executor(None, self.embedder.embed, [text])
 
     def _subject(self, state: MemoryState) -> str:
         return self._subject_of(state.tenant, state.id)
