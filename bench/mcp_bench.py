@@ -101,18 +101,25 @@ async def save_all(url: str, key: str, texts: list[str], concurrency: int) -> tu
     return len(texts) / elapsed, latencies
 
 
-async def visibility(url: str, key: str, samples: int) -> list[float]:
-    """Time from issuing a save until a recall returns it (read-your-writes: one round trip)."""
-    out = []
+async def visibility(url: str, key: str, samples: int) -> tuple[list[float], list[float], list[float]]:
+    """Time from issuing a save until a recall returns it (read-your-writes: one round trip), and
+    the two calls' own latencies, to tell which one a slow sample came from."""
+    out, saves, recalls = [], [], []
     async with client(url, key) as c:
         for i in range(samples):
             token = uuid.uuid4().hex[:12]
             t0 = time.perf_counter()
             await c.call_tool("memory", {"content": f"Visibility probe {token} number {i}", "containerTag": "vis"})
-            while token not in text(await c.call_tool("recall", {"query": f"probe {token}", "containerTag": "vis", "limit": 3})):
+            saves.append((time.perf_counter() - t0) * 1000)
+            while True:
+                t1 = time.perf_counter()
+                found = token in text(await c.call_tool("recall", {"query": f"probe {token}", "containerTag": "vis", "limit": 3}))
+                recalls.append((time.perf_counter() - t1) * 1000)
+                if found:
+                    break
                 await asyncio.sleep(0.001)
             out.append((time.perf_counter() - t0) * 1000)
-    return out
+    return out, saves, recalls
 
 
 async def recall_latency(url: str, key: str, queries: list[str], warmup: list[str]) -> list[float]:
@@ -253,7 +260,7 @@ def main() -> None:
             cpu0 = cpu_seconds(groups)
             rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
             cpu1 = cpu_seconds(groups)
-            vis = percentiles(asyncio.run(visibility(url, state["key"], args.visibility)))
+            vis, vis_saves, vis_recalls = (percentiles(x) for x in asyncio.run(visibility(url, state["key"], args.visibility)))
     finally:
         if not args.state:  # a kept state is measured again later
             drop_shared_data(options)
@@ -265,7 +272,7 @@ def main() -> None:
         f"recall through MCP (query embedding included, includeProfile, top 10, {len(questions)} distinct "
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
-        f"save → visible to recall: {fmt(vis)}",
+        f"save → visible to recall: {fmt(vis)} (the save alone: {fmt(vis_saves)}; each recall: {fmt(vis_recalls)})",
         "CPU per recall by process (ms, mean over warm-up and measured recalls): {}; total {:.1f}".format(
             *cpu_profile(cpu0, cpu1, n_recalls)),
     ]
