@@ -21,6 +21,7 @@ BENCH_ENV = {
     "ENGRAM_LOG_LEVEL": "WARNING",
     "ENGRAM_RATE_LIMIT_PER_MINUTE": "10000000",
     "ENGRAM_RATE_LIMIT_BURST": "100000",
+    "ENGRAM_STALL_WARNING_MS": "30",  # each event-loop stall over 30 ms is logged: stalls() counts them
 }
 
 
@@ -116,6 +117,26 @@ def cpu_profile(before: dict[str, float], after: dict[str, float], operations: i
     per_op = {role: 1000 * (after[role] - before[role]) / operations for role in before}
     parts = ", ".join(f"{role} {ms:.1f}" for role, ms in sorted(per_op.items(), key=lambda kv: -kv[1]))
     return parts, sum(per_op.values())
+
+
+def log_sizes(stack: Any) -> dict[str, int]:
+    """Where each service's log ends now, for ``stalls`` to read what a measurement added."""
+    return {name: svc.log_path.stat().st_size for name, svc in stack.services.items()}
+
+
+def stalls(stack: Any, since: dict[str, int]) -> str:
+    """The event-loop stall warnings each service logged after ``since``: "memory 3 (max 41 ms, GC 0 ms), …"."""
+    import re
+
+    parts = []
+    for name, svc in stack.services.items():
+        with svc.log_path.open("rb") as f:
+            f.seek(since.get(name, 0))
+            found = re.findall(rb"stalled for (\d+) ms \(garbage collection: (\d+) ms", f.read())
+        if found:
+            worst = max(found, key=lambda m: int(m[0]))
+            parts.append(f"{name} {len(found)} (worst {int(worst[0])} ms, of it GC {int(worst[1])} ms)")
+    return ", ".join(parts) or "none"
 
 
 def machine() -> str:

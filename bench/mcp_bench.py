@@ -41,10 +41,12 @@ from common import (
     fmt,
     locomo,
     locomo_turns,
+    log_sizes,
     percentiles,
     process_groups,
     record,
     stack_options,
+    stalls,
 )
 
 from deploy.stack import Stack
@@ -257,10 +259,12 @@ def main() -> None:
         with Stack(options) as stack:
             url = stack.gateway_url + "/mcp"
             groups = process_groups(stack, "MCP client (this script)")
+            logs = log_sizes(stack)
             cpu0 = cpu_seconds(groups)
             rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
             cpu1 = cpu_seconds(groups)
             vis, vis_saves, vis_recalls = (percentiles(x) for x in asyncio.run(visibility(url, state["key"], args.visibility)))
+            stalled = stalls(stack, logs)
     finally:
         if not args.state:  # a kept state is measured again later
             drop_shared_data(options)
@@ -273,6 +277,7 @@ def main() -> None:
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
         f"save → visible to recall: {fmt(vis)} (the save alone: {fmt(vis_saves)}; each recall: {fmt(vis_recalls)})",
+        f"event-loop stalls over 30 ms during the recall and visibility runs: {stalled}",
         "CPU per recall by process (ms, mean over warm-up and measured recalls): {}; total {:.1f}".format(
             *cpu_profile(cpu0, cpu1, n_recalls)),
     ]

@@ -37,6 +37,9 @@ class CommonSettings(BaseSettings):
     namespace: str = DEFAULT_NAMESPACE
     stream_replicas: int = Field(1, ge=1, le=5)
     log_level: str = "INFO"
+    stall_warning_ms: float = Field(
+        250, ge=0, description="log a warning when the event loop was blocked this long (0: off)"
+    )
 
     @property
     def names(self) -> Names:

@@ -3,6 +3,7 @@ the OAuth protected-resource metadata."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +29,7 @@ from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
 from kit.bus import Bus
 from kit.config import setup_logging
+from kit.stalls import watch_stalls
 from services.gateway.adapters.backend import Backend
 from services.gateway.adapters.token_verifier import IntrospectionVerifier, StrictBearerBackend
 from services.gateway.config import GatewaySettings
@@ -107,11 +109,15 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         verifier.inner = inner
         backend.bind(bus, settings.command_timeout_s)
         state["bus"] = bus
+        stop = asyncio.Event()
+        stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
         try:
             async with servers[False].session_manager.run(), servers[True].session_manager.run():
                 log.info("gateway ready: MCP at %s", settings.mcp_url)
                 yield
         finally:
+            stop.set()
+            await stalls
             await bus.close()
 
     app = FastAPI(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kit.bus import Bus
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
+from kit.stalls import watch_stalls
 from services.memory.adapters.embedder import Embedder, build_embedder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
@@ -102,6 +103,7 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
     async with memory_app(settings) as app:
         tasks = nats_entry.start(app.bus, app.service, stop)
         tasks.append(asyncio.create_task(maintain_index(app, stop)))
+        tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)
         log.info("memory service ready (namespace %s)", settings.namespace)
         await stop.wait()
