@@ -6,12 +6,14 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope
 from contracts.memory import Recall
 from kit.bus import Bus
+from services.memory.application.indexing import point_for
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.main import MemoryApp, memory_app
@@ -56,6 +58,26 @@ async def test_save_then_recall_reads_its_own_write(app: MemoryApp) -> None:
     reply = await app.service.handle_command(cmd("save_memory", {"content": "My favourite tea is sencha"}))
     assert reply.ok and reply.result["created"] is True
     assert (await recall(app, "which tea do I like?"))[0] == "My favourite tea is sencha"
+
+
+async def test_recall_answers_from_payloads_and_old_points_from_postgres(app: MemoryApp) -> None:
+    """Hits carry their views; a point indexed before that (an index not yet replayed) still
+    recalls with its full, current view, read from Postgres."""
+    first = await app.service.handle_command(cmd("save_memory", {"content": "Dana plays the cello"}))
+    await app.service.handle_command(cmd("save_memory", {"content": "Dana grows tomatoes"}))
+    updated = await app.service.handle_command(cmd("update_memory", {"id": first.result["memory_id"],
+                                                                      "content": "Dana plays the viola"}))
+    assert updated.ok
+    fresh = await app.service.recall("alice", Recall(query="What instrument does Dana play?"))
+    state = await app.store.get("alice", UUID(first.result["memory_id"]))
+    assert state is not None
+    old_style = point_for(state, await app.service._memory_vector(state))
+    for field in ("content", "confidence", "source", "version", "updated_at"):
+        old_style.payload.pop(field)
+    await app.index.upsert([old_style])
+    mixed = await app.service.recall("alice", Recall(query="What instrument does Dana play?"))
+    assert [h.memory for h in mixed.hits] == [h.memory for h in fresh.hits]
+    assert mixed.hits[0].memory.content == "Dana plays the viola" and mixed.hits[0].memory.version == 2
 
 
 async def test_same_command_twice_has_one_effect(app: MemoryApp) -> None:

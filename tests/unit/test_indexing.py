@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from contracts.memory import MemoryState
+from contracts.memory import Category, MemoryState, MemoryStatus, MemoryView
 from services.memory.application.indexing import (
     MAX_SENTENCES,
     content_vector,
@@ -25,6 +25,7 @@ from services.memory.application.indexing import (
     passages_vector,
     point_for,
     split_sentences,
+    view_of,
 )
 from services.memory.domain.keywords import document_vector, query_vector
 
@@ -172,3 +173,21 @@ def test_content_vector_is_the_vector_a_memory_gets() -> None:
     texts = embedding_texts(state(text))
     assert passages_vector(texts, emb.embed(texts)) == pytest.approx(content_vector(emb, text), abs=1e-9)
     assert passages_vector(texts, emb.embed(texts)) != pytest.approx(memory_vector(emb.embed(texts)), abs=1e-6)
+
+
+def test_a_point_carries_the_memory_view() -> None:
+    """Recall answers from its hits' payloads; a view read back equals the one Postgres would give."""
+    later = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+    mem = MemoryState(id=uuid.uuid4(), tenant="t", project="p", content="Prefers tea", category=Category.PREFERENCE,
+                      memory_key="preference.drinks", importance=4, confidence=0.9, source="mcp", version=3,
+                      created_at=WHEN, updated_at=later)
+    point = point_for(mem, [0.0] * 4)
+    expected = MemoryView.model_validate(mem.model_dump(exclude={"tenant", "forget_reason"}))
+    assert view_of(point.id, point.payload) == expected
+    assert view_of(point.id, {**point.payload, "status": MemoryStatus.ACTIVE.value}).status is MemoryStatus.ACTIVE
+
+
+def test_a_point_from_before_views_has_no_view() -> None:
+    old = point_for(state("Prefers tea"), [0.0] * 4).payload
+    for field in ("content", "version", "updated_at", "confidence", "source"):
+        assert view_of("00000000-0000-0000-0000-000000000001", {k: v for k, v in old.items() if k != field}) is None

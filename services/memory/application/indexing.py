@@ -19,11 +19,12 @@ whole text plus the day it was written (:func:`keyword_text`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from contracts.memory import MemoryState, MemoryStatus, RecallMode
+from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallMode
 from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.vectors import SearchFilter, VectorPoint
 from services.memory.domain.keywords import document_vector, keyword_terms
@@ -183,6 +184,8 @@ def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[li
 
 
 def point_for(state: MemoryState, dense: Sequence[float]) -> VectorPoint:
+    """The memory's point: vectors, the fields searches filter on, and the rest of its view, so
+    that a recall answers from its hits without reading them back from Postgres."""
     return VectorPoint(
         id=str(state.id),
         dense=dense,
@@ -195,8 +198,24 @@ def point_for(state: MemoryState, dense: Sequence[float]) -> VectorPoint:
             "memory_key": state.memory_key,
             "importance": state.importance,
             "created_at": state.created_at.isoformat(),
+            "content": state.content,
+            "confidence": state.confidence,
+            "source": state.source,
+            "version": state.version,
+            "updated_at": state.updated_at.isoformat(),
         },
     )
+
+
+_VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id"}
+
+
+def view_of(point_id: str, payload: Mapping[str, Any]) -> MemoryView | None:
+    """The memory view a hit's payload carries, or None for a point written before payloads
+    carried views (its view is read from Postgres instead)."""
+    if not _VIEW_FIELDS <= payload.keys():
+        return None
+    return MemoryView.model_validate({"id": point_id, **{k: payload[k] for k in _VIEW_FIELDS}})
 
 
 def active_filter(tenant: str, project: str | None, category: str | None = None) -> SearchFilter:

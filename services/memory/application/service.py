@@ -61,6 +61,7 @@ from services.memory.application.indexing import (
     passages,
     passages_vector,
     point_for,
+    view_of,
 )
 from services.memory.domain import model, shared
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
@@ -452,7 +453,9 @@ class MemoryService:
             dense=dense, sparse=sparse, mode=mode, limit=query.limit,
             filter=active_filter(tenant, query.project),
         )
-        views = await self.store.active_views(tenant, [UUID(h.id) for h in hits])
+        views = {UUID(h.id): view for h in hits if (view := view_of(h.id, h.payload)) is not None}
+        if len(views) < len(hits):  # points indexed before payloads carried the view
+            views.update(await self.store.active_views(tenant, [UUID(h.id) for h in hits if UUID(h.id) not in views]))
         return RecallResult(
             hits=[RecallHit(memory=views[UUID(h.id)], score=h.score) for h in hits if UUID(h.id) in views]
         )
