@@ -566,3 +566,36 @@ async def test_edge_index_reports_when_an_optimisation_would_index(tmp_path) -> 
         assert not index.needs_optimize()
     finally:
         await index.close()
+
+
+async def test_single_tenant_shard_skips_the_idf_count_with_identical_scores(
+    tmp_path: Path, corpus_points: list[VectorPoint]
+) -> None:
+    """While one tenant owns every point, collection-wide IDF is used (no per-term count) and
+    gives exactly the tenant-scoped scores; a second tenant switches back, also after a reopen."""
+    alice = [p for p in corpus_points if p.payload["tenant"] == "alice"]
+    index = EdgeVectorIndex(tmp_path / "shard", DIM, keyword_feedback=False)
+    await index.ensure()
+
+    async def scores() -> list[tuple[str, float]]:
+        hits = await index.search(dense=None, sparse=query_vector("favourite drink tea zorblax runner"),
+                                  filter=SearchFilter(tenant="alice"), limit=10, mode="sparse")
+        return [(h.id, round(h.score, 5)) for h in hits]
+
+    await index.upsert(alice)
+    assert index._sparse_params(SearchFilter(tenant="alice")) is None
+    assert index._sparse_params(SearchFilter(tenant="bob")) is not None
+    fast = await scores()
+    await index.upsert([VectorPoint(id=str(uuid.uuid4()), dense=[1.0] + [0.0] * (DIM - 1),
+                                    sparse=document_vector("tea tea tea zorblax"), payload={"tenant": "mallory"})])
+    assert index._sparse_params(SearchFilter(tenant="alice")) is not None
+    assert await scores() == fast  # the scoped IDF gives what the fast path gave
+    await index.close()
+    reopened = EdgeVectorIndex(tmp_path / "shard", DIM, keyword_feedback=False)
+    await reopened.ensure()
+    assert reopened._sparse_params(SearchFilter(tenant="alice")) is not None
+    await reopened.drop()
+    await reopened.ensure()
+    await reopened.upsert(alice)
+    assert reopened._sparse_params(SearchFilter(tenant="alice")) is None
+    await reopened.close()

@@ -104,6 +104,11 @@ class EdgeVectorIndex:
         self.tenant_scoped_idf = tenant_scoped_idf
         self.keyword_feedback = keyword_feedback
         self._shard: qe.EdgeShard | None = None
+        # Tenant-scoped IDF makes the engine count, per query term, the tenant's points holding it:
+        # ~2.5 ms of a 3.3 ms keyword search at 100k points. While every point belongs to one
+        # tenant, collection-wide IDF is exactly that tenant's IDF, so the count is skipped.
+        self._only_tenant: str | None = None  # the one tenant with points, while there is one
+        self._many_tenants = False  # points of two tenants were seen (until the shard is reopened)
         self._lock_file: IO[bytes] | None = None
         self._closed = False
         # Serialises writes and structural changes (open/drop/close): writes
@@ -182,7 +187,20 @@ class EdgeVectorIndex:
                 else qe.PayloadSchemaType.Keyword
             )
             shard.update(qe.UpdateOperation.create_field_index(name, schema))
+        tenants = [h.value for h in shard.facet(qe.FacetRequest(key=TENANT_FIELD, limit=2, exact=True)).hits if h.count]
+        self._only_tenant = str(tenants[0]) if len(tenants) == 1 else None
+        self._many_tenants = len(tenants) > 1
         return shard
+
+    def _note_tenants(self, tenants: Sequence[str]) -> None:
+        """Called before points of ``tenants`` are written (so no search can see them first)."""
+        for tenant in tenants:
+            if self._many_tenants or tenant == self._only_tenant:
+                continue
+            if self._only_tenant is None:
+                self._only_tenant = tenant
+            else:
+                self._only_tenant, self._many_tenants = None, True
 
     async def ensure(self) -> None:
         """Open (or create) the shard and its payload indexes. Idempotent."""
@@ -205,6 +223,7 @@ class EdgeVectorIndex:
                 self._shard = None
             if self.path.exists():
                 shutil.rmtree(self.path)
+            self._only_tenant, self._many_tenants = None, False
 
     async def close(self) -> None:
         """Flush and close the shard, release the directory lock. Idempotent."""
@@ -276,6 +295,7 @@ class EdgeVectorIndex:
             self._check_dim(point)
         async with self._mutex:
             shard = self._require()
+            self._note_tenants([str(p.payload[TENANT_FIELD]) for p in points])
             if len(points) <= THREAD_THRESHOLD:
                 self._apply_upsert(shard, points)
                 return
@@ -314,6 +334,8 @@ class EdgeVectorIndex:
     def _sparse_params(self, search_filter: SearchFilter) -> qe.SearchParams | None:
         if not self.tenant_scoped_idf:
             return None
+        if not self._many_tenants and self._only_tenant == search_filter.tenant:
+            return None  # the collection is this tenant's: the same IDF without the count
         tenant_only = qe.Filter(
             must=[qe.FieldCondition(TENANT_FIELD, match=qe.MatchValue(search_filter.tenant))]
         )
