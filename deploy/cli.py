@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -238,11 +239,14 @@ def replay_command(
                 err.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from exc
             settings = MemorySettings(nats_url=nats_url, database_url=database_url, namespace=namespace)
-        with Progress(*columns, console=console) as progress:
+        with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
             task = progress.add_task("replay", total=None)
+            log_line = ProgressLines(console) if not console.is_terminal else None  # logs, CI, kubectl
 
             def on_progress(done: int, total: int) -> None:
                 progress.update(task, completed=done, total=total)
+                if log_line is not None:
+                    log_line(done, total)
 
             try:
                 report = run_service(run_replay(settings, on_progress))
@@ -253,6 +257,25 @@ def replay_command(
         f"Rebuilt the memory read models from {report.events:,} events "
         f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s."
     )
+
+
+class ProgressLines:
+    """Progress as a plain line every ``every_s`` seconds (and at the end), where no progress bar
+    can be drawn: a log file, CI, `kubectl logs`."""
+
+    def __init__(self, out: Console, every_s: float = 10.0) -> None:
+        self.out, self.every_s = out, every_s
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s and done < total:
+            return
+        self.last = now
+        rate = done / max(now - self.started, 1e-9)
+        left = f", about {(total - done) / rate / 60:.0f} min left" if rate > 0 and done < total else ""
+        share = f" ({100 * done / total:.0f}%)" if total else ""
+        self.out.print(f"replaying events: {done:,}/{total:,}{share}, {rate:,.0f} events/s{left}", highlight=False)
 
 
 def main() -> None:
