@@ -55,6 +55,9 @@ class ConsumerSpec:
     filter_subject: str
     ack_wait_s: float = 30.0
     max_deliver: int = 5
+    #: Delays before a failed message is tried again (sent with its NAK). Deliberately not the
+    #: server's BackOff setting: that replaces the ack wait of every delivery, the first one
+    #: included, so a batch held 0.5 s before its ack came back while it was being handled.
     backoff_s: tuple[float, ...] = field(default=(0.5, 2.0, 5.0, 15.0))
     max_ack_pending: int = 1000
     description: str = ""

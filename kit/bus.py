@@ -93,9 +93,9 @@ def _consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
         description=spec.description,
         deliver_policy=api.DeliverPolicy.ALL,
         ack_policy=api.AckPolicy.EXPLICIT,
-        ack_wait=spec.ack_wait_s,
+        ack_wait=spec.ack_wait_s,  # for every delivery: retry delays go with each NAK (spec.backoff_s)
         max_deliver=spec.max_deliver,
-        backoff=list(spec.backoff_s) if spec.backoff_s else None,
+        backoff=None,
         filter_subject=spec.filter_subject,
         max_ack_pending=spec.max_ack_pending,
     )

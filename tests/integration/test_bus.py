@@ -115,6 +115,24 @@ async def test_redelivery_after_crash_mid_handling(bus: Bus) -> None:
     assert state is not None and state.ack_pending == 0 and state.pending == 0
 
 
+async def test_a_message_held_longer_than_the_first_retry_delay_is_not_redelivered(bus: Bus) -> None:
+    """The consumer keeps a fetched batch while it prepares the next one: a message unacked for
+    longer than the first retry delay (but within the ack wait) must not come back meanwhile."""
+    spec = replace(bus.names.command_consumer("slow"), ack_wait_s=10.0, backoff_s=(0.2, 1.0))
+    for i in range(3):
+        await bus.js.publish(bus.names.command("slow", "noop"), command(f"slow-key-{i:03d}").model_dump_json().encode())
+    handled: list[tuple[int, int]] = []
+
+    async def handle(msg: Msg) -> None:
+        await asyncio.sleep(0.5)
+        handled.append((msg.metadata.sequence.stream, msg.metadata.num_delivered))
+
+    await run_consumer(bus, spec, handle, lambda: len(handled) >= 3)
+    assert [delivered for _, delivered in sorted(handled)] == [1, 1, 1]
+    info = await bus.js.consumer_info(spec.stream, spec.durable)
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0
+
+
 async def test_transient_failure_retries_then_succeeds(bus: Bus) -> None:
     spec = replace(bus.names.command_consumer("flaky"), backoff_s=(0.1, 0.2))
     await bus.js.publish(bus.names.command("flaky", "noop"), command("flaky-key-01").model_dump_json().encode())
