@@ -36,6 +36,18 @@ from kit.bus import Bus, BusUnavailable
 SERVICES = ("auth", "memory", "gateway")
 
 
+def _terminate_with_parent() -> None:
+    """In the child, before exec: ask Linux for SIGTERM when the process that started it dies.
+
+    Services run in sessions of their own (Ctrl-C reaches only `engram up`, which stops them in
+    order), so a parent killed without that chance (SIGKILL, a crashed benchmark) would otherwise
+    leave them running, holding ports and the vector shard's lock."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
 @dataclass
 class StackOptions:
     home: Path
@@ -59,6 +71,7 @@ class ServiceProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy", "serve", name],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_terminate_with_parent if sys.platform == "linux" else None,
         )
 
     def alive(self) -> bool:
