@@ -138,6 +138,10 @@ async def test_rest_twins_of_the_tools(running) -> None:  # type: ignore[no-unty
         assert tag in {p["project"] for p in (await h.get("/v1/projects")).json()["projects"]}
         prof = (await h.get("/v1/profile", params={"project": tag})).json()
         assert prof["static"][0]["content"] == "Allergic to penicillin and latex"
+        found = (await h.post("/v1/recall", json={"query": "allergies", "project": tag, "include_profile": True})).json()
+        assert found["hits"][0]["memory"]["content"] == "Allergic to penicillin and latex"
+        assert found["hits"][0]["memory"]["confidence"] == 0.8 and found["profile"] == prof
+        assert (await h.post("/v1/recall", json={"query": "allergies", "project": tag})).json()["profile"] is None
         bad = await h.post("/v1/memories", json={"content": "x", "category": "goal", "memory_key": "profile.x"})
         assert bad.status_code == 422 and "memory_key" in bad.text
         both = await h.post("/v1/memories/update", json={"content": "x"})
