@@ -33,10 +33,6 @@ class GcClock:
             self._started = 0.0
 
 
-def late_by_ms(expected: float, now: float) -> float:
-    return max(0.0, (now - expected) * 1000)
-
-
 async def watch_stalls(stop: asyncio.Event, *, threshold_ms: float, interval_s: float = 0.05) -> None:
     """Warn about every tick later than ``threshold_ms`` until ``stop`` is set (0 disables)."""
     if threshold_ms <= 0:
@@ -47,7 +43,7 @@ async def watch_stalls(stop: asyncio.Event, *, threshold_ms: float, interval_s: 
         while not stop.is_set():
             gc_before, expected = clock.total_s, time.perf_counter() + interval_s
             await asyncio.sleep(interval_s)
-            late = late_by_ms(expected, time.perf_counter())
+            late = (time.perf_counter() - expected) * 1000
             if late > threshold_ms:
                 gc_ms = (clock.total_s - gc_before) * 1000
                 log.warning("event loop stalled for %.0f ms (garbage collection: %.0f ms of it)", late, gc_ms)

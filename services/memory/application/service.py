@@ -453,11 +453,12 @@ class MemoryService:
             dense=dense, sparse=sparse, mode=mode, limit=query.limit,
             filter=active_filter(tenant, query.project),
         )
-        views = {UUID(h.id): view for h in hits if (view := view_of(h.id, h.payload)) is not None}
+        ids = [UUID(h.id) for h in hits]
+        views = {i: view for i, h in zip(ids, hits, strict=True) if (view := view_of(h.id, h.payload)) is not None}
         if len(views) < len(hits):  # points indexed before payloads carried the view
-            views.update(await self.store.active_views(tenant, [UUID(h.id) for h in hits if UUID(h.id) not in views]))
+            views.update(await self.store.active_views(tenant, [i for i in ids if i not in views]))
         return RecallResult(
-            hits=[RecallHit(memory=views[UUID(h.id)], score=h.score) for h in hits if UUID(h.id) in views]
+            hits=[RecallHit(memory=views[i], score=h.score) for i, h in zip(ids, hits, strict=True) if i in views]
         )
 
     async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
