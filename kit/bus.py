@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -392,27 +393,30 @@ class Bus:
                 log.exception("%s: batch preparation failed; handling one by one", spec.durable)
 
         # Under load, batch N+1 is prepared (e.g. embedded, off the event loop) while batch N is
-        # handled; a small batch is handled at once so a lone message never waits.
-        deferred: list[Msg] = []
+        # handled, and batch N+2 is fetched and starts preparing before N+1's preparation is
+        # awaited, so the preparing side (the embedder) never waits for a fetch or for a lookup
+        # at the start of the next batch. A short fetch (no backlog) drains what is queued at
+        # once, so a lone message never waits.
+        queue: deque[tuple[list[Msg], asyncio.Future[None]]] = deque()
         try:
             while not stop.is_set():
                 try:
-                    msgs = await sub.fetch(batch, timeout=0.05 if deferred else 1.0)
+                    msgs = await sub.fetch(batch, timeout=0.05 if queue else 1.0)
                 except (TimeoutError, nats.errors.TimeoutError):
                     msgs = []
                 except nats.errors.ConnectionClosedError:
                     return
-                preparing = asyncio.ensure_future(prepared(msgs))
-                if deferred:
-                    await handle_all(deferred)
-                    deferred = []
+                if msgs:
+                    queue.append((msgs, asyncio.ensure_future(prepared(msgs))))
+                backlog = len(msgs) >= PIPELINE_MIN_BATCH
+                while queue and (len(queue) > 1 or not backlog):
+                    head, preparing = queue.popleft()
+                    await preparing
+                    await handle_all(head)
+            while queue:
+                head, preparing = queue.popleft()
                 await preparing
-                if len(msgs) >= PIPELINE_MIN_BATCH:
-                    deferred = msgs
-                elif msgs:
-                    await handle_all(msgs)
-            if deferred:
-                await handle_all(deferred)
+                await handle_all(head)
         finally:
             try:
                 await sub.unsubscribe()

@@ -198,16 +198,27 @@ async def test_explicit_poison_is_not_retried(bus: Bus) -> None:
     assert len(await dead_letters(bus)) == 1
 
 
-async def test_batches_are_prepared_before_they_are_handled(bus: Bus) -> None:
-    spec = bus.names.command_consumer("piped")
+async def test_batches_are_prepared_before_they_are_handled_and_the_next_one_meanwhile(bus: Bus) -> None:
+    """Each batch is handled, in order, after its preparation; under a backlog the preparing side
+    (the embedder) always has the next batch queued: batch k+1 is fetched and its preparation
+    started before batch k's preparation ends, so no fetch or lookup sits between two embeddings.
+    Preparations run one at a time, like an embedder pool."""
+    spec = bus.names.command_consumer("deep")
     for i in range(40):
-        await bus.js.publish(bus.names.command("piped", "noop"), command(f"piped-key-{i:04d}").model_dump_json().encode())
+        await bus.js.publish(bus.names.command("deep", "noop"), command(f"deep-key-{i:04d}").model_dump_json().encode())
+    loop = asyncio.get_running_loop()
+    started: list[float] = []
+    ended: list[float] = []
     prepared: set[str] = set()
     handled: list[str] = []
+    embedder = asyncio.Lock()
 
     async def prepare(msgs: list[Msg]) -> None:
-        await asyncio.sleep(0.05)  # like embedding a batch off the event loop
+        started.append(loop.time())
+        async with embedder:
+            await asyncio.sleep(0.1)  # like embedding a batch off the event loop
         prepared.update(CommandEnvelope.model_validate_json(m.data).command_id for m in msgs)
+        ended.append(loop.time())
 
     async def handle(msg: Msg) -> None:
         cid = CommandEnvelope.model_validate_json(msg.data).command_id
@@ -221,4 +232,6 @@ async def test_batches_are_prepared_before_they_are_handled(bus: Bus) -> None:
             await asyncio.sleep(0.05)
     stop.set()
     await task
-    assert handled == [f"piped-key-{i:04d}" for i in range(40)]
+    assert handled == [f"deep-key-{i:04d}" for i in range(40)]
+    assert len(started) == 5
+    assert all(started[k + 1] < ended[k] for k in range(4)), (started, ended)

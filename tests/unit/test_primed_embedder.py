@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -74,3 +77,56 @@ def test_capacity_evicts_the_least_recently_used() -> None:
     primed.prime(["newest"])  # evicts "old", the least recently used
     assert primed.cached(["used", "newest"]) is not None
     assert primed.cached(["old"]) is None
+
+
+class Gated(Recording):
+    """Blocks inside ``embed`` until released, so a second prime can overlap the first."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = fail
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = super().embed(texts)
+        if len(self.calls) == 1:
+            self.entered.set()
+            assert self.release.wait(5)
+            if self.fail:
+                raise RuntimeError("embedder down")
+        return out
+
+
+def test_overlapping_primes_embed_a_shared_text_once() -> None:
+    inner = Gated()
+    primed = PrimedEmbedder(inner)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(primed.prime, ["Thanks!", "I went hiking."])
+        assert inner.entered.wait(5)
+        second = pool.submit(primed.prime, ["Thanks!", "I cooked."])
+        # the second prime embeds only its own new text, then waits for the first
+        for _ in range(500):
+            if len(inner.calls) == 2:
+                break
+            time.sleep(0.01)
+        assert not second.done()
+        inner.release.set()
+        assert first.result(5) == 2 and second.result(5) == 1
+    assert inner.calls == [["Thanks!", "I went hiking."], ["I cooked."]]
+    assert primed.cached(["Thanks!", "I cooked."]) is not None
+
+
+def test_a_failed_prime_releases_the_primes_waiting_for_it() -> None:
+    inner = Gated(fail=True)
+    primed = PrimedEmbedder(inner)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(primed.prime, ["Thanks!"])
+        assert inner.entered.wait(5)
+        second = pool.submit(primed.prime, ["Thanks!", "Bye."])
+        inner.release.set()
+        with pytest.raises(RuntimeError):
+            first.result(5)
+        assert second.result(5) == 1  # returned, though "Thanks!" is not primed
+    assert primed.cached(["Thanks!"]) is None
+    np.testing.assert_array_equal(primed.embed(["Thanks!"]), Recording().embed(["Thanks!"]))  # embedded now

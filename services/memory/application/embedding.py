@@ -17,6 +17,8 @@ class PrimedEmbedder:
 
     Primed vectors stay cached (least recently used evicted past ``capacity``), so a text primed
     once serves every memory that contains it, and is never embedded twice while it is cached.
+    Primes may overlap (a consumer prepares the next batch while the previous one still embeds):
+    a text that an earlier prime is embedding is waited for, not embedded again.
     """
 
     def __init__(self, inner: Embedder, capacity: int = 4096) -> None:
@@ -26,19 +28,32 @@ class PrimedEmbedder:
         self.capacity = capacity
         self._primed: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self._embedding: dict[str, threading.Event] = {}  # texts a running prime is embedding
 
     def prime(self, texts: Sequence[str]) -> int:
-        """Embed the texts not primed yet in one batch; return how many were embedded."""
+        """Embed the texts not primed yet in one batch; return how many were embedded. Returns
+        once every text is primed, or is known to have failed (``embed`` then retries it)."""
+        done = threading.Event()
         with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._primed))
-        if not missing:
-            return 0
-        vectors = self.inner.embed(missing)
-        with self._lock:
-            for text, vector in zip(missing, vectors, strict=True):
-                self._primed[text] = vector
-            while len(self._primed) > self.capacity:
-                self._primed.popitem(last=False)
+            wanted = [t for t in dict.fromkeys(texts) if t not in self._primed]
+            others = {self._embedding[t] for t in wanted if t in self._embedding}
+            missing = [t for t in wanted if t not in self._embedding]
+            self._embedding.update(dict.fromkeys(missing, done))
+        try:
+            if missing:
+                vectors = self.inner.embed(missing)
+                with self._lock:
+                    for text, vector in zip(missing, vectors, strict=True):
+                        self._primed[text] = vector
+                    while len(self._primed) > self.capacity:
+                        self._primed.popitem(last=False)
+        finally:
+            with self._lock:
+                for text in missing:
+                    del self._embedding[text]
+            done.set()
+        for other in others:
+            other.wait()
         return len(missing)
 
     def _lookup(self, texts: Sequence[str]) -> list[np.ndarray | None]:
