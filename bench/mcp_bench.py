@@ -139,9 +139,12 @@ async def recall_latency(url: str, key: str, queries: list[str], warmup: list[st
     return out
 
 
-async def preload(stack: Stack, tenant: str, texts: list[str], window: int = 2000) -> float:
+async def preload(
+    stack: Stack, tenant: str, texts: list[str], window: int = 2000, trace: list[tuple[float, int]] | None = None
+) -> float:
     """Publish save commands straight to the command stream (as the gateway does, without waiting
-    for each reply), keeping at most ``window`` in flight; return sustained saves/s."""
+    for each reply), keeping at most ``window`` in flight; return saves/s over the whole load.
+    ``trace`` receives (seconds since the start, commands handled) at every poll (see steady_rate)."""
     from contracts.envelope import CommandEnvelope
     from contracts.subjects import MEMORY, Names
     from kit.bus import Bus
@@ -165,6 +168,8 @@ async def preload(stack: Stack, tenant: str, texts: list[str], window: int = 200
             while True:
                 done = await handled(sent)
                 progress.update(task, completed=done)
+                if trace is not None:
+                    trace.append((time.perf_counter() - start, done))
                 if sent == len(texts) and done >= sent:
                     break
                 while sent < len(texts) and sent - done < window:
@@ -177,6 +182,18 @@ async def preload(stack: Stack, tenant: str, texts: list[str], window: int = 200
         return len(texts) / (time.perf_counter() - start)
     finally:
         await bus.close()
+
+
+def steady_rate(trace: list[tuple[float, int]], low: float = 0.1, high: float = 0.9) -> float | None:
+    """Saves/s between the polls where ``low`` and ``high`` of the load were handled: the sustained
+    rate, without the start (first batch not yet overlapped) and the drain (last batch alone, and
+    up to one poll interval of waiting for it to be seen)."""
+    total = trace[-1][1] if trace else 0
+    inside = [(t, n) for t, n in trace if low * total <= n <= high * total]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    (t0, n0), (t1, n1) = inside[0], inside[-1]
+    return (n1 - n0) / (t1 - t0)
 
 
 def embedder_batch_throughput(texts: list[str]) -> float:

@@ -57,7 +57,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         index = build_vector_index(
             qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
             collection=settings.qdrant_collection, api_key=settings.qdrant_api_key,
-            keyword_feedback=settings.keyword_feedback,
+            keyword_feedback=settings.keyword_feedback, owner=settings.namespace,
         )
         await index.ensure()
         service = MemoryService(store, index, embedder, bus, settings.names)

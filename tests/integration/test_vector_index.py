@@ -23,7 +23,7 @@ from services.memory.adapters.vectors import (
     build_vector_index,
 )
 from services.memory.adapters.vectors_edge import EdgeVectorIndex, ShardLockedError
-from services.memory.adapters.vectors_qdrant import QdrantServerVectorIndex
+from services.memory.adapters.vectors_qdrant import CollectionOwnedElsewhere, QdrantServerVectorIndex
 from services.memory.domain.keywords import SparseVector, document_vector, query_vector
 
 pytestmark = pytest.mark.integration
@@ -139,7 +139,8 @@ def make_index(request: pytest.FixtureRequest, tmp_path: Path) -> IndexFactory:
     if request.param == "edge":
         return lambda: EdgeVectorIndex(tmp_path / "vectors", DIM)
     client = AsyncQdrantClient(location=":memory:")
-    return lambda: QdrantServerVectorIndex(client, "memories", DIM)
+    # claimed, so every test below also shows the owner marker never shows up in a search or count
+    return lambda: QdrantServerVectorIndex(client, "memories", DIM, owner="this-install")
 
 
 @pytest.fixture
@@ -599,3 +600,28 @@ async def test_single_tenant_shard_skips_the_idf_count_with_identical_scores(
     await reopened.upsert(alice)
     assert reopened._sparse_params(SearchFilter(tenant="alice")) is None
     await reopened.close()
+
+
+async def test_a_qdrant_collection_belongs_to_one_install(corpus_points: list[VectorPoint]) -> None:
+    """Two installs (namespaces) pointed at one collection: the second is refused with the fix,
+    before it can write or, through a replay, drop anything; the owner itself reopens it."""
+    client = AsyncQdrantClient(location=":memory:")
+    legacy = QdrantServerVectorIndex(client, "memories", DIM)  # created before collections were claimed
+    await legacy.ensure()
+    await legacy.upsert(corpus_points)
+    first = QdrantServerVectorIndex(client, "memories", DIM, owner="engram")
+    await first.ensure()  # an unclaimed collection is adopted by the first install that opens it
+    await first.ensure()
+    other = QdrantServerVectorIndex(client, "memories", DIM, owner="staging")
+    with pytest.raises(CollectionOwnedElsewhere) as refused:
+        await other.ensure()
+    message = str(refused.value)
+    assert "'engram'" in message and "'staging'" in message and "ENGRAM_QDRANT_COLLECTION" in message
+    assert await first.count(SearchFilter(tenant="alice")) == count_of("alice")  # nothing touched
+    await first.drop()
+    await first.ensure()  # rebuilt (replay): claimed again, still refused to the other install
+    with pytest.raises(CollectionOwnedElsewhere):
+        await other.ensure()
+    elsewhere = QdrantServerVectorIndex(client, "staging-memories", DIM, owner="staging")
+    await elsewhere.ensure()  # its own collection is fine
+    await client.close()

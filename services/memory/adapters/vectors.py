@@ -227,6 +227,7 @@ def build_vector_index(
     api_key: str | None = None,
     tenant_scoped_idf: bool = True,
     keyword_feedback: bool = True,
+    owner: str | None = None,
 ) -> VectorIndex:
     """Pick the adapter from configuration.
 
@@ -239,7 +240,9 @@ def build_vector_index(
 
     ``tenant_scoped_idf=False`` falls back to collection-wide IDF, for Qdrant
     servers that predate IDF corpus scoping. ``keyword_feedback=False`` turns
-    the second round of hybrid searches off.
+    the second round of hybrid searches off. ``owner`` (the install's namespace)
+    claims a Qdrant server collection for one install (an embedded shard lives in
+    the install's own folder and needs no claim).
     """
     if not qdrant_url:
         from services.memory.adapters.vectors_edge import EdgeVectorIndex
@@ -257,5 +260,6 @@ def build_vector_index(
     else:
         client = AsyncQdrantClient(url=qdrant_url, api_key=api_key)
     return QdrantServerVectorIndex(
-        client, collection, dim, tenant_scoped_idf=tenant_scoped_idf, keyword_feedback=keyword_feedback
+        client, collection, dim, tenant_scoped_idf=tenant_scoped_idf, keyword_feedback=keyword_feedback,
+        owner=owner,
     )

@@ -50,6 +50,15 @@ from services.memory.domain.keywords import expand_query
 __all__ = ["QdrantServerVectorIndex"]
 
 
+#: The id of the point that records which install owns a collection (see ``ensure``).
+OWNER_POINT_ID = str(uuid.uuid5(uuid.NAMESPACE_URL, "engram:collection-owner"))
+OWNER_FIELD = "engram_owner"
+
+
+class CollectionOwnedElsewhere(RuntimeError):
+    """The collection belongs to another Engram install (another namespace)."""
+
+
 class QdrantServerVectorIndex:
     """:class:`~services.memory.adapters.vectors.VectorIndex` on a Qdrant
     collection reached through ``qdrant_client.AsyncQdrantClient``.
@@ -57,7 +66,11 @@ class QdrantServerVectorIndex:
     The index owns ``client`` and closes it in :meth:`close`. ``ensure()``
     creates the collection and its payload indexes when missing (tolerating a
     concurrent creator) and checks that an existing collection has the
-    expected vectors.
+    expected vectors. With ``owner`` (the install's namespace) it also claims
+    the collection: a marker point (no tenant, so no search or count ever
+    sees it) records the first owner, and an install of another namespace is
+    refused — two installs sharing a collection would mix their vectors, and
+    a replay of one would drop the other's.
     """
 
     def __init__(
@@ -68,12 +81,14 @@ class QdrantServerVectorIndex:
         *,
         tenant_scoped_idf: bool = True,
         keyword_feedback: bool = True,
+        owner: str | None = None,
     ) -> None:
         if dim <= 0:
             raise ValueError("dim must be positive")
         self.client = client
         self.collection = collection
         self.dim = dim
+        self.owner = owner
         self.tenant_scoped_idf = tenant_scoped_idf
         self.keyword_feedback = keyword_feedback
 
@@ -100,6 +115,8 @@ class QdrantServerVectorIndex:
                     raise
         info = await self.client.get_collection(self.collection)
         self._check_schema(info)
+        if self.owner is not None:
+            await self._claim(self.owner)
         if self._is_local:
             return  # payload indexes are a no-op in local mode
         existing = set(info.payload_schema or {})
@@ -112,6 +129,29 @@ class QdrantServerVectorIndex:
                 else qm.PayloadSchemaType.KEYWORD
             )
             await self.client.create_payload_index(self.collection, name, field_schema=schema, wait=True)
+
+    async def _claim(self, owner: str) -> None:
+        """Record ``owner`` on a collection nobody owns yet; refuse one another install owns."""
+        current = await self._owner()
+        if current is None:
+            marker = qm.PointStruct(
+                id=OWNER_POINT_ID,
+                vector={DENSE_VECTOR: [1.0] + [0.0] * (self.dim - 1), SPARSE_VECTOR: qm.SparseVector(indices=[], values=[])},
+                payload={OWNER_FIELD: owner},
+            )
+            await self.client.upsert(self.collection, points=[marker], wait=True)
+            current = await self._owner()  # two installs claiming at once: the last write wins
+        if current != owner:
+            raise CollectionOwnedElsewhere(
+                f"Qdrant collection {self.collection!r} belongs to the Engram install with namespace "
+                f"{current!r}, not to this one ({owner!r}): two installs in one collection would mix their "
+                f"memories, and a replay of one would erase the other's. Give this install a collection of "
+                f"its own (ENGRAM_QDRANT_COLLECTION), or set ENGRAM_NAMESPACE={current} if it really is that install."
+            )
+
+    async def _owner(self) -> str | None:
+        found = await self.client.retrieve(self.collection, ids=[OWNER_POINT_ID], with_payload=[OWNER_FIELD])
+        return str(found[0].payload[OWNER_FIELD]) if found and found[0].payload else None
 
     def _check_schema(self, info: qm.CollectionInfo) -> None:
         vectors = info.config.params.vectors
