@@ -93,7 +93,8 @@ _CJK_CHARS = (
     "\uf900-\ufaff"  # CJK compatibility ideographs
     "\U00020000-\U0003ffff"  # CJK extensions B..H, compatibility supplement
 )
-_TOKEN_RE = re.compile(rf"(?P<cjk>[{_CJK_CHARS}]+)|(?P<word>(?:(?![{_CJK_CHARS}])[^\W_])+)")
+# a word: letters and digits, no underscore, no CJK character (a negated class holding \W)
+_TOKEN_RE = re.compile(rf"(?P<cjk>[{_CJK_CHARS}]+)|(?P<word>[^\W_{_CJK_CHARS}]+)")
 
 _STOPWORD_TEXT = """
     a about above after again against all am an and any are as at be been before
@@ -151,10 +152,11 @@ def keyword_terms(text: str) -> list[str]:
             continue
         if word in _STOPWORDS:
             continue
-        if any(ch.isdigit() for ch in word):
-            terms.append(word)
-        else:
+        # an all-letter word is stemmed; one with a digit anywhere is kept as it is
+        if word.isalpha() or not any(ch.isdigit() for ch in word):
             terms.append(_stem(word))
+        else:
+            terms.append(word)
     return terms
 
 
