@@ -6,7 +6,9 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
+import sys
 import tempfile
 import uuid
 from datetime import UTC, datetime
@@ -25,11 +27,20 @@ BENCH_ENV = {
 }
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    sys.exit(128 + signum)
+
+
 def stack_options(prefix: str, home: Path | None = None, namespace: str | None = None) -> Any:
     """Options for a benchmark's stack: the servers named by ENGRAM_NATS_URL / ENGRAM_DATABASE_URL
     when set (else embedded ones in ``home``). On a shared Postgres the stack gets schemas of its
-    own: a schema belongs to one namespace, and runs must not mix their read models."""
+    own: a schema belongs to one namespace, and runs must not mix their read models. A SIGTERM
+    (``kill``, ``pkill``) then exits through the bench's ``finally`` blocks, so the stack stops and
+    its streams and schemas are dropped, as on Ctrl-C."""
     from deploy.stack import StackOptions
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     namespace = namespace or prefix + uuid.uuid4().hex[:6]
     database_url = os.environ.get("ENGRAM_DATABASE_URL")
