@@ -18,6 +18,17 @@ from typing import Any
 log = logging.getLogger("engram.stalls")
 
 
+def freeze_startup_heap() -> int:
+    """Put every object alive once a service has started (modules, classes, pydantic schemas, the
+    model and its tokenizer: ~120,000 objects in the memory service) out of the collector's
+    reach, and return how many. A full collection otherwise walks them all, every time: 180 ms
+    on a 2-core VM, a stall of every request in flight. After this it walks only what was made
+    since. Garbage is collected first, so none is frozen; call once, when start-up is done."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 class GcClock:
     """Time spent in garbage collection, from ``gc.callbacks``."""
 

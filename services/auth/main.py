@@ -18,7 +18,7 @@ from contracts.subjects import AUTH
 from kit.bus import Bus, reply_to
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
-from kit.stalls import watch_stalls
+from kit.stalls import freeze_startup_heap, watch_stalls
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
 from services.auth.application.events import AuthEvents
@@ -91,6 +91,7 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
             concurrency=64,
         )
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
+        freeze_startup_heap()
         log.info("auth service ready (namespace %s)", settings.namespace)
         await stop.wait()
         server.should_exit = True

@@ -29,7 +29,7 @@ from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
 from kit.bus import Bus
 from kit.config import setup_logging
-from kit.stalls import watch_stalls
+from kit.stalls import freeze_startup_heap, watch_stalls
 from services.gateway.adapters.backend import Backend
 from services.gateway.adapters.token_verifier import IntrospectionVerifier, StrictBearerBackend
 from services.gateway.config import GatewaySettings
@@ -111,6 +111,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         state["bus"] = bus
         stop = asyncio.Event()
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
+        freeze_startup_heap()
         try:
             async with servers[False].session_manager.run(), servers[True].session_manager.run():
                 log.info("gateway ready: MCP at %s", settings.mcp_url)

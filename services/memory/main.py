@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kit.bus import Bus
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
-from kit.stalls import watch_stalls
+from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import Embedder, build_embedder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
@@ -105,6 +105,7 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         tasks.append(asyncio.create_task(maintain_index(app, stop)))
         tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)
+        freeze_startup_heap()
         log.info("memory service ready (namespace %s)", settings.namespace)
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
