@@ -398,6 +398,12 @@ class Bus:
         # at the start of the next batch. A short fetch (no backlog) drains what is queued at
         # once, so a lone message never waits.
         queue: deque[tuple[list[Msg], asyncio.Future[None]]] = deque()
+
+        async def handle_oldest() -> None:
+            head, preparing = queue.popleft()
+            await preparing
+            await handle_all(head)
+
         try:
             while not stop.is_set():
                 try:
@@ -410,13 +416,9 @@ class Bus:
                     queue.append((msgs, asyncio.ensure_future(prepared(msgs))))
                 backlog = len(msgs) >= PIPELINE_MIN_BATCH
                 while queue and (len(queue) > 1 or not backlog):
-                    head, preparing = queue.popleft()
-                    await preparing
-                    await handle_all(head)
+                    await handle_oldest()
             while queue:
-                head, preparing = queue.popleft()
-                await preparing
-                await handle_all(head)
+                await handle_oldest()
         finally:
             try:
                 await sub.unsubscribe()
