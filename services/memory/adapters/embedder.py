@@ -13,6 +13,7 @@ Both return ``float32`` arrays of shape ``(n, dim)`` with L2-normalised rows.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -23,6 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
+
+log = logging.getLogger("engram.memory.embedder")
 
 __all__ = [
     "EMBEDDER_KINDS",
@@ -35,6 +38,15 @@ __all__ = [
 
 #: Accepted values of ``build_embedder(kind=...)``.
 EMBEDDER_KINDS: tuple[str, ...] = ("minilm", "openai")
+#: Accepted values of ``MiniLMEmbedder(compute=...)``.
+COMPUTE_MODES: tuple[str, ...] = ("int8", "fp32")
+#: The int8 graph must give (nearly) the fp32 graph's vectors, or it is not used.
+_INT8_MIN_COSINE = 0.995
+_PROBE_TEXTS = (
+    "Caroline: I went to a support group for LGBTQ people yesterday and it was really powerful.",
+    "User prefers dark mode and uses vim.",
+    "我最喜欢喝绿茶",
+)
 
 _CHUNK = 16  # texts per onnxruntime run (length-sorted, padded to the chunk's longest)
 _TOKENIZER_RELPATH = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
@@ -101,6 +113,14 @@ class MiniLMEmbedder:
     first (and restored afterwards) to minimise padding; mean pooling of
     ``last_hidden_state`` over the attention mask; L2 normalisation.
 
+    ``compute="int8"`` (the default) runs the linear layers as integer products
+    (:mod:`.onnx_int8`: the packaged int8 weights unchanged, activations quantized per
+    token and block), ~1.5× faster than ``"fp32"``, which runs the file as shipped
+    (onnxruntime folds its weights back to fp32). Vectors of the two agree to a cosine
+    of ~0.9998. If the rewrite is not possible here (``onnx`` missing, an onnxruntime
+    without the kernel, vectors that do not match fp32 on a probe), the embedder logs a
+    warning and runs fp32; ``self.compute`` says which one runs.
+
     Single-text calls (typically queries, which repeat) go through an LRU cache
     of ``cache_size`` entries; batch calls bypass it. ``threads`` is how many
     cores the embedder may use (``None``: all of them). A call of at most one
@@ -123,12 +143,15 @@ class MiniLMEmbedder:
         cache_size: int = 2048,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
+        compute: str = "int8",
     ) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         if max_length < 2:
             raise ValueError("max_length must be at least 2 (room for [CLS] and [SEP])")
+        if compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got {compute!r}")
         self.max_length = max_length
         self.threads = threads
         self._cache_size = max(0, cache_size)
@@ -143,12 +166,43 @@ class MiniLMEmbedder:
         self._parallel = max(1, threads or os.cpu_count() or 1)
         path = str(model_path or _default_model_path())
         self._session = self._open_session(ort, path, threads)
-        self._batch_session = self._open_session(ort, path, 1) if self._parallel > 1 else self._session
-        self._pool = ThreadPoolExecutor(self._parallel, thread_name_prefix="embed") if self._parallel > 1 else None
         self._input_names = {i.name for i in self._session.get_inputs()}
+        self.compute = "fp32"
+        source: str | bytes = path
+        if compute == "int8":
+            int8 = self._int8_model(ort, path, threads)
+            if int8 is not None:
+                self._session, source = int8
+                self.compute = "int8"
+                self.model_id = f"{MiniLMEmbedder.model_id}+q8-matmul"
+        self._batch_session = self._open_session(ort, source, 1) if self._parallel > 1 else self._session
+        self._pool = ThreadPoolExecutor(self._parallel, thread_name_prefix="embed") if self._parallel > 1 else None
+
+    def _int8_model(self, ort: Any, path: str, threads: int | None) -> tuple[Any, bytes] | None:
+        """(session, graph) running the int8-product graph, or ``None`` (with a warning) to stay on fp32."""
+        try:
+            from services.memory.adapters.onnx_int8 import int8_matmul_model
+
+            model, rewritten = int8_matmul_model(path)
+            if not rewritten:
+                log.warning("embedder: %s has no int8 weight products to rewrite; running fp32", path)
+                return None
+            session = self._open_session(ort, model, threads)
+        except Exception as exc:  # an onnx/onnxruntime without the op, a damaged file...
+            log.warning("embedder: int8 compute unavailable (%s: %s); running fp32 (ENGRAM_EMBEDDER_COMPUTE=fp32 "
+                        "silences this)", type(exc).__name__, exc)
+            return None
+        encodings = self._tokenizer.encode_batch(list(_PROBE_TEXTS))
+        reference = self._run_chunk(encodings, self._session)
+        cosine = float((reference * self._run_chunk(encodings, session)).sum(axis=1).min())
+        if cosine < _INT8_MIN_COSINE:
+            log.warning("embedder: int8 compute gives vectors unlike fp32 here (cosine %.4f < %.3f); running fp32",
+                        cosine, _INT8_MIN_COSINE)
+            return None
+        return session, model
 
     @staticmethod
-    def _open_session(ort: Any, path: str, threads: int | None) -> Any:
+    def _open_session(ort: Any, path: str | bytes, threads: int | None) -> Any:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads is not None:
@@ -200,16 +254,7 @@ class MiniLMEmbedder:
         chunks = [order[start : start + _CHUNK] for start in range(0, len(order), _CHUNK)][::-1]
 
         def run(idx: np.ndarray, session: Any) -> None:
-            width = int(lengths[idx].max())
-            ids = np.array([encodings[i].ids[:width] for i in idx], dtype=np.int64)
-            mask = np.array([encodings[i].attention_mask[:width] for i in idx], dtype=np.int64)
-            feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-            if "token_type_ids" in self._input_names:
-                feeds["token_type_ids"] = np.zeros_like(ids)
-            (hidden,) = session.run(["last_hidden_state"], feeds)
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-            out[idx] = _l2_normalise(pooled)
+            out[idx] = self._run_chunk([encodings[i] for i in idx], session)
 
         if self._pool is None or len(chunks) == 1:
             for idx in chunks:
@@ -218,6 +263,19 @@ class MiniLMEmbedder:
             for done in [self._pool.submit(run, idx, self._batch_session) for idx in chunks]:
                 done.result()
         return out
+
+    def _run_chunk(self, encodings: list[Any], session: Any) -> np.ndarray:
+        """Unit mean-pooled vectors of ``encodings``, padded to the longest of them, in one run."""
+        width = max(sum(e.attention_mask) for e in encodings)
+        ids = np.array([e.ids[:width] for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask[:width] for e in encodings], dtype=np.int64)
+        feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        (hidden,) = session.run(["last_hidden_state"], feeds)
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return _l2_normalise(pooled)
 
     def cache_clear(self) -> None:
         """Forget cached single-text embeddings."""
