@@ -200,6 +200,12 @@ class Recall(BaseModel):
     include_profile: bool = Field(
         False, description="also return the profile of the same scope (one round trip instead of two)"
     )
+    rerank: bool = Field(
+        False,
+        description="re-order the best candidates with a cross-encoder that reads the query and each memory "
+        "together: more precise (LoCoMo R@5 0.63 → 0.69), but ~0.3 s more per call on 2 cores; hit scores "
+        "are then relevances in (0, 1)",
+    )
 
 
 class GetMemoryByKey(BaseModel):

@@ -23,6 +23,14 @@ class MemorySettings(CommonSettings):
         "int8", description="minilm only: int8 runs the linear layers as integer products (~1.5x faster, "
         "vectors within cosine 0.9998 of fp32); fp32 runs the packaged graph as shipped",
     )
+    reranker: Literal["ms-marco-minilm", "none"] = Field(
+        "ms-marco-minilm", description="cross-encoder for recall's rerank option (offline, loaded on first use); "
+        "none disables the option",
+    )
+    rerank_candidates: int = Field(
+        30, ge=1, le=100, description="how many of the best hybrid hits a rerank re-orders (at least limit); "
+        "its cost grows with it (~13 ms per candidate on 2 cores)",
+    )
     keyword_feedback: bool = Field(
         False, description="expand hybrid recall's keywords from its best first-round hits "
         "(LoCoMo R@10 +0.015; +~7 ms per recall at 100k memories, docs/benchmarks.md)",

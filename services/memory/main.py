@@ -15,6 +15,7 @@ from kit.pg import create_pool
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import Embedder, build_embedder
 from services.memory.adapters.pg_store import MemoryStore
+from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
 from services.memory.application.embedding import PrimedEmbedder
 from services.memory.application.service import MemoryService
@@ -62,7 +63,11 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             keyword_feedback=settings.keyword_feedback, owner=settings.namespace,
         )
         await index.ensure()
-        service = MemoryService(store, index, embedder, bus, settings.names)
+        service = MemoryService(
+            store, index, embedder, bus, settings.names,
+            reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
+            rerank_candidates=settings.rerank_candidates,
+        )
         yield MemoryApp(settings, bus, store, index, service)
     finally:
         if index is not None:

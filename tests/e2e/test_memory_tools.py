@@ -150,3 +150,25 @@ async def test_rest_twins_of_the_tools(running) -> None:  # type: ignore[no-unty
         assert missing.status_code == 404
         other = await h.get(f"/v1/memories/{mid}/history", headers={"Authorization": f"Bearer {running.other_key}"})
         assert other.status_code == 404
+
+
+async def test_recall_with_rerank_through_mcp_and_rest(running) -> None:  # type: ignore[no-untyped-def]
+    tag = "rerank-" + uuid.uuid4().hex[:6]
+    async with connect(running) as c:
+        for content in ("Nate: How long have you had your dog? How long do dogs live?",
+                        "Nate: I've had my turtles for 3 years now, they are so calm."):
+            assert not (await c.call_tool("memory", {"content": content, "containerTag": tag})).is_error
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert tools["recall"].input_schema["properties"]["rerank"]["default"] is False
+        text = text_of(await c.call_tool("recall", {
+            "query": "For how long has Nate had his turtles?", "containerTag": tag, "rerank": True,
+            "includeProfile": False, "limit": 1,
+        }))
+        assert text.count("\n[") == 1 and "[1] (" in text and "turtles for 3 years" in text
+    async with httpx.AsyncClient(base_url=running.base_url, headers={"Authorization": f"Bearer {running.key}"}, timeout=30) as h:
+        found = (await h.post("/v1/recall", json={"query": "For how long has Nate had his turtles?", "project": tag,
+                                                   "rerank": True, "limit": 2})).json()
+        assert [hit["memory"]["content"][:20] for hit in found["hits"]] == ["Nate: I've had my tu", "Nate: How long have "]
+        assert 0 < found["hits"][1]["score"] < found["hits"][0]["score"] < 1
+        bad = await h.post("/v1/recall", json={"query": "x", "project": tag, "rerank": "maybe"})
+        assert bad.status_code == 422 and "rerank" in bad.text

@@ -392,3 +392,34 @@ async def test_a_batch_of_contents_already_saved_embeds_nothing(app: MemoryApp) 
         inner.embed = original
     assert [r.result["created"] for r in replies] == [False, True]
     assert calls == [["New in this import.", "Yes."]]
+
+
+async def test_rerank_reorders_the_candidates_by_the_cross_encoder(app: MemoryApp) -> None:
+    # the answer shares no word with the question but "turtles"; the others share several
+    for content in (
+        "Nate: How long have you had your dog? How long do dogs live?",
+        "Nate: I've had my turtles for 3 years now, they are so calm.",
+        "Nate: I have had a long week, how have you been?",
+        "Joanna: I have been writing screenplays for a long time.",
+    ):
+        assert (await app.service.handle_command(cmd("save_memory", {"content": content}))).ok
+    question = "For how long has Nate had his turtles?"
+    plain = await app.service.recall("alice", Recall(query=question, limit=4))
+    ranked = await app.service.recall("alice", Recall(query=question, limit=2, rerank=True))
+    assert len(ranked.hits) == 2
+    assert ranked.hits[0].memory.content == "Nate: I've had my turtles for 3 years now, they are so calm."
+    assert 0 < ranked.hits[1].score < ranked.hits[0].score < 1  # relevances, not RRF scores
+    assert {h.memory.id for h in ranked.hits} <= {h.memory.id for h in plain.hits}
+    # the search alone puts the dog question first (more shared words); the cross-encoder reads the answer
+    assert plain.hits[0].memory.content.startswith("Nate: How long have you had your dog")
+    again = await app.service.recall("alice", Recall(query=question, limit=2, rerank=True))
+    assert again == ranked  # deterministic
+
+
+async def test_rerank_without_a_reranker_is_a_clear_error(app: MemoryApp) -> None:
+    app.service.reranker = None
+    reply = await app.service.handle_query(
+        QueryEnvelope(type="recall", tenant="alice", payload={"query": "tea", "rerank": True})
+    )
+    assert not reply.ok and reply.error is not None
+    assert reply.error.field == "rerank" and "ENGRAM_RERANKER=none" in reply.error.message

@@ -46,6 +46,7 @@ def test_every_weight_product_is_rewritten_with_its_weights_unchanged(packaged: 
     data, rewritten = int8_matmul_model(packaged)
     model = onnx.load_from_string(data)
     inits = {i.name: numpy_helper.to_array(i) for i in original.graph.initializer}
+    producer = {out: node for node in original.graph.node for out in node.output}
     new_inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
     assert rewritten == len(nbits) == 36  # 6 layers × (Q, K, V, attention out, FFN in, FFN out)
@@ -54,7 +55,9 @@ def test_every_weight_product_is_rewritten_with_its_weights_unchanged(packaged: 
     for node in nbits:
         attrs = {a.name: a.i for a in node.attribute}
         assert attrs["bits"] == 8 and attrs["block_size"] == BLOCK_SIZE and attrs["accuracy_level"] == 4
-        name = node.input[1].removesuffix("_q8_weight")
+        original_product = producer[node.output[0]]  # MatMul(x, Mul(Cast(weight_q), weight_scale))
+        mul = producer[original_product.input[1]]
+        name = mul.input[1].removesuffix("_scale")
         packed, scales = new_inits[node.input[1]], new_inits[node.input[2]]
         k, n = attrs["K"], attrs["N"]
         # weight = (packed - 128) * scale reproduces the shipped int8 weight times its column scale exactly

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallMode
+from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallHit, RecallMode
 from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.vectors import SearchFilter, VectorPoint
 from services.memory.domain.keywords import document_vector, keyword_terms
@@ -220,3 +220,14 @@ def view_of(point_id: str, payload: Mapping[str, Any]) -> MemoryView | None:
 
 def active_filter(tenant: str, project: str | None, category: str | None = None) -> SearchFilter:
     return SearchFilter(tenant=tenant, project=project, status=MemoryStatus.ACTIVE.value, category=category)
+
+
+def reranked(hits: Sequence[RecallHit], relevance: Sequence[float]) -> list[RecallHit]:
+    """``hits`` re-ordered by ``relevance`` (one per hit, higher first), which becomes their score.
+
+    Equal relevances keep the search's order, so the result does not depend on the sort.
+    """
+    if len(hits) != len(relevance):
+        raise ValueError(f"{len(relevance)} relevances for {len(hits)} hits")
+    order = sorted(range(len(hits)), key=lambda i: -relevance[i])
+    return [RecallHit(memory=hits[i].memory, score=round(float(relevance[i]), 6)) for i in order]

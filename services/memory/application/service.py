@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply, utcnow
 from contracts.errors import ErrorCode
 from contracts.memory import (
+    MAX_RECALL_LIMIT,
     ForgetMemory,
     ForgetMemoryResult,
     GetMemoryByKey,
@@ -52,6 +53,7 @@ from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict, validation_reply
 from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.pg_store import MemoryStore, Outcome, Tx
+from services.memory.adapters.reranker import Reranker
 from services.memory.adapters.vectors import VectorIndex
 from services.memory.application.indexing import (
     SEARCH_MODES,
@@ -61,6 +63,7 @@ from services.memory.application.indexing import (
     passages,
     passages_vector,
     point_for,
+    reranked,
     view_of,
 )
 from services.memory.domain import model, shared
@@ -99,10 +102,16 @@ class MemoryService:
         events: EventLog,
         names: Names,
         clock: Callable[[], datetime] = utcnow,
+        reranker: Reranker | None = None,
+        rerank_candidates: int = 30,
     ) -> None:
+        if not 1 <= rerank_candidates <= MAX_RECALL_LIMIT:
+            raise ValueError(f"rerank_candidates must be within 1-{MAX_RECALL_LIMIT}, got {rerank_candidates}")
         self.store = store
         self.index = index
         self.embedder = embedder
+        self.reranker = reranker
+        self.rerank_candidates = rerank_candidates
         self.events = events
         self.names = names
         self.clock = clock
@@ -443,23 +452,33 @@ class MemoryService:
 
     # queries ------------------------------------------------------------------------------
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
-        """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project."""
+        """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project; with
+        ``rerank``, the best ``max(limit, rerank_candidates)`` are re-ordered by the cross-encoder."""
+        if query.rerank and self.reranker is None:
+            raise InvalidArgument(
+                "rerank is not available: this server runs without a reranker (ENGRAM_RERANKER=none); "
+                "recall without rerank, or ask the operator to enable it", "rerank",
+            )
         mode = SEARCH_MODES[query.mode]
         # the embedding starts on a worker thread now; the keyword vector is computed meanwhile
         embedding = self._start_embedding(query.query) if mode != "sparse" else None
         sparse = query_vector(query.query) if mode != "dense" else None
         dense = [float(x) for x in (await embedding)[0]] if embedding is not None else None
         hits = await self.index.search(
-            dense=dense, sparse=sparse, mode=mode, limit=query.limit,
+            dense=dense, sparse=sparse, mode=mode,
+            limit=max(query.limit, self.rerank_candidates) if query.rerank else query.limit,
             filter=active_filter(tenant, query.project),
         )
         ids = [UUID(h.id) for h in hits]
         views = {i: view for i, h in zip(ids, hits, strict=True) if (view := view_of(h.id, h.payload)) is not None}
         if len(views) < len(hits):  # points indexed before payloads carried the view
             views.update(await self.store.active_views(tenant, [i for i in ids if i not in views]))
-        return RecallResult(
-            hits=[RecallHit(memory=views[i], score=h.score) for i, h in zip(ids, hits, strict=True) if i in views]
-        )
+        found = [RecallHit(memory=views[i], score=h.score) for i, h in zip(ids, hits, strict=True) if i in views]
+        if query.rerank and found:
+            assert self.reranker is not None
+            relevance = await asyncio.to_thread(self.reranker.score, query.query, [h.memory.content for h in found])
+            found = reranked(found, relevance.tolist())[: query.limit]
+        return RecallResult(hits=found)
 
     async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
         if not query.tenant:

