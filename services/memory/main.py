@@ -113,7 +113,8 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)
         freeze_startup_heap()
-        log.info("memory service ready (namespace %s)", settings.namespace)
+        log.info("memory service ready (namespace %s, embedder %s, reranker %s)", settings.namespace,
+                 app.service.embedder.model_id, settings.reranker)
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
 
