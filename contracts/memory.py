@@ -203,7 +203,7 @@ class Recall(BaseModel):
     rerank: bool = Field(
         False,
         description="re-order the best candidates with a cross-encoder that reads the query and each memory "
-        "together: more precise (LoCoMo R@5 0.63 → 0.69), but ~0.3 s more per call on 2 cores; hit scores "
+        "together: more precise (LoCoMo R@5 0.63 → 0.69), but ~0.2 s more per call on 2 cores; hit scores "
         "are then relevances in (0, 1)",
     )
 

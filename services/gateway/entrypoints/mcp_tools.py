@@ -162,7 +162,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         rerank: Annotated[
             bool,
             Field(description="Re-read the best candidates together with the query for a more precise order "
-                  "(slower: about a third of a second). Use it when the first answer missed."),
+                  "(slower: about a fifth of a second). Use it when the first answer missed."),
         ] = False,
     ) -> str:
         """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
