@@ -43,7 +43,8 @@ from contracts.memory import MemoryState
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.reranker import CrossEncoderReranker
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
-from services.memory.application.indexing import active_filter, embed_memories, point_for
+from services.memory.application.indexing import active_filter, embed_memories, point_for, rerank_order
+from services.memory.config import MemorySettings
 from services.memory.domain.keywords import query_vector
 
 TENANT = "locomo"
@@ -51,7 +52,7 @@ KS = (5, 10, 25)
 LIMIT = max(KS)
 MODES = ("dense", "sparse", "hybrid", "rerank")
 MODE_LABEL = {"dense": "dense", "sparse": "keyword", "hybrid": "hybrid", "rerank": "hybrid + rerank"}
-RERANK_CANDIDATES = 30  # MemorySettings.rerank_candidates' default
+RERANK_CANDIDATES: int = MemorySettings.model_fields["rerank_candidates"].default
 #: LoCoMo's category numbers (as used in locomo10.json and the paper's evaluation code).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 HEADLINE = (1, 2, 3, 4)
@@ -243,7 +244,7 @@ async def run(
                     ids = [h.id for h in hits]
                     if reranker is not None and mode == "rerank":
                         relevance = reranker.score(q.question, [content_of[i] for i in ids]).tolist()
-                        ids = sorted(ids, key=lambda i, r=dict(zip(ids, relevance, strict=True)): -r[i])[:LIMIT]
+                        ids = [ids[i] for i in rerank_order(relevance)][:LIMIT]
                     search_ms[mode].append((time.perf_counter() - s) * 1000)
                     scores.add(mode, q, [dia_of[i] for i in ids])
                 progress.advance(task)

@@ -31,9 +31,7 @@ def make_embedder(settings: MemorySettings) -> Embedder:
             "openai", base_url=settings.embedder_url, model=settings.embedder_model,
             dim=settings.embedder_dim, api_key=settings.embedder_api_key,
         )
-    if settings.embedder.strip().lower() == "minilm":
-        return build_embedder("minilm", threads=settings.embedder_threads, compute=settings.embedder_compute)
-    return build_embedder(settings.embedder, threads=settings.embedder_threads)
+    return build_embedder(settings.embedder, threads=settings.embedder_threads, compute=settings.embedder_compute)
 
 
 @dataclass

@@ -254,7 +254,7 @@ class MiniLMEmbedder:
         chunks = [order[start : start + _CHUNK] for start in range(0, len(order), _CHUNK)][::-1]
 
         def run(idx: np.ndarray, session: Any) -> None:
-            out[idx] = self._run_chunk([encodings[i] for i in idx], session)
+            out[idx] = self._run_chunk([encodings[i] for i in idx], session, int(lengths[idx].max()))
 
         if self._pool is None or len(chunks) == 1:
             for idx in chunks:
@@ -264,9 +264,9 @@ class MiniLMEmbedder:
                 done.result()
         return out
 
-    def _run_chunk(self, encodings: list[Any], session: Any) -> np.ndarray:
-        """Unit mean-pooled vectors of ``encodings``, padded to the longest of them, in one run."""
-        width = max(sum(e.attention_mask) for e in encodings)
+    def _run_chunk(self, encodings: list[Any], session: Any, width: int | None = None) -> np.ndarray:
+        """Unit mean-pooled vectors of ``encodings``, padded to the longest of them (``width`` tokens), in one run."""
+        width = width or max(sum(e.attention_mask) for e in encodings)
         ids = np.array([e.ids[:width] for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask[:width] for e in encodings], dtype=np.int64)
         feeds: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}

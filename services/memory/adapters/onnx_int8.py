@@ -86,16 +86,8 @@ def int8_matmul_model(path: Path | str) -> tuple[bytes, int]:
         rewritten += 1
 
     if rewritten:
-        nodes = [node for node in nodes if id(node) not in folded]
-        graph_outputs = {out.name for out in graph.output}
-        while True:  # drop whatever fed only the replaced nodes
-            used = {name for node in nodes for name in node.input} | graph_outputs
-            live = [node for node in nodes if any(out in used for out in node.output)]
-            if len(live) == len(nodes):
-                break
-            nodes = live
         del graph.node[:]
-        graph.node.extend(nodes)
+        graph.node.extend(node for node in nodes if id(node) not in folded)
         if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
             model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
         used = {name for node in graph.node for name in node.input}
@@ -129,6 +121,6 @@ def _dequantized_weight(node, producer, initializers, consumers):  # type: ignor
     quantized = numpy_helper.to_array(weight_init)
     scale = numpy_helper.to_array(initializers[mul.input[1]]).astype(np.float32)
     k, n = quantized.shape
-    if k % BLOCK_SIZE or scale.size != n or scale.shape not in ((n,), (1, n)):
+    if k % BLOCK_SIZE or scale.shape not in ((n,), (1, n)):
         return None
     return node.input[0], node.output[0], quantized, scale.reshape(n), (node, mul, cast)

@@ -222,12 +222,13 @@ def active_filter(tenant: str, project: str | None, category: str | None = None)
     return SearchFilter(tenant=tenant, project=project, status=MemoryStatus.ACTIVE.value, category=category)
 
 
-def reranked(hits: Sequence[RecallHit], relevance: Sequence[float]) -> list[RecallHit]:
-    """``hits`` re-ordered by ``relevance`` (one per hit, higher first), which becomes their score.
+def rerank_order(relevance: Sequence[float]) -> list[int]:
+    """Positions of the candidates, most relevant first; equal relevances keep the search's order."""
+    return sorted(range(len(relevance)), key=lambda i: -relevance[i])
 
-    Equal relevances keep the search's order, so the result does not depend on the sort.
-    """
+
+def reranked(hits: Sequence[RecallHit], relevance: Sequence[float]) -> list[RecallHit]:
+    """``hits`` re-ordered by ``relevance`` (one per hit, higher first), which becomes their score."""
     if len(hits) != len(relevance):
         raise ValueError(f"{len(relevance)} relevances for {len(hits)} hits")
-    order = sorted(range(len(hits)), key=lambda i: -relevance[i])
-    return [RecallHit(memory=hits[i].memory, score=round(float(relevance[i]), 6)) for i in order]
+    return [RecallHit(memory=hits[i].memory, score=round(float(relevance[i]), 6)) for i in rerank_order(relevance)]
