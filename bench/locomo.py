@@ -107,7 +107,10 @@ def normalise_evidence(raw: Sequence[str], known: set[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def load(content: Callable[[dict[str, Any]], str] = memory_content) -> list[Conversation]:
+def load(content: Callable[[dict[str, Any]], str] = memory_content, context: bool = True) -> list[Conversation]:
+    """The conversations as memories. With ``context``, each turn's memory carries the turn before
+    it in its session as its ``context`` (what a client importing a conversation passes: the
+    message a turn answers); the first turn of a session has none."""
     convs = []
     for raw in locomo():
         c = raw["conversation"]
@@ -115,13 +118,15 @@ def load(content: Callable[[dict[str, Any]], str] = memory_content) -> list[Conv
         n = 1
         while f"session_{n}" in c:
             when = session_date(c[f"session_{n}_date_time"])
+            previous: str | None = None
             for turn in c[f"session_{n}"]:
                 mid = uuid.uuid5(_NAMESPACE, f"{conv.sample_id}/{turn['dia_id']}")
                 conv.memories.append(MemoryState(
                     id=mid, tenant=TENANT, project=conv.sample_id, content=content(turn),
-                    created_at=when, updated_at=when, source="locomo",
+                    context=previous if context else None, created_at=when, updated_at=when, source="locomo",
                 ))  # type: ignore[call-arg]  # defaults of importance, confidence, version
                 conv.dia_of[str(mid)] = turn["dia_id"]
+                previous = content(turn)
             n += 1
         known = set(conv.dia_of.values())
         for qa in raw["qa"]:
@@ -336,12 +341,17 @@ def main() -> None:
         help=f"also measure recall with rerank: the cross-encoder re-orders the best {RERANK_CANDIDATES} hybrid "
         "hits (adds ~10 minutes on 2 cores)",
     )
+    parser.add_argument(
+        "--no-context", action="store_true",
+        help="save each turn without the turn before it as its context (the form measured before session 6)",
+    )
     args = parser.parse_args()
     console = Console()
     if not LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {LOCOMO} (set ENGRAM_LOCOMO)")
     modes = MODES if args.rerank else MODES[:3]
-    result = asyncio.run(run(keyword_feedback=args.keyword_feedback, modes=modes))
+    convs = load(context=not args.no_context)
+    result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes))
     console.print(table(result))
     timing = Table(title="phases")
     timing.add_column("phase")
@@ -355,6 +365,7 @@ def main() -> None:
     if args.record:
         title = "LoCoMo recall quality" + (" (keyword feedback on)" if args.keyword_feedback else "")
         title += " (with rerank)" if args.rerank else ""
+        title += " (turns without context)" if args.no_context else ""
         record(title, markdown(result))
         console.print("appended to docs/benchmarks.md")
 

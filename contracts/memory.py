@@ -16,6 +16,7 @@ MAX_CONTENT_CHARS = 200_000
 MAX_QUERY_CHARS = 10_000
 MAX_RECALL_LIMIT = 100
 MAX_STRUCTURED_CONTENT_CHARS = 4_000
+MAX_CONTEXT_CHARS = 2_000
 MEMORY_KEY_PATTERN = r"^[a-z]+\.[a-z0-9_]{1,64}$"
 TOPIC_PATTERN = r"^[a-z0-9_]{1,64}$"
 
@@ -72,6 +73,7 @@ class MemoryState(BaseModel):
     tenant: str
     project: str
     content: str
+    context: str | None = None
     category: Category | None = None
     memory_key: str | None = None
     importance: int = Field(3, ge=1, le=5)
@@ -99,6 +101,11 @@ class SaveMemory(BaseModel):
     category: Category | None = None
     memory_key: str | None = Field(None, max_length=80)
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    context: str | None = Field(
+        None, min_length=1, max_length=MAX_CONTEXT_CHARS,
+        description="where the memory came from, e.g. the message it answers; helps recall find it "
+        "(indexed at a lower weight), never part of its content",
+    )
     importance: int = Field(3, ge=1, le=5)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     source: str = Field("mcp", min_length=1, max_length=64)
@@ -131,6 +138,11 @@ class UpdateMemory(BaseModel):
     id: UUID | None = None
     memory_key: str | None = Field(None, max_length=80)
     content: str | None = Field(None, min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    context: str | None = Field(
+        None, min_length=1, max_length=MAX_CONTEXT_CHARS,
+        description="where the memory came from, e.g. the message it answers; helps recall find it "
+        "(indexed at a lower weight), never part of its content; omitted = kept",
+    )
     category: Category | None = None
     importance: int | None = Field(None, ge=1, le=5)
     confidence: float | None = Field(None, ge=0.0, le=1.0)
@@ -140,8 +152,9 @@ class UpdateMemory(BaseModel):
     def _one_target(self) -> UpdateMemory:
         if (self.id is None) == (self.memory_key is None):
             raise ValueError("give exactly one of id or memory_key")
-        if all(v is None for v in (self.content, self.category, self.importance, self.confidence, self.source)):
-            raise ValueError("nothing to update: give content, category, importance, confidence or source")
+        if all(v is None for v in (self.content, self.context, self.category, self.importance, self.confidence,
+                                   self.source)):
+            raise ValueError("nothing to update: give content, context, category, importance, confidence or source")
         return self
 
 
@@ -236,6 +249,7 @@ class MemoryView(BaseModel):
     id: UUID
     project: str
     content: str
+    context: str | None = None
     category: Category | None = None
     memory_key: str | None = None
     importance: int
@@ -264,6 +278,7 @@ class MemoryVersion(BaseModel):
     sequence: int
     occurred_at: datetime
     content: str
+    context: str | None = None
     status: MemoryStatus
     category: Category | None = None
     memory_key: str | None = None

@@ -172,3 +172,42 @@ async def test_recall_with_rerank_through_mcp_and_rest(running) -> None:  # type
         assert 0 < found["hits"][1]["score"] < found["hits"][0]["score"] < 1
         bad = await h.post("/v1/recall", json={"query": "x", "project": tag, "rerank": "maybe"})
         assert bad.status_code == 422 and "rerank" in bad.text
+
+
+async def test_context_helps_recall_and_is_not_content(running) -> None:  # type: ignore[no-untyped-def]
+    tag = "context-" + uuid.uuid4().hex[:6]
+    answer = "Nate: I've had them for 3 years now."
+    async with connect(running) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        for name in ("memory", "save_memory", "update_memory"):
+            prop = tools[name].input_schema["properties"]["context"]
+            assert "2,000" in prop["description"]  # documented limit, optional
+            assert "context" not in tools[name].input_schema.get("required", [])
+        for content, context in ((answer, "Joanna: How long have you had your turtles?"),
+                                 ("Nate: I feed my dog twice a day.", None)):
+            args = {"content": content, "containerTag": tag}
+            if context:
+                args["context"] = context
+            assert "Saved" in text_of(await c.call_tool("memory", args))
+        # only the context names the turtles: recall finds the answer through it, and does not show it
+        text = text_of(await c.call_tool("recall", {"query": "turtles", "containerTag": tag, "includeProfile": False}))
+        first = next(line for line in text.splitlines() if line.startswith("[1]"))
+        assert "3 years now" in first and "How long" not in text
+        big = await c.call_tool("memory", {"content": "x", "context": "c" * 2001, "containerTag": tag})
+        assert big.is_error and "context" in text_of(big) and "2000" in text_of(big)
+        keyed = data_of(await c.call_tool("save_memory", {"category": "goal", "content": "Run a marathon",
+                                                          "context": "Talking about the new year", "containerTag": tag}))
+        updated = data_of(await c.call_tool("update_memory", {"id": keyed["memory_id"], "content": "Run two marathons",
+                                                              "containerTag": tag}))
+        history = data_of(await c.call_tool("get_memory_history", {"memory_id": updated["memory_id"]}))
+        assert [(v["content"], v["context"]) for v in history["versions"]] == [
+            ("Run a marathon", "Talking about the new year"), ("Run two marathons", "Talking about the new year")]
+    async with httpx.AsyncClient(base_url=running.base_url, headers={"Authorization": f"Bearer {running.key}"}, timeout=30) as h:
+        found = (await h.post("/v1/recall", json={"query": "turtles", "project": tag, "mode": "keyword"})).json()
+        assert [(x["memory"]["content"], x["memory"]["context"]) for x in found["hits"]] == [
+            (answer, "Joanna: How long have you had your turtles?")]
+        r = await h.post("/v1/memories", json={"content": "Likes kayaking", "context": "Asked about weekend plans",
+                                                "project": tag})
+        assert r.status_code == 201, r.text
+        bad = await h.post("/v1/memories", json={"content": "x", "context": "c" * 2001, "project": tag})
+        assert bad.status_code == 422 and "context" in bad.text

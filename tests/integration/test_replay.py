@@ -22,13 +22,13 @@ def cmd(type_: str, payload: dict) -> CommandEnvelope:  # type: ignore[type-arg]
 
 async def snapshot(app) -> dict:  # type: ignore[no-untyped-def,type-arg]
     rows = await app.store.pool.fetch(
-        f"SELECT id, project, content, category, memory_key, version, status, forget_reason, importance "
+        f"SELECT id, project, content, context, category, memory_key, version, status, forget_reason, importance "
         f"FROM {app.store.s}.memories ORDER BY id"
     )
     shared = await app.store.pool.fetch(f"SELECT id, title, event, version FROM {app.store.s}.shared_memories ORDER BY id")
     projects = await app.service.handle_query(QueryEnvelope(type="list_projects", tenant="alice", payload={}))
     recalls = {}
-    for q in ("tea", "marathon training", "猫", "where does my sister live"):
+    for q in ("tea", "marathon training", "猫", "where does my sister live", "trip to Japan"):
         result = await app.service.recall("alice", Recall(query=q, limit=5))
         recalls[q] = [(str(h.memory.id), h.memory.version) for h in result.hits]
     return {"rows": [dict(r) for r in rows], "shared": [dict(r) for r in shared],
@@ -43,7 +43,8 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             s = app.service
             await s.handle_command(cmd("save_memory", {"content": "I like jasmine tea"}))
             await s.handle_command(cmd("save_memory", {"content": "我家的猫叫小白", "project": "home"}))
-            await s.handle_command(cmd("save_memory", {"content": "My sister lives in Osaka", "project": "family"}))
+            await s.handle_command(cmd("save_memory", {"content": "My sister lives in Osaka", "project": "family",
+                                                       "context": "Planning the trip to Japan"}))
             await s.handle_command(cmd("save_memory", {"category": "goal", "memory_key": "goal.run", "content": "Run 10k"}))
             await s.handle_command(cmd("save_memory", {"category": "goal", "memory_key": "goal.run", "content": "Marathon training for Berlin"}))
             await s.handle_command(cmd("save_memory", {"content": "Temporary note to delete"}))
@@ -58,6 +59,7 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             assert report.events == 9 and seen[-1] == (9, 9)
             assert after == before
             assert after["recalls"]["marathon training"][0][1] == 2
+            assert [r["context"] for r in after["rows"] if r["context"]] == ["Planning the trip to Japan"]
         finally:
             await app.bus.delete_streams()
 

@@ -12,6 +12,7 @@ import pytest
 
 from contracts.memory import Category, MemoryState, MemoryStatus, MemoryView
 from services.memory.application.indexing import (
+    CONTEXT_WEIGHT,
     MAX_SENTENCES,
     content_vector,
     date_words,
@@ -25,9 +26,10 @@ from services.memory.application.indexing import (
     passages_vector,
     point_for,
     split_sentences,
+    state_vector,
     view_of,
 )
-from services.memory.domain.keywords import document_vector, query_vector
+from services.memory.domain.keywords import add_sparse, document_vector, query_vector
 
 pytestmark = pytest.mark.unit
 
@@ -191,3 +193,55 @@ def test_a_point_from_before_views_has_no_view() -> None:
     old = point_for(state("Prefers tea"), [0.0] * 4).payload
     for field in ("content", "version", "updated_at", "confidence", "source"):
         assert view_of("00000000-0000-0000-0000-000000000001", {k: v for k, v in old.items() if k != field}) is None
+
+
+# --- context: where a memory came from, indexed at CONTEXT_WEIGHT ----------------------------
+def with_context(content: str, context: str | None) -> MemoryState:
+    return state(content).model_copy(update={"context": context})
+
+
+def test_context_is_embedded_after_the_content_and_weighs_less() -> None:
+    s = with_context("Nate: I've had them for 3 years now.", "Joanna: How long have you had your turtles? So cute!")
+    texts = embedding_texts(s)
+    assert texts == ["Nate: I've had them for 3 years now.", "Joanna: How long have you had your turtles?",
+                     "Joanna: So cute!"]
+    emb = CountingEmbedder()
+    [vector] = embed_memories(emb, [s])
+    matrix = emb.embed(texts)
+    content = np.asarray(passages_vector(texts[:1], matrix[:1]))
+    context = np.asarray(passages_vector(texts[1:], matrix[1:]))
+    expected = content + CONTEXT_WEIGHT * context
+    assert vector == pytest.approx(list(expected / np.linalg.norm(expected)), abs=1e-6)
+    assert state_vector(s, matrix) == pytest.approx(vector, abs=1e-9)
+    # without a context the vector is the content's, exactly as before
+    plain = with_context(s.content, None)
+    assert embedding_texts(plain) == texts[:1]
+    assert embed_memories(emb, [plain])[0] == pytest.approx(list(content), abs=1e-6)
+    with pytest.raises(ValueError, match="2 vectors for 3 texts"):
+        state_vector(s, matrix[:2])
+
+
+def test_context_words_match_at_a_lower_weight() -> None:
+    s = with_context("Nate: I've had them for 3 years now.", "Joanna: How long have you had your turtles?")
+    point = point_for(s, [1.0, 0.0, 0.0])
+    own = dict(zip(*(document_vector(keyword_text(s)).indices, document_vector(keyword_text(s)).values), strict=True))
+    ctx = document_vector(s.context or "")
+    got = dict(zip(point.sparse.indices, point.sparse.values, strict=True))
+    turtles = query_vector("turtles").indices[0]
+    assert turtles not in own  # only the context names them...
+    assert got[turtles] == pytest.approx(CONTEXT_WEIGHT * dict(zip(ctx.indices, ctx.values, strict=True))[turtles])
+    years = query_vector("years").indices[0]
+    assert got[years] == pytest.approx(own[years])  # ...and the content's terms keep their weights
+    assert list(point.sparse.indices) == sorted(point.sparse.indices)
+    assert point.payload["context"] == s.context
+    assert keyword_text(s) == keyword_text(with_context(s.content, None))  # the context is not content
+    assert add_sparse(document_vector("a b"), document_vector(""), 0.5) == document_vector("a b")
+
+
+def test_view_of_a_point_written_before_contexts_existed() -> None:
+    s = with_context("Short memory.", "where it came from")
+    payload = dict(point_for(s, [1.0]).payload)
+    assert view_of(str(s.id), payload).context == "where it came from"  # type: ignore[union-attr]
+    del payload["context"]
+    view = view_of(str(s.id), payload)
+    assert view is not None and view.context is None and view.content == "Short memory."

@@ -56,6 +56,8 @@ def test_event_carries_new_state_and_deterministic_id() -> None:
         ({"content": "x", "confidence": 1.5}, "confidence"),
         ({"content": "x", "category": "hobby"}, "category"),
         ({"content": "x", "surprise": 1}, "surprise"),
+        ({"content": "x", "context": ""}, "context"),
+        ({"content": "x", "context": "c" * 2_001}, "context"),
     ],
 )
 def test_save_limits_name_the_field(payload: dict, field: str) -> None:  # type: ignore[type-arg]
@@ -128,3 +130,24 @@ def test_shared_memory_rules() -> None:
     assert shared.save(first, "alice", SaveSharedMemory(title="Trip to Rome", event="Pasta"), NOW) is None
     again = shared.save(first, "alice", SaveSharedMemory(title="Trip to Rome", event="Pasta and gelato"), NOW)
     assert again is not None and again.version == 2
+
+
+def test_context_rules() -> None:
+    from contracts.memory import UpdateMemory
+
+    saved = model.new_memory("alice", "c-00000003", SaveMemory(content="3 years now", context="  How long have\tyou had them? "), NOW)
+    assert saved.context == "How long have you had them?"  # normalised like content
+    assert model.new_memory("alice", "c-00000004", SaveMemory(content="x", context="   "), NOW).context is None
+    # update_memory keeps the context unless it is given...
+    kept = model.update(saved, UpdateMemory(id=saved.id, content="4 years now"), NOW)
+    assert kept is not None and kept.context == saved.context and kept.version == 2
+    changed = model.update(saved, UpdateMemory(id=saved.id, context="Asked about the turtles"), NOW)
+    assert changed is not None and changed.context == "Asked about the turtles" and changed.content == saved.content
+    assert model.update(saved, UpdateMemory(id=saved.id, context="How long have you had them?"), NOW) is None
+    # ...while saving a key again describes the memory anew, context included
+    cmd = SaveMemory(category="preference", content="Likes tea", context="Talking about breakfast")
+    first = model.new_memory("alice", "c-00000005", cmd, NOW, memory_key=model.resolve_key(cmd))
+    again = model.save_over(first, SaveMemory(category="preference", content="Likes tea"), NOW)
+    assert again is not None and again.context is None and again.version == 2
+    with pytest.raises(ValidationError, match="context"):
+        UpdateMemory(id=saved.id, context="c" * 2_001)

@@ -24,6 +24,7 @@ from pydantic import Field
 from contracts.auth import Scope
 from contracts.memory import (
     MAX_CONTENT_CHARS,
+    MAX_CONTEXT_CHARS,
     MAX_QUERY_CHARS,
     MAX_STRUCTURED_CONTENT_CHARS,
     MAX_TITLE_CHARS,
@@ -60,6 +61,12 @@ ContainerTag = Annotated[
 ]
 Importance = Annotated[int, Field(ge=1, le=5, description="1 (trivia) to 5 (core fact); default 3")]
 Confidence = Annotated[float, Field(ge=0.0, le=1.0, description="0-1, how sure you are; default 0.8")]
+Context = Annotated[
+    str | None,
+    Field(min_length=1, max_length=MAX_CONTEXT_CHARS,
+          description="Optional: where the fact came from, e.g. the message it answers (≤ 2,000 chars). "
+          "Helps recall find it later; not stored as its content."),
+]
 MemoryKey = Annotated[
     str,
     Field(pattern=MEMORY_KEY_PATTERN, max_length=80,
@@ -136,6 +143,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         ],
         action: Annotated[Literal["save", "forget"], Field(description="save (default) or forget")] = "save",
         containerTag: ContainerTag = None,
+        context: Context = None,
     ) -> str:
         """Save something worth remembering about the user, or forget a memory.
 
@@ -147,8 +155,10 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         """
         c = Caller(containerTag, Scope.MEMORY_WRITE)
         if action == "save":
-            result = await backend.save_memory(c.tenant, {"project": c.project(), "content": content, "source": "mcp"})
-            return format_save(result)
+            payload = {"project": c.project(), "content": content, "source": "mcp"}
+            if context is not None:
+                payload["context"] = context
+            return format_save(await backend.save_memory(c.tenant, payload))
         return format_forget(await backend.forget_memory(c.tenant, {"project": c.project(), "content": content}))
 
     @tool_errors
@@ -221,6 +231,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         source: Annotated[str, Field(min_length=1, max_length=64, description="Where it came from; default conversation")] = "conversation",
         memory_key: Annotated[MemoryKey | None, Field(description="namespace.topic; omitted = generated from the content")] = None,
         containerTag: ContainerTag = None,
+        context: Context = None,
     ) -> dict[str, Any]:
         """Save a categorised long-term memory addressed by a memory_key.
 
@@ -231,6 +242,8 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         c = Caller(containerTag, Scope.MEMORY_WRITE)
         payload = {"project": c.project(), "category": category.value, "content": content, "importance": importance,
                    "confidence": confidence, "source": source, "memory_key": memory_key}
+        if context is not None:  # (a memory replica older than this gateway does not know the field)
+            payload["context"] = context
         return {"success": True, **await backend.save_memory(c.tenant, payload)}
 
     @tool_errors
@@ -263,6 +276,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         confidence: Annotated[float | None, Field(ge=0.0, le=1.0)] = None,
         source: Annotated[str | None, Field(min_length=1, max_length=64)] = None,
         containerTag: ContainerTag = None,
+        context: Context = None,
     ) -> dict[str, Any]:
         """Correct an existing memory (e.g. "likes cats" → "likes dogs"): writes a new version.
 
@@ -272,7 +286,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         c = Caller(containerTag, Scope.MEMORY_WRITE)
         payload = {"project": c.project(), "id": str(id) if id else None, "memory_key": memory_key,
                    "category": category.value if category else None, "content": content,
-                   "importance": importance, "confidence": confidence, "source": source}
+                   "importance": importance, "confidence": confidence, "source": source, "context": context}
         result = await backend.command_memory(c.tenant, "update_memory", {k: v for k, v in payload.items() if v is not None})
         return {"success": True, **result}
 

@@ -25,7 +25,7 @@ from kit.pg import migrate
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = (
     "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
-    "forget_reason, created_at, updated_at, last_seq"
+    "forget_reason, created_at, updated_at, last_seq, context"
 )
 
 
@@ -67,24 +67,24 @@ class Tx:
             state.id, state.tenant, state.project, state.content,
             state.category.value if state.category else None, state.memory_key, state.importance,
             state.confidence, state.source, state.version, state.status.value, state.forget_reason,
-            state.created_at, state.updated_at, seq, content_hash,
+            state.created_at, state.updated_at, seq, state.context, content_hash,
         )
         upsert = f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)
                 ON CONFLICT (id) DO UPDATE SET
                   project=EXCLUDED.project, content=EXCLUDED.content, category=EXCLUDED.category,
                   memory_key=EXCLUDED.memory_key, importance=EXCLUDED.importance,
                   confidence=EXCLUDED.confidence, source=EXCLUDED.source, version=EXCLUDED.version,
                   status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
-                  content_hash=EXCLUDED.content_hash
+                  context=EXCLUDED.context, content_hash=EXCLUDED.content_hash
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq"""
         if outcome is None:
             await self.conn.execute(upsert, *memory_args)
             return
         await self.conn.execute(
             f"""WITH written AS ({upsert})
-                INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($17,$18,$19,$20)
+                INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($18,$19,$20,$21)
                 ON CONFLICT (tenant, command_id) DO NOTHING""",
             *memory_args, *_outcome_args(outcome),
         )

@@ -60,10 +60,10 @@ from services.memory.application.indexing import (
     active_filter,
     content_vector,
     embedding_texts,
-    passages,
-    passages_vector,
+    memory_passages,
     point_for,
     reranked,
+    state_vector,
     view_of,
 )
 from services.memory.domain import model, shared
@@ -565,7 +565,8 @@ class MemoryService:
             except ValidationError:
                 continue
             content = (env.tenant, cmd.project, model.content_hash(cmd.content)) if model.resolve_key(cmd) is None else None
-            to_embed.append((content, passages(model.normalize_content(cmd.content))))
+            to_embed.append((content, memory_passages(model.normalize_content(cmd.content),
+                                                      model.normalize_context(cmd.context))))
         contents = [content for content, _ in to_embed if content is not None]
         commands = [(env.tenant, env.command_id) for env in envs]
         written_before = self._content_writes
@@ -647,7 +648,7 @@ class MemoryService:
         vectors = cached(texts) if cached is not None else None
         if vectors is None:
             vectors = await asyncio.to_thread(self.embedder.embed, texts)
-        return passages_vector(texts, vectors)
+        return state_vector(state, vectors)
 
     def _start_embedding(self, text: str) -> asyncio.Future[np.ndarray]:
         """The embedding of ``text``, already submitted to a worker thread (asyncio.to_thread would

@@ -209,6 +209,15 @@ def document_vector(text: str) -> SparseVector:
     return SparseVector(indices, values)
 
 
+def add_sparse(a: SparseVector, b: SparseVector, weight: float = 1.0) -> SparseVector:
+    """``a + weight * b``, as a sparse vector."""
+    merged = dict(zip(a.indices, a.values, strict=True))
+    for i, v in zip(b.indices, b.values, strict=True):
+        merged[i] = merged.get(i, 0.0) + weight * v
+    indices = tuple(sorted(merged))
+    return SparseVector(indices, tuple(merged[i] for i in indices))
+
+
 def query_vector(text: str) -> SparseVector:
     """Sparse vector to search with: weight 1.0 for each distinct term of ``text``."""
     indices = tuple(sorted({term_index(t) for t in keyword_terms(text)}))

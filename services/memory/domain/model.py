@@ -36,6 +36,13 @@ def normalize_content(content: str) -> str:
     return " ".join(unicodedata.normalize("NFC", content).split())
 
 
+def normalize_context(context: str | None) -> str | None:
+    """A memory's context in stored form (as :func:`normalize_content`); None when absent or blank."""
+    if context is None:
+        return None
+    return normalize_content(context) or None
+
+
 def content_hash(content: str) -> str:
     return hashlib.sha256(normalize_content(content).casefold().encode("utf-8")).hexdigest()
 
@@ -82,6 +89,7 @@ def new_memory(
         tenant=tenant,
         project=cmd.project,
         content=normalize_content(cmd.content),
+        context=normalize_context(cmd.context),
         category=cmd.category,
         memory_key=memory_key,
         importance=cmd.importance,
@@ -98,6 +106,7 @@ def save_over(current: MemoryState, cmd: SaveMemory, now: datetime) -> MemorySta
     """Saving an existing key: a new version, or None when nothing would change."""
     changes = {
         "content": normalize_content(cmd.content),
+        "context": normalize_context(cmd.context),
         "category": cmd.category,
         "importance": cmd.importance,
         "confidence": cmd.confidence,
@@ -115,6 +124,8 @@ def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryStat
     changes: dict[str, object] = {}
     if cmd.content is not None:
         changes["content"] = normalize_content(cmd.content)
+    if cmd.context is not None:
+        changes["context"] = normalize_context(cmd.context)
     for name in ("importance", "confidence", "source"):
         if getattr(cmd, name) is not None:
             changes[name] = getattr(cmd, name)
@@ -142,7 +153,7 @@ def history(events: list[tuple[EventEnvelope, int]]) -> list[MemoryVersion]:
         versions.append(
             MemoryVersion(
                 version=state.version, event=event.type, sequence=seq, occurred_at=event.occurred_at,
-                content=state.content, status=state.status, category=state.category,
+                content=state.content, context=state.context, status=state.status, category=state.category,
                 memory_key=state.memory_key, importance=state.importance, confidence=state.confidence,
                 forget_reason=state.forget_reason, valid_until=following,
             )
