@@ -43,7 +43,13 @@ from contracts.memory import MemoryState
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.reranker import CrossEncoderReranker
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
-from services.memory.application.indexing import active_filter, embed_memories, point_for, rerank_order
+from services.memory.application.indexing import (
+    active_filter,
+    embed_memories,
+    point_for,
+    rerank_order,
+    rerank_text,
+)
 from services.memory.config import MemorySettings
 from services.memory.domain.keywords import query_vector
 
@@ -228,7 +234,7 @@ async def run(
             timings["embed questions"] = time.perf_counter() - t
 
             dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
-            content_of = {str(m.id): m.content for c in convs for m in c.memories}
+            rerank_text_of = {str(m.id): rerank_text(m) for c in convs for m in c.memories}
             scores = Scores()
             search_ms: dict[str, list[float]] = {m: [] for m in modes}
             do_search = search or (lambda idx, **kw: idx.search(**kw))
@@ -248,7 +254,7 @@ async def run(
                     )
                     ids = [h.id for h in hits]
                     if reranker is not None and mode == "rerank":
-                        relevance = reranker.score(q.question, [content_of[i] for i in ids]).tolist()
+                        relevance = reranker.score(q.question, [rerank_text_of[i] for i in ids]).tolist()
                         ids = [ids[i] for i in rerank_order(relevance)][:LIMIT]
                     search_ms[mode].append((time.perf_counter() - s) * 1000)
                     scores.add(mode, q, [dia_of[i] for i in ids])

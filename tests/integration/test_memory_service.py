@@ -420,6 +420,23 @@ async def test_rerank_reorders_the_candidates_by_the_cross_encoder(app: MemoryAp
     assert again == ranked  # deterministic
 
 
+async def test_rerank_reads_each_memory_after_its_context(app: MemoryApp) -> None:
+    # the two answers say nothing of what they answer; only their contexts do
+    saves = (("Nate: Every Saturday morning.", "Joanna: When do you feed your turtles?"),
+             ("Nate: Every Sunday morning.", "Joanna: When do you go to the gym?"))
+    questions = (("When does Nate feed his turtles?", saves[0][0]), ("When does Nate go to the gym?", saves[1][0]))
+    for content, context in saves:
+        assert (await app.service.handle_command(cmd("save_memory", {"content": content, "context": context}))).ok
+    for question, answer in questions:
+        ranked = await app.service.recall("alice", Recall(query=question, limit=2, rerank=True))
+        assert [h.memory.content for h in ranked.hits][0] == answer
+        assert ranked.hits[0].memory.context is not None
+    # the contents alone would put the same answer first for both questions
+    assert app.service.reranker is not None
+    firsts = {int(app.service.reranker.score(q, [c for c, _ in saves]).argmax()) for q, _ in questions}
+    assert len(firsts) == 1
+
+
 async def test_rerank_without_a_reranker_is_a_clear_error(app: MemoryApp) -> None:
     app.service.reranker = None
     reply = await app.service.handle_query(

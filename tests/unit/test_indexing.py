@@ -14,6 +14,7 @@ from contracts.memory import Category, MemoryState, MemoryStatus, MemoryView
 from services.memory.application.indexing import (
     CONTEXT_WEIGHT,
     MAX_SENTENCES,
+    RERANK_CONTEXT_CHARS,
     content_vector,
     date_words,
     embed_memories,
@@ -25,6 +26,7 @@ from services.memory.application.indexing import (
     passages,
     passages_vector,
     point_for,
+    rerank_text,
     split_sentences,
     state_vector,
     view_of,
@@ -245,3 +247,15 @@ def test_view_of_a_point_written_before_contexts_existed() -> None:
     del payload["context"]
     view = view_of(str(s.id), payload)
     assert view is not None and view.context is None and view.content == "Short memory."
+
+
+def test_the_reranker_reads_the_end_of_the_context_before_the_content() -> None:
+    plain = with_context("Nate: I've had them for 3 years now.", None)
+    assert rerank_text(plain) == plain.content
+    asked = with_context(plain.content, "Joanna: How long have you had your turtles?")
+    assert rerank_text(asked) == "Joanna: How long have you had your turtles?\nNate: I've had them for 3 years now."
+    long = with_context(plain.content, "word " * 500 + "How long have you had your turtles?")
+    text = rerank_text(long)
+    head, content = text.split("\n")
+    assert content == plain.content and head.startswith("…word") and head.endswith("turtles?")
+    assert len(head) <= RERANK_CONTEXT_CHARS + 1

@@ -62,6 +62,7 @@ from services.memory.application.indexing import (
     embedding_texts,
     memory_passages,
     point_for,
+    rerank_text,
     reranked,
     state_vector,
     view_of,
@@ -476,7 +477,8 @@ class MemoryService:
         found = [RecallHit(memory=views[i], score=h.score) for i, h in zip(ids, hits, strict=True) if i in views]
         if query.rerank and found:
             assert self.reranker is not None
-            relevance = await asyncio.to_thread(self.reranker.score, query.query, [h.memory.content for h in found])
+            texts = [rerank_text(h.memory) for h in found]
+            relevance = await asyncio.to_thread(self.reranker.score, query.query, texts)
             found = reranked(found, relevance.tolist())[: query.limit]
         return RecallResult(hits=found)
 
