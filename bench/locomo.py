@@ -2,7 +2,8 @@
 keyword-only and hybrid recall modes, through the production indexing and search path.
 
 Each LoCoMo conversation becomes one project of one tenant; every dialogue turn becomes a memory
-(see :func:`memory_content` for its text) whose ``created_at`` is its session's date. The memories
+(see :func:`memory_content` for its text) whose ``created_at`` is its session's date and whose
+``context`` is the previous turn of its session (``--no-context``: none). The memories
 go through the same code as a save: ``embed_memories`` (sentence texts → ``MiniLMEmbedder.embed`` →
 ``memory_vector`` weighted by ``passage_weights``) → ``point_for`` → ``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``MemoryService.recall``
 searches (query embedding, ``query_vector``, ``index.search`` with ``active_filter`` and the mode),
@@ -255,7 +256,7 @@ async def run(
                     ids = [h.id for h in hits]
                     if reranker is not None and mode == "rerank":
                         relevance = reranker.score(q.question, [rerank_text_of[i] for i in ids]).tolist()
-                        ids = [ids[i] for i in rerank_order(relevance)][:LIMIT]
+                        ids = [ids[i] for i, _ in rerank_order(relevance)][:LIMIT]
                     search_ms[mode].append((time.perf_counter() - s) * 1000)
                     scores.add(mode, q, [dia_of[i] for i in ids])
                 progress.advance(task)
@@ -345,7 +346,7 @@ def main() -> None:
     parser.add_argument(
         "--rerank", action="store_true",
         help=f"also measure recall with rerank: the cross-encoder re-orders the best {RERANK_CANDIDATES} hybrid "
-        "hits (adds ~10 minutes on 2 cores)",
+        "hits, fused with the search's order (adds ~25 minutes on 2 cores)",
     )
     parser.add_argument(
         "--no-context", action="store_true",

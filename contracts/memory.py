@@ -216,8 +216,9 @@ class Recall(BaseModel):
     rerank: bool = Field(
         False,
         description="re-order the best candidates with a cross-encoder that reads the query and each memory "
-        "together: more precise (LoCoMo R@5 0.63 → 0.69), but ~0.2 s more per call on 2 cores; hit scores "
-        "are then relevances in (0, 1)",
+        "(after its context) together, fused with the search's order: more precise (LoCoMo R@5 0.65 → 0.72), "
+        "but ~0.75 s more per call on 2 cores; hit scores are then fused rank scores in (0, 1], 1 = first "
+        "for both",
     )
 
 

@@ -28,8 +28,8 @@ class MemorySettings(CommonSettings):
         "none disables the option",
     )
     rerank_candidates: int = Field(
-        30, ge=1, le=100, description="how many of the best hybrid hits a rerank re-orders (at least limit); "
-        "its cost grows with it (~7 ms per candidate on 2 cores)",
+        50, ge=1, le=100, description="how many of the best hybrid hits a rerank re-orders (at least limit); "
+        "its cost grows with it (~7-10 ms per candidate on 2 cores)",
     )
     keyword_feedback: bool = Field(
         False, description="expand hybrid recall's keywords from its best first-round hits "

@@ -408,14 +408,14 @@ async def test_rerank_reorders_the_candidates_by_the_cross_encoder(app: MemoryAp
     ranked = await app.service.recall("alice", Recall(query=question, limit=2, rerank=True))
     assert len(ranked.hits) == 2
     assert ranked.hits[0].memory.content == "Nate: I've had my turtles for 3 years now, they are so calm."
-    assert 0 < ranked.hits[1].score < ranked.hits[0].score < 1  # relevances, not RRF scores
+    assert 0 < ranked.hits[1].score < ranked.hits[0].score <= 1  # fused rank scores, not RRF sums
     assert {h.memory.id for h in ranked.hits} <= {h.memory.id for h in plain.hits}
-    # the order and the scores are the cross-encoder's over the search's candidates (the search's own
-    # order of these short turns varies: RRF ties are not broken in a fixed order by the engine)
+    # the cross-encoder puts the answer first by a wide margin, so the fusion with the search's order
+    # (exact rule: tests/unit/test_reranker.py) keeps it first; the search's own order of these
+    # short turns varies between calls (RRF ties), so the exact scores are not compared here
     assert app.service.reranker is not None
-    relevance = app.service.reranker.score(question, [h.memory.content for h in plain.hits])
-    expected = sorted(zip(relevance.tolist(), (h.memory.content for h in plain.hits), strict=True), key=lambda p: -p[0])[:2]
-    assert [(round(h.score, 6), h.memory.content) for h in ranked.hits] == [(round(r, 6), c) for r, c in expected]
+    relevance = app.service.reranker.score(question, [h.memory.content for h in plain.hits]).tolist()
+    assert plain.hits[max(range(len(relevance)), key=relevance.__getitem__)].memory.content == ranked.hits[0].memory.content
     again = await app.service.recall("alice", Recall(query=question, limit=2, rerank=True))
     assert again == ranked  # deterministic
 

@@ -10,7 +10,7 @@ import pytest
 
 from contracts.memory import MemoryStatus, MemoryView, RecallHit
 from services.memory.adapters.reranker import RERANKER_KINDS, CrossEncoderReranker, Reranker, build_reranker
-from services.memory.application.indexing import reranked
+from services.memory.application.indexing import rerank_order, reranked
 
 pytestmark = pytest.mark.unit
 
@@ -62,10 +62,23 @@ def _hit(content: str, score: float) -> RecallHit:
     return RecallHit(memory=view, score=score)
 
 
-def test_reranked_orders_by_relevance_keeps_search_order_on_ties_and_rescores() -> None:
+def test_reranked_fuses_the_cross_encoder_order_with_the_search_order() -> None:
+    from services.memory.application.indexing import RERANK_FUSION_K as K
+    from services.memory.application.indexing import RERANK_SEARCH_WEIGHT as W
+
     hits = [_hit("a", 0.9), _hit("b", 0.8), _hit("c", 0.7), _hit("d", 0.6)]
     out = reranked(hits, [0.2, 0.95, 0.2, 0.5])
-    assert [h.memory.content for h in out] == ["b", "d", "a", "c"]
-    assert [h.score for h in out] == [0.95, 0.5, 0.2, 0.2]
+    # cross-encoder ranks: b 1, d 2, a 3, c 4 (a before c: equal relevance keeps the search's order)
+    fused = {"a": 1 / (K + 3) + W / (K + 1), "b": 1 / (K + 1) + W / (K + 2),
+             "c": 1 / (K + 4) + W / (K + 3), "d": 1 / (K + 2) + W / (K + 4)}
+    best = (1 + W) / (K + 1)
+    assert [h.memory.content for h in out] == sorted(fused, key=lambda c: -fused[c]) == ["b", "a", "d", "c"]
+    assert [h.score for h in out] == [round(fused[c] / best, 6) for c in ("b", "a", "d", "c")]
+    assert all(0 < h.score < 1 for h in out)
+    # first for both scores 1.0; the cross-encoder leads when the search disagrees by one place
+    top = reranked(hits[:2], [0.9, 0.1])
+    assert [h.memory.content for h in top] == ["a", "b"] and top[0].score == 1.0
+    assert [h.memory.content for h in reranked(hits[:2], [0.1, 0.9])] == ["b", "a"]
+    assert rerank_order([]) == []
     with pytest.raises(ValueError, match="3 relevances for 4 hits"):
         reranked(hits, [0.1, 0.2, 0.3])

@@ -149,7 +149,8 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
 
         Use this tool (not another note or memory tool) whenever the user shares a durable fact,
         preference or decision, or asks you to remember or forget something. Save one self-contained
-        fact per call, written so it makes sense on its own later. To forget, pass the memory's text:
+        fact per call, written so it makes sense on its own later; when saving words as they were said,
+        pass the message they answer as context. To forget, pass the memory's text:
         an exact match is tried first, then the closest memory with similarity ≥ 0.85; if nothing
         matches, nothing is forgotten and you are told so.
         """
@@ -172,7 +173,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         rerank: Annotated[
             bool,
             Field(description="Re-read the best candidates together with the query for a more precise order "
-                  "(slower: about a fifth of a second). Use it when the first answer missed."),
+                  "(slower: up to about a second). Use it when the first answer missed."),
         ] = False,
     ) -> str:
         """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
