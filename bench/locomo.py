@@ -256,7 +256,7 @@ async def run(
                     ids = [h.id for h in hits]
                     if reranker is not None and mode == "rerank":
                         relevance = reranker.score(q.question, [rerank_text_of[i] for i in ids]).tolist()
-                        ids = [ids[i] for i, _ in rerank_order(relevance)][:LIMIT]
+                        ids = [ids[i] for i, _ in rerank_order(relevance, [h.score for h in hits])][:LIMIT]
                     search_ms[mode].append((time.perf_counter() - s) * 1000)
                     scores.add(mode, q, [dia_of[i] for i in ids])
                 progress.advance(task)

@@ -68,9 +68,9 @@ def test_reranked_fuses_the_cross_encoder_order_with_the_search_order() -> None:
 
     hits = [_hit("a", 0.9), _hit("b", 0.8), _hit("c", 0.7), _hit("d", 0.6)]
     out = reranked(hits, [0.2, 0.95, 0.2, 0.5])
-    # cross-encoder ranks: b 1, d 2, a 3, c 4 (a before c: equal relevance keeps the search's order)
+    # cross-encoder ranks: b 1, d 2, a and c 3 (equal relevances share a rank)
     fused = {"a": 1 / (K + 3) + W / (K + 1), "b": 1 / (K + 1) + W / (K + 2),
-             "c": 1 / (K + 4) + W / (K + 3), "d": 1 / (K + 2) + W / (K + 4)}
+             "c": 1 / (K + 3) + W / (K + 3), "d": 1 / (K + 2) + W / (K + 4)}
     best = (1 + W) / (K + 1)
     assert [h.memory.content for h in out] == sorted(fused, key=lambda c: -fused[c]) == ["b", "a", "d", "c"]
     assert [h.score for h in out] == [round(fused[c] / best, 6) for c in ("b", "a", "d", "c")]
@@ -79,6 +79,14 @@ def test_reranked_fuses_the_cross_encoder_order_with_the_search_order() -> None:
     top = reranked(hits[:2], [0.9, 0.1])
     assert [h.memory.content for h in top] == ["a", "b"] and top[0].score == 1.0
     assert [h.memory.content for h in reranked(hits[:2], [0.1, 0.9])] == ["b", "a"]
-    assert rerank_order([]) == []
+    assert rerank_order([], []) == []
+    # equally scored hits share a search rank, so the engine's order among them changes nothing
+    tied = [_hit("a", 0.5), _hit("b", 0.5), _hit("c", 0.4)]
+    one = reranked(tied, [0.3, 0.6, 0.9])
+    other = reranked([tied[1], tied[0], tied[2]], [0.6, 0.3, 0.9])
+    assert [(h.memory.content, h.score) for h in one] == [(h.memory.content, h.score) for h in other]
+    assert [h.memory.content for h in one] == ["c", "b", "a"]
+    with pytest.raises(ValueError, match="2 relevances for 1 hits"):
+        rerank_order([0.1, 0.2], [0.3])
     with pytest.raises(ValueError, match="3 relevances for 4 hits"):
         reranked(hits, [0.1, 0.2, 0.3])

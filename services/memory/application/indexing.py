@@ -295,22 +295,36 @@ RERANK_FUSION_K = 10
 RERANK_SEARCH_WEIGHT = 0.5
 
 
-def rerank_order(relevance: Sequence[float]) -> list[tuple[int, float]]:
-    """``(position, score)`` of each candidate, best first, for candidates given in the search's
-    order with the cross-encoder's ``relevance``: the fused score above, scaled so that a candidate
-    first for both scores 1.0. Ties keep the search's order."""
-    n = len(relevance)
-    by_relevance = sorted(range(n), key=lambda i: -relevance[i])  # stable: equal relevances keep search order
-    rank = {position: r for r, position in enumerate(by_relevance, start=1)}
+def _competition_ranks(values: Sequence[float]) -> list[int]:
+    """1 + how many values are strictly greater, for each value (equal values share a rank)."""
+    ordered = sorted(values, reverse=True)
+    first = {}
+    for r, v in enumerate(ordered, start=1):
+        first.setdefault(v, r)
+    return [first[v] for v in values]
+
+
+def rerank_order(relevance: Sequence[float], search_scores: Sequence[float]) -> list[tuple[int, float]]:
+    """``(position, score)`` of each candidate, best first, from the cross-encoder's ``relevance``
+    and the search's scores: the fused score above, scaled so that a candidate first for both
+    scores 1.0. Ranks come from the scores (equal scores share a rank) and ties are broken by
+    relevance, then by the search score, so the result does not depend on the order in which
+    the engine returned equally scored hits."""
+    if len(relevance) != len(search_scores):
+        raise ValueError(f"{len(relevance)} relevances for {len(search_scores)} hits")
+    ce_rank = _competition_ranks(relevance)
+    search_rank = _competition_ranks(search_scores)
     best = (1.0 + RERANK_SEARCH_WEIGHT) / (RERANK_FUSION_K + 1)
-    fused = [(1.0 / (RERANK_FUSION_K + rank[i]) + RERANK_SEARCH_WEIGHT / (RERANK_FUSION_K + i + 1)) / best
-             for i in range(n)]
-    return [(i, fused[i]) for i in sorted(range(n), key=lambda i: -fused[i])]
+    fused = [(1.0 / (RERANK_FUSION_K + c) + RERANK_SEARCH_WEIGHT / (RERANK_FUSION_K + r)) / best
+             for c, r in zip(ce_rank, search_rank, strict=True)]
+    order = sorted(range(len(fused)), key=lambda i: (-fused[i], -relevance[i], -search_scores[i]))
+    return [(i, fused[i]) for i in order]
 
 
 def reranked(hits: Sequence[RecallHit], relevance: Sequence[float]) -> list[RecallHit]:
-    """``hits`` (in the search's order) re-ordered by :func:`rerank_order` with the cross-encoder's
-    ``relevance`` (one per hit); the fused score becomes their score."""
+    """``hits`` re-ordered by :func:`rerank_order` with the cross-encoder's ``relevance`` (one per
+    hit) and their search scores; the fused score becomes their score."""
     if len(hits) != len(relevance):
         raise ValueError(f"{len(relevance)} relevances for {len(hits)} hits")
-    return [RecallHit(memory=hits[i].memory, score=round(score, 6)) for i, score in rerank_order(relevance)]
+    order = rerank_order(relevance, [h.score for h in hits])
+    return [RecallHit(memory=hits[i].memory, score=round(score, 6)) for i, score in order]
