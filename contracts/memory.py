@@ -217,7 +217,7 @@ class Recall(BaseModel):
         False,
         description="re-order the best candidates with a cross-encoder that reads the query and each memory "
         "(after its context) together, fused with the search's order: more precise (LoCoMo R@5 0.65 → 0.72), "
-        "but ~0.75 s more per call on 2 cores; hit scores are then fused rank scores in (0, 1], 1 = first "
+        "but ~0.7 s more per call on 2 cores; hit scores are then fused rank scores in (0, 1], 1 = first "
         "for both",
     )
 
