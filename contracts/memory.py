@@ -20,6 +20,11 @@ MAX_CONTEXT_CHARS = 2_000
 MEMORY_KEY_PATTERN = r"^[a-z]+\.[a-z0-9_]{1,64}$"
 TOPIC_PATTERN = r"^[a-z0-9_]{1,64}$"
 
+_CONTEXT_DESCRIPTION = (
+    "where the memory came from, e.g. the message it answers; helps recall find it "
+    "(indexed at a lower weight), never part of its content"
+)
+
 Project = Field(DEFAULT_PROJECT, pattern=PROJECT_PATTERN, description="project tag: 1-128 of [A-Za-z0-9_.:-]")
 
 
@@ -103,8 +108,7 @@ class SaveMemory(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
     context: str | None = Field(
         None, min_length=1, max_length=MAX_CONTEXT_CHARS,
-        description="where the memory came from, e.g. the message it answers; helps recall find it "
-        "(indexed at a lower weight), never part of its content",
+        description=_CONTEXT_DESCRIPTION,
     )
     importance: int = Field(3, ge=1, le=5)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
@@ -140,8 +144,7 @@ class UpdateMemory(BaseModel):
     content: str | None = Field(None, min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
     context: str | None = Field(
         None, min_length=1, max_length=MAX_CONTEXT_CHARS,
-        description="where the memory came from, e.g. the message it answers; helps recall find it "
-        "(indexed at a lower weight), never part of its content; omitted = kept",
+        description=_CONTEXT_DESCRIPTION + "; omitted = kept",
     )
     category: Category | None = None
     importance: int | None = Field(None, ge=1, le=5)

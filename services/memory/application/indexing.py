@@ -184,19 +184,24 @@ def memory_vector(
     return combined
 
 
+def _embed_groups(embedder: Embedder, groups: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    """The embeddings of each group of texts, from one ``embedder.embed`` call over all of them."""
+    texts = [text for group in groups for text in group]
+    if not texts:
+        return []
+    matrix = embedder.embed(texts)
+    out, start = [], 0
+    for group in groups:
+        out.append(matrix[start : start + len(group)])
+        start += len(group)
+    return out
+
+
 def embed_passages(embedder: Embedder, groups: Sequence[Sequence[str]]) -> list[list[float]]:
     """One dense vector per group of :func:`passages`, with one ``embedder.embed`` call over all
     of them: :func:`memory_vector` of each group's embeddings, weighted by
     :func:`passage_weights`. Blocking (run it in a thread from async code)."""
-    texts: list[str] = []
-    bounds: list[tuple[int, int]] = []
-    for own in groups:
-        bounds.append((len(texts), len(texts) + len(own)))
-        texts.extend(own)
-    if not texts:
-        return []
-    matrix = embedder.embed(texts)
-    return [passages_vector(texts[a:b], matrix[a:b]) for a, b in bounds]
+    return [passages_vector(group, matrix) for group, matrix in zip(groups, _embed_groups(embedder, groups), strict=False)]
 
 
 def passages_vector(texts: Sequence[str], vectors: np.ndarray | Sequence[Sequence[float]]) -> list[float]:
@@ -214,16 +219,8 @@ def content_vector(embedder: Embedder, text: str) -> list[float]:
 def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[list[float]]:
     """Dense vectors of ``states`` (:func:`state_vector`) with one ``embedder.embed`` call over all
     their texts. Blocking (run it in a thread from async code)."""
-    groups = [embedding_texts(state) for state in states]
-    texts = [text for group in groups for text in group]
-    if not texts:
-        return []
-    matrix = embedder.embed(texts)
-    out, start = [], 0
-    for state, group in zip(states, groups, strict=True):
-        out.append(state_vector(state, matrix[start : start + len(group)]))
-        start += len(group)
-    return out
+    matrices = _embed_groups(embedder, [embedding_texts(state) for state in states])
+    return [state_vector(state, matrix) for state, matrix in zip(states, matrices, strict=False)]
 
 
 def point_for(state: MemoryState, dense: Sequence[float]) -> VectorPoint:
