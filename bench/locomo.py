@@ -42,6 +42,7 @@ from common import LOCOMO, locomo, percentiles, record
 
 from contracts.memory import MemoryState
 from services.memory.adapters.embedder import MiniLMEmbedder
+from services.memory.adapters.late_encoder import ColbertEncoder
 from services.memory.adapters.reranker import CrossEncoderReranker
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
 from services.memory.application.indexing import (
@@ -51,15 +52,20 @@ from services.memory.application.indexing import (
     rerank_order,
     rerank_text,
 )
+from services.memory.application.late import document_matrix, late_document, maxsim, pack, unpack
 from services.memory.config import MemorySettings
 from services.memory.domain.keywords import query_vector
 
 TENANT = "locomo"
 KS = (5, 10, 25)
 LIMIT = max(KS)
-MODES = ("dense", "sparse", "hybrid", "rerank")
-MODE_LABEL = {"dense": "dense", "sparse": "keyword", "hybrid": "hybrid", "rerank": "hybrid + rerank"}
+MODES = ("dense", "sparse", "hybrid", "late", "rerank")
+MODE_LABEL = {
+    "dense": "dense", "sparse": "keyword", "hybrid": "hybrid search",
+    "late": "hybrid + late interaction (default)", "rerank": "hybrid + late + rerank",
+}
 RERANK_CANDIDATES: int = MemorySettings.model_fields["rerank_candidates"].default
+LATE_CANDIDATES: int = MemorySettings.model_fields["late_candidates"].default
 #: LoCoMo's category numbers (as used in locomo10.json and the paper's evaluation code).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 HEADLINE = (1, 2, 3, 4)
@@ -189,7 +195,7 @@ async def run(
     *,
     convs: list[Conversation] | None = None,
     embedder: MiniLMEmbedder | None = None,
-    modes: Sequence[str] = MODES[:3],
+    modes: Sequence[str] = MODES[:4],
     categories: Sequence[int] = (1, 2, 3, 4, 5),
     batch: int = 64,
     search: Callable[..., Any] | None = None,
@@ -209,6 +215,8 @@ async def run(
     states = [m for c in convs for m in c.memories]
     questions = [q for c in convs for q in c.questions if q.category in categories]
 
+    late_encoder = ColbertEncoder() if {"late", "rerank"} & set(modes) else None
+    stored_tokens: dict[str, bytes] = {}  # memory id -> packed token vectors, as Postgres keeps them
     home = Path(tempfile.mkdtemp(prefix="engram-locomo-"))
     index: VectorIndex = build_vector_index(
         qdrant_url=None, path=home / "shard", dim=embedder.dim, keyword_feedback=keyword_feedback
@@ -217,7 +225,7 @@ async def run(
         await index.ensure()
         with _progress() as progress:
             task = progress.add_task("embedding + indexing turns", total=len(states))
-            embed_s = upsert_s = 0.0
+            embed_s = upsert_s = late_s = 0.0
             for start in range(0, len(states), batch):
                 chunk = states[start : start + batch]
                 t = time.perf_counter()
@@ -226,9 +234,18 @@ async def run(
                 t = time.perf_counter()
                 await index.upsert([point_for(s, v) for s, v in zip(chunk, vectors, strict=True)])
                 upsert_s += time.perf_counter() - t
+                if late_encoder is not None:
+                    t = time.perf_counter()
+                    encoded = late_encoder.encode_documents([late_document(s) for s in chunk])
+                    stored_tokens.update(
+                        (str(s.id), pack(document_matrix(e))) for s, e in zip(chunk, encoded, strict=True)
+                    )
+                    late_s += time.perf_counter() - t
                 progress.advance(task, len(chunk))
             timings["embed turns"] = embed_s
             timings["index turns (point_for + upsert)"] = upsert_s
+            if late_encoder is not None:
+                timings["late-interaction tokens of turns"] = late_s
 
             t = time.perf_counter()
             qvecs = embedder.embed([q.question for q in questions])
@@ -244,19 +261,30 @@ async def run(
             reranker = CrossEncoderReranker() if "rerank" in modes else None
             for q, qvec in zip(questions, qvecs, strict=True):
                 for mode in modes:
-                    # exactly what MemoryService.recall does, minus the Postgres lookup of the views
+                    # exactly what MemoryService.recall does, minus the Postgres lookups
                     s = time.perf_counter()
+                    engine_mode = "hybrid" if mode in ("late", "rerank") else mode
                     dense = qvec if mode != "sparse" else None
                     sparse = query_vector(q.question) if mode != "dense" else None
+                    limit = LIMIT
+                    if mode in ("late", "rerank"):
+                        limit = max(LIMIT, LATE_CANDIDATES, RERANK_CANDIDATES if mode == "rerank" else 0)
                     hits = await do_search(
-                        index, dense=dense, sparse=sparse, mode="hybrid" if mode == "rerank" else mode,
-                        limit=max(LIMIT, RERANK_CANDIDATES) if mode == "rerank" else LIMIT,
+                        index, dense=dense, sparse=sparse, mode=engine_mode, limit=limit,
                         filter=active_filter(TENANT, q.conv),
                     )
                     ids = [h.id for h in hits]
+                    scores_ = [h.score for h in hits]
+                    if late_encoder is not None and mode in ("late", "rerank"):
+                        tokens = late_encoder.encode_query(q.question)
+                        late = maxsim(tokens, [unpack(stored_tokens[i], late_encoder.dim) for i in ids])
+                        fused = rerank_order(late.tolist(), scores_)
+                        ids, scores_ = [ids[i] for i, _ in fused], [f for _, f in fused]
                     if reranker is not None and mode == "rerank":
+                        ids, scores_ = ids[:RERANK_CANDIDATES], scores_[:RERANK_CANDIDATES]
                         relevance = reranker.score(q.question, [rerank_text_of[i] for i in ids]).tolist()
-                        ids = [ids[i] for i, _ in rerank_order(relevance, [h.score for h in hits])][:LIMIT]
+                        ids = [ids[i] for i, _ in rerank_order(relevance, scores_)]
+                    ids = ids[:LIMIT]
                     search_ms[mode].append((time.perf_counter() - s) * 1000)
                     scores.add(mode, q, [dia_of[i] for i in ids])
                 progress.advance(task)
@@ -356,7 +384,7 @@ def main() -> None:
     console = Console()
     if not LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {LOCOMO} (set ENGRAM_LOCOMO)")
-    modes = MODES if args.rerank else MODES[:3]
+    modes = MODES if args.rerank else MODES[:4]
     convs = load(context=not args.no_context)
     result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes))
     console.print(table(result))

@@ -14,6 +14,7 @@ from kit.config import run_service, setup_logging
 from kit.pg import create_pool
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import Embedder, build_embedder
+from services.memory.adapters.late_encoder import build_late_encoder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
@@ -65,6 +66,9 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             store, index, embedder, bus, settings.names,
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
             rerank_candidates=settings.rerank_candidates,
+            late_encoder=await asyncio.to_thread(build_late_encoder, settings.late_interaction,
+                                                 threads=settings.embedder_threads),
+            late_candidates=settings.late_candidates,
         )
         yield MemoryApp(settings, bus, store, index, service)
     finally:
@@ -111,8 +115,8 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)
         freeze_startup_heap()
-        log.info("memory service ready (namespace %s, embedder %s, reranker %s)", settings.namespace,
-                 app.service.embedder.model_id, settings.reranker)
+        log.info("memory service ready (namespace %s, embedder %s, late interaction %s, reranker %s)",
+                 settings.namespace, app.service.embedder.model_id, settings.late_interaction, settings.reranker)
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -59,32 +59,35 @@ class Tx:
         return await self.conn.fetchval(f"SELECT {self.s}.lock_aggregate('{self.s}.memories', 0, $1)", memory_id)
 
     async def upsert(
-        self, state: MemoryState, content_hash: str, seq: int, outcome: Outcome | None = None
+        self, state: MemoryState, content_hash: str, seq: int, outcome: Outcome | None = None,
+        late_tokens: bytes | None = None,
     ) -> None:
-        """Write the memory's row unless it already reflects ``seq`` or later; with ``outcome``,
-        record the command's outcome in the same statement (one round trip)."""
+        """Write the memory's row (with its packed late-interaction token vectors, if any) unless
+        it already reflects ``seq`` or later; with ``outcome``, record the command's outcome in the
+        same statement (one round trip)."""
         memory_args = (
             state.id, state.tenant, state.project, state.content,
             state.category.value if state.category else None, state.memory_key, state.importance,
             state.confidence, state.source, state.version, state.status.value, state.forget_reason,
-            state.created_at, state.updated_at, seq, state.context, content_hash,
+            state.created_at, state.updated_at, seq, state.context, content_hash, late_tokens,
         )
-        upsert = f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)
+        upsert = f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
                 ON CONFLICT (id) DO UPDATE SET
                   project=EXCLUDED.project, content=EXCLUDED.content, category=EXCLUDED.category,
                   memory_key=EXCLUDED.memory_key, importance=EXCLUDED.importance,
                   confidence=EXCLUDED.confidence, source=EXCLUDED.source, version=EXCLUDED.version,
                   status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
-                  context=EXCLUDED.context, content_hash=EXCLUDED.content_hash
+                  context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
+                  late_tokens=EXCLUDED.late_tokens
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq"""
         if outcome is None:
             await self.conn.execute(upsert, *memory_args)
             return
         await self.conn.execute(
             f"""WITH written AS ({upsert})
-                INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($18,$19,$20,$21)
+                INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($19,$20,$21,$22)
                 ON CONFLICT (tenant, command_id) DO NOTHING""",
             *memory_args, *_outcome_args(outcome),
         )
@@ -200,6 +203,16 @@ class MemoryStore:
             tenant, list(ids),
         )
         return {r["id"]: MemoryView.model_validate(dict(r)) for r in rows}
+
+    async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]:
+        """The packed late-interaction token vectors of the tenant's active memories among ``ids``
+        (None where none were stored)."""
+        rows = await self.pool.fetch(
+            f"""SELECT id, late_tokens FROM {self.s}.memories
+                WHERE tenant = $1 AND id = ANY($2::uuid[]) AND status = 'active'""",
+            tenant, list(ids),
+        )
+        return {r["id"]: r["late_tokens"] for r in rows}
 
     async def list_active(
         self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int

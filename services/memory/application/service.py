@@ -52,6 +52,7 @@ from contracts.memory import (
 from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict, validation_reply
 from services.memory.adapters.embedder import Embedder
+from services.memory.adapters.late_encoder import LateEncoder
 from services.memory.adapters.pg_store import MemoryStore, Outcome, Tx
 from services.memory.adapters.reranker import Reranker
 from services.memory.adapters.vectors import VectorIndex
@@ -66,6 +67,14 @@ from services.memory.application.indexing import (
     reranked,
     state_vector,
     view_of,
+)
+from services.memory.application.late import (
+    LATE_CANDIDATES,
+    document_matrix,
+    late_document,
+    maxsim,
+    pack,
+    unpack,
 )
 from services.memory.domain import model, shared
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
@@ -105,14 +114,20 @@ class MemoryService:
         clock: Callable[[], datetime] = utcnow,
         reranker: Reranker | None = None,
         rerank_candidates: int = 30,
+        late_encoder: LateEncoder | None = None,
+        late_candidates: int = LATE_CANDIDATES,
     ) -> None:
-        if not 1 <= rerank_candidates <= MAX_RECALL_LIMIT:
-            raise ValueError(f"rerank_candidates must be within 1-{MAX_RECALL_LIMIT}, got {rerank_candidates}")
+        for name, value in (("rerank_candidates", rerank_candidates), ("late_candidates", late_candidates)):
+            if not 1 <= value <= MAX_RECALL_LIMIT:
+                raise ValueError(f"{name} must be within 1-{MAX_RECALL_LIMIT}, got {value}")
         self.store = store
         self.index = index
         self.embedder = embedder
         self.reranker = reranker
         self.rerank_candidates = rerank_candidates
+        self.late_encoder = late_encoder
+        self.late_candidates = late_candidates
+        self._late_missing_warned = False
         self.events = events
         self.names = names
         self.clock = clock
@@ -412,11 +427,13 @@ class MemoryService:
 
         async def write(tx: Tx, outcome: Outcome | None) -> bool:
             # the vector write happens under the row lock, before the row commits
+            late_tokens = None
             if state.status is MemoryStatus.ACTIVE:
-                await self.index.upsert([point_for(state, await self._memory_vector(state))])
+                vector, late_tokens = await asyncio.gather(self._memory_vector(state), self._late_tokens(state))
+                await self.index.upsert([point_for(state, vector)])
             else:
                 await self.index.delete([str(state.id)])
-            await tx.upsert(state, model.content_hash(state.content), seq, outcome)
+            await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
             return True
 
         try:
@@ -453,34 +470,69 @@ class MemoryService:
 
     # queries ------------------------------------------------------------------------------
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
-        """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project; with
-        ``rerank``, the best ``max(limit, rerank_candidates)`` are re-ordered by the cross-encoder."""
+        """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project; in
+        hybrid mode the best ``max(limit, late_candidates)`` are re-ordered by late interaction
+        (when an encoder is configured); with ``rerank``, the best ``max(limit,
+        rerank_candidates)`` are then re-ordered by the cross-encoder."""
         if query.rerank and self.reranker is None:
             raise InvalidArgument(
                 "rerank is not available: this server runs without a reranker (ENGRAM_RERANKER=none); "
                 "recall without rerank, or ask the operator to enable it", "rerank",
             )
         mode = SEARCH_MODES[query.mode]
-        # the embedding starts on a worker thread now; the keyword vector is computed meanwhile
+        late = self.late_encoder if mode == "hybrid" else None
+        loop = asyncio.get_running_loop()
+        # the embeddings start on worker threads now; the keyword vector is computed meanwhile
         embedding = self._start_embedding(query.query) if mode != "sparse" else None
+        query_tokens = loop.run_in_executor(None, late.encode_query, query.query) if late is not None else None
         sparse = query_vector(query.query) if mode != "dense" else None
         dense = [float(x) for x in (await embedding)[0]] if embedding is not None else None
+        candidates = max(
+            query.limit,
+            self.late_candidates if late is not None else 0,
+            self.rerank_candidates if query.rerank else 0,
+        )
         hits = await self.index.search(
-            dense=dense, sparse=sparse, mode=mode,
-            limit=max(query.limit, self.rerank_candidates) if query.rerank else query.limit,
-            filter=active_filter(tenant, query.project),
+            dense=dense, sparse=sparse, mode=mode, limit=candidates, filter=active_filter(tenant, query.project),
         )
         ids = [UUID(h.id) for h in hits]
         views = {i: view for i, h in zip(ids, hits, strict=True) if (view := view_of(h.id, h.payload)) is not None}
         if len(views) < len(hits):  # points indexed before payloads carried the view
             views.update(await self.store.active_views(tenant, [i for i in ids if i not in views]))
         found = [RecallHit(memory=views[i], score=h.score) for i, h in zip(ids, hits, strict=True) if i in views]
+        if query_tokens is not None:
+            tokens = await query_tokens
+            if len(found) > 1:
+                found = reranked(found, await self._late_scores(tenant, tokens, found))
         if query.rerank and found:
             assert self.reranker is not None
+            found = found[: max(query.limit, self.rerank_candidates)]
             texts = [rerank_text(h.memory) for h in found]
             relevance = await asyncio.to_thread(self.reranker.score, query.query, texts)
-            found = reranked(found, relevance.tolist())[: query.limit]
-        return RecallResult(hits=found)
+            found = reranked(found, relevance.tolist())
+        return RecallResult(hits=found[: query.limit])
+
+    async def _late_scores(self, tenant: str, query_tokens: np.ndarray, found: list[RecallHit]) -> list[float]:
+        """MaxSim of the query's token vectors against each hit's stored ones. A memory stored
+        without them (written before late interaction was on, or by another encoder) is encoded
+        now, and a warning says how to store them for good."""
+        assert self.late_encoder is not None
+        stored = await self.store.late_tokens(tenant, [h.memory.id for h in found])
+        matrices = [unpack(stored.get(h.memory.id), self.late_encoder.dim) for h in found]
+        missing = [i for i, m in enumerate(matrices) if m is None]
+        if missing:
+            if not self._late_missing_warned:
+                self._late_missing_warned = True
+                log.warning(
+                    "%d of %d recall candidates have no stored late-interaction tokens; they are encoded "
+                    "per recall (slower) until `engram replay memory` stores them", len(missing), len(found),
+                )
+            encoded = await asyncio.to_thread(
+                self.late_encoder.encode_documents, [late_document(found[i].memory) for i in missing]
+            )
+            for i, tokens in zip(missing, encoded, strict=True):
+                matrices[i] = document_matrix(tokens)
+        return maxsim(query_tokens, [m for m in matrices if m is not None]).tolist()
 
     async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
         if not query.tenant:
@@ -651,6 +703,13 @@ class MemoryService:
         if vectors is None:
             vectors = await asyncio.to_thread(self.embedder.embed, texts)
         return state_vector(state, vectors)
+
+    async def _late_tokens(self, state: MemoryState) -> bytes | None:
+        """The memory's packed late-interaction token vectors (None without an encoder)."""
+        if self.late_encoder is None:
+            return None
+        (tokens,) = await asyncio.to_thread(self.late_encoder.encode_documents, [late_document(state)])
+        return pack(document_matrix(tokens))
 
     def _start_embedding(self, text: str) -> asyncio.Future[np.ndarray]:
         """The embedding of ``text``, already submitted to a worker thread (asyncio.to_thread would
