@@ -52,7 +52,13 @@ from services.memory.application.indexing import (
     rerank_order,
     rerank_text,
 )
-from services.memory.application.late import document_matrix, late_document, maxsim, pack, unpack
+from services.memory.application.late import (
+    document_matrix,
+    late_document,
+    late_prefetch_limit,
+    maxsim_packed,
+    pack,
+)
 from services.memory.config import MemorySettings
 from services.memory.domain.keywords import query_vector
 
@@ -272,12 +278,13 @@ async def run(
                     hits = await do_search(
                         index, dense=dense, sparse=sparse, mode=engine_mode, limit=limit,
                         filter=active_filter(TENANT, q.conv),
+                        prefetch_limit=late_prefetch_limit(limit) if mode in ("late", "rerank") else None,
                     )
                     ids = [h.id for h in hits]
                     scores_ = [h.score for h in hits]
                     if late_encoder is not None and mode in ("late", "rerank"):
                         tokens = late_encoder.encode_query(q.question)
-                        late = maxsim(tokens, [unpack(stored_tokens[i], late_encoder.dim) for i in ids])
+                        late = maxsim_packed(tokens, [stored_tokens[i] for i in ids], late_encoder.dim)
                         fused = rerank_order(late.tolist(), scores_)
                         ids, scores_ = [ids[i] for i, _ in fused], [f for _, f in fused]
                     if reranker is not None and mode == "rerank":

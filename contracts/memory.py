@@ -205,7 +205,10 @@ class RecallMode(StrEnum):
 
 
 class Recall(BaseModel):
-    """Find the memories most relevant to a query (hybrid dense + keyword search, RRF fusion)."""
+    """Find the memories most relevant to a query: hybrid dense + keyword search (RRF fusion) whose best
+    candidates are re-ordered by token-level late interaction, fused with the search's order (hit scores
+    are then fused rank scores in (0, 1], 1 = first for both; RRF sums where the server has late
+    interaction off). ``dense`` and ``keyword`` modes return the engine's own order and scores."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -218,10 +221,10 @@ class Recall(BaseModel):
     )
     rerank: bool = Field(
         False,
-        description="re-order the best candidates with a cross-encoder that reads the query and each memory "
-        "(after its context) together, fused with the search's order: more precise (LoCoMo R@5 0.65 → 0.72), "
-        "but ~0.7 s more per call on 2 cores; hit scores are then fused rank scores in (0, 1], 1 = first "
-        "for both",
+        description="re-order the best candidates again with a cross-encoder that reads the query and each "
+        "memory (after its context) together, fused with the order found so far: a little more precise "
+        "(LoCoMo R@5 / R@10 0.73 / 0.80 → 0.73 / 0.81) but ~0.7 s more per call on 2 cores; hit scores are "
+        "fused rank scores in (0, 1], 1 = first for both",
     )
 
 

@@ -13,7 +13,8 @@ import pytest
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope
 from contracts.memory import Recall
 from kit.bus import Bus
-from services.memory.application.indexing import point_for
+from services.memory.application.indexing import point_for, reranked
+from services.memory.application.late import maxsim, unpack
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.main import MemoryApp, memory_app
@@ -394,14 +395,17 @@ async def test_a_batch_of_contents_already_saved_embeds_nothing(app: MemoryApp) 
     assert calls == [["New in this import.", "Yes."]]
 
 
+#: The answer shares no word with the question but "turtles"; the others share several.
+TURTLE_TURNS = (
+    "Nate: How long have you had your dog? How long do dogs live?",
+    "Nate: I've had my turtles for 3 years now, they are so calm.",
+    "Nate: I have had a long week, how have you been?",
+    "Joanna: I have been writing screenplays for a long time.",
+)
+
+
 async def test_rerank_reorders_the_candidates_by_the_cross_encoder(app: MemoryApp) -> None:
-    # the answer shares no word with the question but "turtles"; the others share several
-    for content in (
-        "Nate: How long have you had your dog? How long do dogs live?",
-        "Nate: I've had my turtles for 3 years now, they are so calm.",
-        "Nate: I have had a long week, how have you been?",
-        "Joanna: I have been writing screenplays for a long time.",
-    ):
+    for content in TURTLE_TURNS:
         assert (await app.service.handle_command(cmd("save_memory", {"content": content}))).ok
     question = "For how long has Nate had his turtles?"
     plain = await app.service.recall("alice", Recall(query=question, limit=4))
@@ -444,3 +448,49 @@ async def test_rerank_without_a_reranker_is_a_clear_error(app: MemoryApp) -> Non
     )
     assert not reply.ok and reply.error is not None
     assert reply.error.field == "rerank" and "ENGRAM_RERANKER=none" in reply.error.message
+
+
+async def test_hybrid_recall_reorders_its_candidates_by_late_interaction(app: MemoryApp) -> None:
+    for content in TURTLE_TURNS:
+        assert (await app.service.handle_command(cmd("save_memory", {"content": content}))).ok
+    question = "For how long has Nate had his turtles?"
+    encoder = app.service.late_encoder
+    assert encoder is not None
+    ranked = await app.service.recall("alice", Recall(query=question, limit=2))
+    assert ranked.hits[0].memory.content == "Nate: I've had my turtles for 3 years now, they are so calm."
+    assert 0 < ranked.hits[1].score < ranked.hits[0].score <= 1  # fused rank scores, not RRF sums
+    # exactly: the hybrid search's candidates, fused with MaxSim over the tokens stored at save
+    app.service.late_encoder = None
+    try:
+        plain = await app.service.recall("alice", Recall(query=question, limit=50))
+    finally:
+        app.service.late_encoder = encoder
+    stored = await app.store.late_tokens("alice", [h.memory.id for h in plain.hits])
+    matrices = [unpack(stored[h.memory.id], encoder.dim) for h in plain.hits]
+    assert all(m is not None and len(m) for m in matrices)
+    expected = reranked(plain.hits, maxsim(encoder.encode_query(question), matrices).tolist())[:2]  # type: ignore[arg-type]
+    assert ranked.hits == expected
+    assert await app.service.recall("alice", Recall(query=question, limit=2)) == ranked  # deterministic
+    # keyword and dense recall stay literal: scores are the engine's
+    keyword = await app.service.recall("alice", Recall(query=question, limit=2, mode="keyword"))
+    assert keyword.hits[0].score > 1  # a BM25 score, not a fused rank score
+
+
+async def test_memories_saved_without_tokens_are_encoded_per_recall(app: MemoryApp, caplog) -> None:  # type: ignore[no-untyped-def]
+    encoder = app.service.late_encoder
+    app.service.late_encoder = None  # as a server with ENGRAM_LATE_INTERACTION=none writes them
+    try:
+        for content, context in (("Nate: Every Saturday morning.", "Joanna: When do you feed your turtles?"),
+                                 ("Nate: Every Sunday morning.", "Joanna: When do you go to the gym?")):
+            payload = {"content": content, "context": context}
+            assert (await app.service.handle_command(cmd("save_memory", payload))).ok
+    finally:
+        app.service.late_encoder = encoder
+    rows = await app.store.pool.fetch(f"SELECT late_tokens FROM {app.store.s}.memories")
+    assert [r["late_tokens"] for r in rows] == [None, None]
+    with caplog.at_level("WARNING", logger="engram.memory"):
+        first = await recall(app, "When does Nate go to the gym?", limit=2)
+        again = await recall(app, "When does Nate feed his turtles?", limit=2)
+    assert first[0] == "Nate: Every Sunday morning." and again[0] == "Nate: Every Saturday morning."
+    warnings = [r.getMessage() for r in caplog.records if "late-interaction" in r.getMessage()]
+    assert len(warnings) == 1 and "engram replay memory" in warnings[0]  # said once, with what to do

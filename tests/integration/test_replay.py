@@ -22,8 +22,8 @@ def cmd(type_: str, payload: dict) -> CommandEnvelope:  # type: ignore[type-arg]
 
 async def snapshot(app) -> dict:  # type: ignore[no-untyped-def,type-arg]
     rows = await app.store.pool.fetch(
-        f"SELECT id, project, content, context, category, memory_key, version, status, forget_reason, importance "
-        f"FROM {app.store.s}.memories ORDER BY id"
+        f"SELECT id, project, content, context, category, memory_key, version, status, forget_reason, importance, "
+        f"late_tokens FROM {app.store.s}.memories ORDER BY id"
     )
     shared = await app.store.pool.fetch(f"SELECT id, title, event, version FROM {app.store.s}.shared_memories ORDER BY id")
     projects = await app.service.handle_query(QueryEnvelope(type="list_projects", tenant="alice", payload={}))
@@ -60,6 +60,9 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             assert after == before
             assert after["recalls"]["marathon training"][0][1] == 2
             assert [r["context"] for r in after["rows"] if r["context"]] == ["Planning the trip to Japan"]
+            # every active memory has its late-interaction tokens, rebuilt bit for bit (compared above);
+            # a forgotten one keeps none
+            assert all((r["late_tokens"] is not None) == (r["status"] == "active") for r in after["rows"])
         finally:
             await app.bus.delete_streams()
 

@@ -17,6 +17,7 @@ from services.memory.application.late import (
     CONTEXT_TOKEN_WEIGHT,
     document_matrix,
     maxsim,
+    maxsim_packed,
     pack,
     unpack,
 )
@@ -78,6 +79,22 @@ def test_maxsim_is_the_sum_of_each_query_rows_best_match() -> None:
     with_empty = maxsim(query, [documents[0], np.zeros((0, 16), dtype=np.float32), documents[2]])
     np.testing.assert_allclose(with_empty, [expected[0], 0.0, expected[2]], rtol=1e-5)
     assert maxsim(query, []).shape == (0,)
+
+
+def test_maxsim_over_stored_rows_equals_maxsim_over_unpacked_ones() -> None:
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=(7, 32)).astype(np.float32)
+    matrices = [rng.normal(size=(n, 32)).astype(np.float32) for n in (3, 12, 1, 40)]
+    blobs: list[bytes | None] = [pack(m) for m in matrices]
+    expected = maxsim(query, [unpack(b, 32) for b in blobs])  # type: ignore[misc]
+    np.testing.assert_allclose(maxsim_packed(query, blobs, 32), expected, rtol=1e-5)
+    # what cannot be read is NaN (the service encodes that memory), a memory without rows scores 0
+    mixed = maxsim_packed(query, [blobs[0], None, pack(np.zeros((0, 32), np.float32)), pack(matrices[1])[:-1],
+                                  blobs[3]], 32)
+    assert np.isnan(mixed[1]) and np.isnan(mixed[3]) and mixed[2] == 0.0
+    np.testing.assert_allclose(mixed[[0, 4]], expected[[0, 3]], rtol=1e-5)
+    assert np.isnan(maxsim_packed(query, [None], 32)).all()
+    assert maxsim_packed(query, [], 32).shape == (0,)
 
 
 # --- the encoder ------------------------------------------------------------------------------

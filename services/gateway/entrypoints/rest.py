@@ -207,7 +207,7 @@ def build_router(backend: Backend, unauthorized: Any) -> APIRouter:
 
     @router.post("/recall", response_model=RecallResult, summary="Recall memories")
     async def recall(body: Recall, who: Caller) -> Any:
-        """Hybrid search (dense + keyword, RRF) over the caller's memories."""
+        """Hybrid search (dense + keyword, RRF; its best candidates re-ordered by late interaction) over the caller's memories."""
         guard(who, Scope.MEMORY_READ)
         payload = body.model_dump(mode="json")
         payload["project"] = project_of(who, body.project, search=True)

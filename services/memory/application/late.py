@@ -34,7 +34,9 @@ __all__ = [
     "LATE_CANDIDATES",
     "document_matrix",
     "late_document",
+    "late_prefetch_limit",
     "maxsim",
+    "maxsim_packed",
     "pack",
     "unpack",
 ]
@@ -44,6 +46,15 @@ __all__ = [
 CONTEXT_TOKEN_WEIGHT = 0.9
 #: How many of the hybrid search's best hits late interaction re-orders (at least the limit).
 LATE_CANDIDATES = 50
+
+
+
+def late_prefetch_limit(candidates: int) -> int:
+    """Hits each leg of the hybrid search contributes when late interaction re-orders its best
+    ``candidates``: twice as many (LoCoMo, 50 candidates: prefetch 100 gave R@5 / R@10 0.729 / 0.803,
+    the default 200 0.726 / 0.802, at half the search time at 100,000 memories)."""
+    return 2 * candidates
+
 
 _MAGIC = b"LT1"
 _HEADER = struct.Struct("<3sHI")  # magic, dims, rows
@@ -71,9 +82,9 @@ def pack(matrix: np.ndarray) -> bytes:
     return _HEADER.pack(_MAGIC, dims, rows) + scales.astype("<f4").tobytes() + values.tobytes()
 
 
-def unpack(blob: bytes | None, dims: int) -> np.ndarray | None:
-    """The rows :func:`pack` stored, or None if ``blob`` is missing or of another form or size
-    (e.g. written by another encoder: such a memory is encoded again, see the service)."""
+def _parts(blob: bytes | None, dims: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scales, int8 rows) of a blob :func:`pack` wrote, as views; None if it did not, or for
+    other dimensions."""
     if not blob or len(blob) < _HEADER.size:
         return None
     magic, stored_dims, rows = _HEADER.unpack_from(blob)
@@ -81,8 +92,46 @@ def unpack(blob: bytes | None, dims: int) -> np.ndarray | None:
         return None
     scales = np.frombuffer(blob, dtype="<f4", count=rows, offset=_HEADER.size)
     values = np.frombuffer(blob, dtype=np.int8, count=rows * dims, offset=_HEADER.size + 4 * rows)
-    matrix: np.ndarray = values.reshape(rows, dims).astype(np.float32) * scales[:, None]
+    return scales, values.reshape(rows, dims)
+
+
+def unpack(blob: bytes | None, dims: int) -> np.ndarray | None:
+    """The rows :func:`pack` stored, or None if ``blob`` is missing or of another form or size
+    (e.g. written by another encoder: such a memory is encoded again, see the service)."""
+    parts = _parts(blob, dims)
+    if parts is None:
+        return None
+    scales, values = parts
+    matrix: np.ndarray = values.astype(np.float32) * scales[:, None]
     return matrix
+
+
+def _best_per_document(products: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
+    """Sum over the query's rows of each document's best product; ``products`` holds the
+    documents' columns one after the other, ``lengths`` columns each (all > 0)."""
+    starts = np.cumsum([0, *lengths[:-1]])
+    best: np.ndarray = np.maximum.reduceat(products, starts, axis=1).sum(axis=0, dtype=np.float64)
+    return best
+
+
+def maxsim_packed(query: np.ndarray, blobs: Sequence[bytes | None], dims: int) -> np.ndarray:
+    """:func:`maxsim` of ``query`` against the stored (packed) token vectors of each document,
+    without unpacking them one by one: the int8 rows of all documents are converted and
+    multiplied at once, and each product scaled by its row's scale. NaN for a blob that
+    :func:`unpack` would refuse (the caller encodes that document), 0.0 for one without rows."""
+    scores = np.full(len(blobs), np.nan, dtype=np.float64)
+    parts = {i: p for i, blob in enumerate(blobs) if (p := _parts(blob, dims)) is not None}
+    present = [i for i, (scale, _) in parts.items() if len(scale)]
+    scores[[i for i in parts if i not in present]] = 0.0
+    if not present or not len(query):
+        if present:
+            scores[present] = 0.0
+        return scores
+    values = np.concatenate([parts[i][1] for i in present]).astype(np.float32)
+    row_scales = np.concatenate([parts[i][0] for i in present])
+    products = (query.astype(np.float32) @ values.T) * row_scales  # (query rows, all document rows)
+    scores[present] = _best_per_document(products, [len(parts[i][0]) for i in present])
+    return scores
 
 
 def maxsim(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
@@ -94,7 +143,5 @@ def maxsim(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
         return scores
     stacked = np.concatenate([documents[i] for i in present]).astype(np.float32)
     products = query.astype(np.float32) @ stacked.T  # (query rows, all document rows)
-    starts = np.cumsum([0] + [len(documents[i]) for i in present[:-1]])
-    best = np.maximum.reduceat(products, starts, axis=1)  # (query rows, documents)
-    scores[present] = best.sum(axis=0, dtype=np.float64)
+    scores[present] = _best_per_document(products, [len(documents[i]) for i in present])
     return scores

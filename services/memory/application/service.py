@@ -72,9 +72,10 @@ from services.memory.application.late import (
     LATE_CANDIDATES,
     document_matrix,
     late_document,
+    late_prefetch_limit,
     maxsim,
+    maxsim_packed,
     pack,
-    unpack,
 )
 from services.memory.domain import model, shared
 from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
@@ -494,6 +495,9 @@ class MemoryService:
         )
         hits = await self.index.search(
             dense=dense, sparse=sparse, mode=mode, limit=candidates, filter=active_filter(tenant, query.project),
+            # each leg's best 2 × candidates are enough for a second stage to choose from; the default
+            # (4 × limit) would read 200 per leg for 50 candidates (2.2 vs 1.1 ms at 100k, same LoCoMo recall)
+            prefetch_limit=late_prefetch_limit(candidates) if late is not None else None,
         )
         ids = [UUID(h.id) for h in hits]
         views = {i: view for i, h in zip(ids, hits, strict=True) if (view := view_of(h.id, h.payload)) is not None}
@@ -501,9 +505,13 @@ class MemoryService:
             views.update(await self.store.active_views(tenant, [i for i in ids if i not in views]))
         found = [RecallHit(memory=views[i], score=h.score) for i, h in zip(ids, hits, strict=True) if i in views]
         if query_tokens is not None:
-            tokens = await query_tokens
-            if len(found) > 1:
-                found = reranked(found, await self._late_scores(tenant, tokens, found))
+            if len(found) > 1:  # the candidates' stored tokens are read while the query's are computed
+                tokens, stored = await asyncio.gather(
+                    query_tokens, self.store.late_tokens(tenant, [h.memory.id for h in found])
+                )
+                found = reranked(found, await self._late_scores(tokens, found, stored))
+            else:
+                await query_tokens
         if query.rerank and found:
             assert self.reranker is not None
             found = found[: max(query.limit, self.rerank_candidates)]
@@ -512,14 +520,15 @@ class MemoryService:
             found = reranked(found, relevance.tolist())
         return RecallResult(hits=found[: query.limit])
 
-    async def _late_scores(self, tenant: str, query_tokens: np.ndarray, found: list[RecallHit]) -> list[float]:
-        """MaxSim of the query's token vectors against each hit's stored ones. A memory stored
+    async def _late_scores(
+        self, query_tokens: np.ndarray, found: list[RecallHit], stored: dict[UUID, bytes | None]
+    ) -> list[float]:
+        """MaxSim of the query's token vectors against each hit's ``stored`` ones. A memory stored
         without them (written before late interaction was on, or by another encoder) is encoded
         now, and a warning says how to store them for good."""
         assert self.late_encoder is not None
-        stored = await self.store.late_tokens(tenant, [h.memory.id for h in found])
-        matrices = [unpack(stored.get(h.memory.id), self.late_encoder.dim) for h in found]
-        missing = [i for i, m in enumerate(matrices) if m is None]
+        scores = maxsim_packed(query_tokens, [stored.get(h.memory.id) for h in found], self.late_encoder.dim)
+        missing = [i for i, score in enumerate(scores) if score != score]  # NaN: nothing usable stored
         if missing:
             if not self._late_missing_warned:
                 self._late_missing_warned = True
@@ -530,9 +539,8 @@ class MemoryService:
             encoded = await asyncio.to_thread(
                 self.late_encoder.encode_documents, [late_document(found[i].memory) for i in missing]
             )
-            for i, tokens in zip(missing, encoded, strict=True):
-                matrices[i] = document_matrix(tokens)
-        return maxsim(query_tokens, [m for m in matrices if m is not None]).tolist()
+            scores[missing] = maxsim(query_tokens, [document_matrix(tokens) for tokens in encoded])
+        return scores.tolist()
 
     async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
         if not query.tenant:
