@@ -18,7 +18,7 @@ from services.memory.adapters.late_encoder import build_late_encoder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vectors import VectorIndex, build_vector_index
-from services.memory.application.embedding import PrimedEmbedder
+from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
 from services.memory.application.service import MemoryService
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
@@ -33,6 +33,11 @@ def make_embedder(settings: MemorySettings) -> Embedder:
             dim=settings.embedder_dim, api_key=settings.embedder_api_key,
         )
     return build_embedder(settings.embedder, threads=settings.embedder_threads, compute=settings.embedder_compute)
+
+
+def make_late_encoder(settings: MemorySettings) -> PrimedLateEncoder | None:
+    encoder = build_late_encoder(settings.late_interaction, threads=settings.embedder_threads)
+    return PrimedLateEncoder(encoder) if encoder is not None else None
 
 
 @dataclass
@@ -78,8 +83,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             store, index, embedder, bus, settings.names,
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
             rerank_candidates=settings.rerank_candidates,
-            late_encoder=await asyncio.to_thread(build_late_encoder, settings.late_interaction,
-                                                 threads=settings.embedder_threads),
+            late_encoder=await asyncio.to_thread(make_late_encoder, settings),
             late_candidates=settings.late_candidates,
         )
         yield MemoryApp(settings, bus, store, index, service)

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from services.memory.application.embedding import PrimedEmbedder
+from services.memory.adapters.late_encoder import DocumentTokens, LateEncoder
+from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
 
 pytestmark = pytest.mark.unit
 
@@ -130,3 +131,53 @@ def test_a_failed_prime_releases_the_primes_waiting_for_it() -> None:
         assert second.result(5) == 1  # returned, though "Thanks!" is not primed
     assert primed.cached(["Thanks!"]) is None
     np.testing.assert_array_equal(primed.embed(["Thanks!"]), Recording().embed(["Thanks!"]))  # embedded now
+
+
+class RecordingLate:
+    """A deterministic late-interaction encoder that records every call."""
+
+    model_id = "recording-late"
+    dim = 2
+
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[str | None, str]]] = []
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return np.ones((len(text), self.dim), dtype=np.float32)
+
+    def encode_documents(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens]:
+        self.calls.append(list(documents))
+        return [
+            DocumentTokens(vectors=np.full((len(content), self.dim), len(context or ""), dtype=np.float32),
+                           from_context=np.zeros(len(content), dtype=bool))
+            for context, content in documents
+        ]
+
+
+def test_primed_late_encoder_encodes_each_document_once() -> None:
+    inner = RecordingLate()
+    primed = PrimedLateEncoder(inner)
+    assert isinstance(primed, LateEncoder) and primed.dim == 2 and primed.model_id == "recording-late"
+    first, second = (None, "I like tea"), ("What do you drink?", "I like tea")  # same content, other context
+    assert primed.cached([first]) is None
+    assert primed.prime([first, second, first]) == 2
+    assert primed.prime([second]) == 0
+    assert inner.calls == [[first, second]]
+    cached = primed.cached([second, first])
+    assert cached is not None and cached[0].vectors[0, 0] == len("What do you drink?") and cached[1].vectors[0, 0] == 0
+    # encode_documents: primed ones from the cache, the rest in one call, in order
+    third = (None, "Something new")
+    out = primed.encode_documents([third, first, third])
+    assert inner.calls[-1] == [third]
+    assert [len(t.vectors) for t in out] == [len("Something new"), len("I like tea"), len("Something new")]
+    assert primed.encode_query("abc").shape == (3, 2)
+
+
+def test_primed_late_encoder_forgets_the_least_recently_used() -> None:
+    inner = RecordingLate()
+    primed = PrimedLateEncoder(inner, capacity=2)
+    primed.prime([(None, "a"), (None, "b")])
+    primed.encode_documents([(None, "a")])  # read: "a" is now the most recently used
+    primed.prime([(None, "c")])
+    assert primed.cached([(None, "b")]) is None and primed.cached([(None, "a")]) is not None
+    assert primed.cached([(None, "c")]) is not None and len(inner.calls) == 2

@@ -1,15 +1,29 @@
-"""Batch priming for the embedder: a consumer embeds a whole fetched batch in one call, then each
-message, handled on its own, finds its vector ready."""
+"""Batch priming for the encoders: a consumer embeds a whole fetched batch in one call, then each
+message, handled on its own, finds its vectors ready."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from services.memory.adapters.embedder import Embedder
+from services.memory.adapters.late_encoder import DocumentTokens, LateEncoder
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def _recently_used(cache: OrderedDict[K, V], keys: Sequence[K]) -> list[V | None]:
+    """``cache``'s values of ``keys`` (None where absent); the ones found become most recently used."""
+    found = [cache.get(k) for k in keys]
+    for key, value in zip(keys, found, strict=True):
+        if value is not None:
+            cache.move_to_end(key)
+    return found
 
 
 class PrimedEmbedder:
@@ -59,11 +73,7 @@ class PrimedEmbedder:
     def _lookup(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         """Primed vectors of ``texts`` (None where not primed); hits become most recently used."""
         with self._lock:
-            found = [self._primed.get(t) for t in texts]
-            for text, vector in zip(texts, found, strict=True):
-                if vector is not None:
-                    self._primed.move_to_end(text)
-        return found
+            return _recently_used(self._primed, texts)
 
     def cached(self, texts: Sequence[str]) -> np.ndarray | None:
         """The vectors of ``texts`` if every one is primed (no embedding, no blocking), else None."""
@@ -83,3 +93,62 @@ class PrimedEmbedder:
         if not found:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack(found)  # type: ignore[arg-type]
+
+
+class PrimedLateEncoder:
+    """Wraps a LateEncoder the way :class:`PrimedEmbedder` wraps an embedder: ``prime`` encodes a
+    fetched batch's documents in one call (the encoder runs them side by side on every core), and
+    ``encode_documents`` takes primed ones first. Without it each save encoded its memory on its
+    own, one document per call: saves reached 73% of the encoders' own rate (3,000 LoCoMo turns).
+
+    Primed entries stay cached (least recently used evicted past ``capacity``). A document primed
+    twice at once is encoded twice; the results are identical (every document is encoded alone).
+    """
+
+    def __init__(self, inner: LateEncoder, capacity: int = 2048) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.capacity = capacity
+        self._primed: OrderedDict[tuple[str | None, str], DocumentTokens] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return self.inner.encode_query(text)
+
+    def prime(self, documents: Sequence[tuple[str | None, str]]) -> int:
+        """Encode the documents not primed yet in one call; return how many were encoded."""
+        with self._lock:
+            missing = [d for d in dict.fromkeys(documents) if d not in self._primed]
+        if missing:
+            self._store(missing, self.inner.encode_documents(missing))
+        return len(missing)
+
+    def _store(self, documents: Sequence[tuple[str | None, str]], tokens: Sequence[DocumentTokens]) -> None:
+        with self._lock:
+            for document, encoded in zip(documents, tokens, strict=True):
+                self._primed[document] = encoded
+                self._primed.move_to_end(document)
+            while len(self._primed) > self.capacity:
+                self._primed.popitem(last=False)
+
+    def _lookup(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens | None]:
+        """Primed tokens of ``documents`` (None where not primed); hits become most recently used."""
+        with self._lock:
+            return _recently_used(self._primed, documents)
+
+    def cached(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens] | None:
+        """The token vectors of ``documents`` if every one is primed (no encoding, no blocking), else None."""
+        found = self._lookup(documents)
+        if any(t is None for t in found):
+            return None
+        return found  # type: ignore[return-value]  # no None left
+
+    def encode_documents(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens]:
+        """Token vectors of ``documents``: primed ones from the cache, the rest encoded together."""
+        found = self._lookup(documents)
+        missing = list(dict.fromkeys(d for d, t in zip(documents, found, strict=True) if t is None))
+        if missing:
+            fresh = dict(zip(missing, self.inner.encode_documents(missing), strict=True))
+            found = [t if t is not None else fresh[d] for d, t in zip(documents, found, strict=True)]
+        return found  # type: ignore[return-value]  # every None was replaced

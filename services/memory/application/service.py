@@ -619,6 +619,7 @@ class MemoryService:
         A content written by this process after the lookup started is left out (the write
         counter), so the hint never claims a content is new when a write may have raced it."""
         to_embed: list[tuple[tuple[str, str, str] | None, list[str]]] = []  # (unkeyed content, texts)
+        documents: list[tuple[tuple[str, str, str] | None, tuple[str | None, str]]] = []  # late interaction's
         for env in envs:
             if env.type != "save_memory":
                 continue
@@ -627,8 +628,9 @@ class MemoryService:
             except ValidationError:
                 continue
             content = (env.tenant, cmd.project, model.content_hash(cmd.content)) if model.resolve_key(cmd) is None else None
-            to_embed.append((content, memory_passages(model.normalize_content(cmd.content),
-                                                      model.normalize_context(cmd.context))))
+            text, context = model.normalize_content(cmd.content), model.normalize_context(cmd.context)
+            to_embed.append((content, memory_passages(text, context)))
+            documents.append((content, (context, text)))
         contents = [content for content, _ in to_embed if content is not None]
         commands = [(env.tenant, env.command_id) for env in envs]
         written_before = self._content_writes
@@ -644,7 +646,11 @@ class MemoryService:
             c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
         )
         # a content already saved is answered "unchanged" without embedding (idempotent re-imports)
-        await self._prime([t for content, texts in to_embed if content not in present for t in texts])
+        # both encoders at once: each one's last, part-filled chunk leaves a core to the other
+        await asyncio.gather(
+            self._prime([t for content, texts in to_embed if content not in present for t in texts]),
+            self._prime_late([d for content, d in documents if content not in present]),
+        )
 
     async def prime_events(self, batch: list[tuple[EventEnvelope, int]]) -> None:
         """Prepare a projector batch: find which events are already projected (one query), let
@@ -668,12 +674,10 @@ class MemoryService:
         if len(self._applied_hint) > _HINTS_MAX:
             self._applied_hint.clear()
         self._applied_hint.update(applied)
-        texts = [
-            text for mid, (st, seq) in states.items()
-            if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq
-            for text in embedding_texts(st)
-        ]
-        await self._prime(texts)
+        fresh = [st for mid, (st, seq) in states.items()
+                 if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq]
+        await asyncio.gather(self._prime([text for st in fresh for text in embedding_texts(st)]),
+                             self._prime_late([late_document(st) for st in fresh]))
 
     async def flush_checkpoints(self) -> None:
         """Record how far the projector got through events that needed no write."""
@@ -686,6 +690,11 @@ class MemoryService:
         prime = getattr(self.embedder, "prime", None)
         if prime is not None and len(texts) > 1:
             await asyncio.to_thread(prime, texts)
+
+    async def _prime_late(self, documents: list[tuple[str | None, str]]) -> None:
+        prime = getattr(self.late_encoder, "prime", None)
+        if prime is not None and len(documents) > 1:
+            await asyncio.to_thread(prime, documents)
 
     # helpers ------------------------------------------------------------------------------
     @asynccontextmanager
@@ -716,7 +725,10 @@ class MemoryService:
         """The memory's packed late-interaction token vectors (None without an encoder)."""
         if self.late_encoder is None:
             return None
-        (tokens,) = await asyncio.to_thread(self.late_encoder.encode_documents, [late_document(state)])
+        document = late_document(state)
+        cached = getattr(self.late_encoder, "cached", None)
+        primed = cached([document]) if cached is not None else None  # a primed batch: no thread hop
+        (tokens,) = primed or await asyncio.to_thread(self.late_encoder.encode_documents, [document])
         return pack(document_matrix(tokens))
 
     def _start_embedding(self, text: str) -> asyncio.Future[np.ndarray]:
