@@ -19,6 +19,7 @@ from save_throughput import embedder_throughput  # noqa: E402
 
 from contracts.memory import Recall  # noqa: E402
 from deploy.stack import Stack  # noqa: E402
+from services.memory.adapters.late_encoder import build_late_encoder  # noqa: E402
 from services.memory.config import MemorySettings  # noqa: E402
 from services.memory.main import memory_app  # noqa: E402
 from services.memory.replay import ensure_service_stopped, rebuild  # noqa: E402
@@ -34,7 +35,8 @@ async def recall_ids(app, tenant: str, questions: list[str]) -> list[list[str]]:
 
 async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
     return await app.store.pool.fetchval(
-        f"SELECT md5(string_agg(id::text || version || status || content_hash, ',' ORDER BY id)) "
+        f"SELECT md5(string_agg(id::text || version || status || content_hash || coalesce(md5(late_tokens), ''), "
+        f"',' ORDER BY id)) "
         f"FROM {app.store.s}.memories"
     )
 
@@ -73,16 +75,17 @@ def main() -> None:
             replay_rate, events, identical, overlap = asyncio.run(replay_and_compare(settings, tenant, questions))
     finally:
         drop_shared_data(options)
-    embed_rate, _ = embedder_throughput(texts)
+    late = build_late_encoder(MemorySettings.model_fields["late_interaction"].default)
+    embed_rate, _ = embedder_throughput(texts, late)
     lines = [
         f"sustained save throughput through the command stream: {save_rate:.1f} saves/s "
         f"({args.memories:,} memories); embedder alone on the same work (embed_memories, 64 per call, "
-        f"same run): {embed_rate:.1f} memories/s → {100 * save_rate / embed_rate:.0f}%"
+        f"same run{', with late-interaction tokens' if late else ''}): {embed_rate:.1f} memories/s → {100 * save_rate / embed_rate:.0f}%"
         + (" — past LoCoMo's 5,882 turns the texts repeat with a suffix, and repeated sentences embed once"
            if args.memories > 5882 else ""),
-        f"replay (drop and rebuild Postgres + vectors, embedding included): {events:,} events at {replay_rate:.1f} events/s",
+        f"replay (drop and rebuild Postgres + vectors, embedding and late-interaction tokens included): {events:,} events at {replay_rate:.1f} events/s",
         f"read model after replay {'identical' if identical else 'DIFFERENT'} (digest of every memory's id, version, "
-        f"status, content); recall top-10 overlap before/after {100 * overlap:.1f}% over {len(questions)} questions "
+        f"status, content, late-interaction tokens); recall top-10 overlap before/after {100 * overlap:.1f}% over {len(questions)} questions "
         "(the rebuilt index is HNSW-optimised, the original partly full-scan, and RRF ties break in no fixed order)",
     ]
     print("\n".join(lines))
