@@ -269,20 +269,20 @@ async def run(
                 for mode in modes:
                     # exactly what MemoryService.recall does, minus the Postgres lookups
                     s = time.perf_counter()
-                    engine_mode = "hybrid" if mode in ("late", "rerank") else mode
+                    late_mode = late_encoder is not None and mode in ("late", "rerank")
                     dense = qvec if mode != "sparse" else None
                     sparse = query_vector(q.question) if mode != "dense" else None
                     limit = LIMIT
-                    if mode in ("late", "rerank"):
+                    if late_mode:
                         limit = max(LIMIT, LATE_CANDIDATES, RERANK_CANDIDATES if mode == "rerank" else 0)
                     hits = await do_search(
-                        index, dense=dense, sparse=sparse, mode=engine_mode, limit=limit,
+                        index, dense=dense, sparse=sparse, mode="hybrid" if late_mode else mode, limit=limit,
                         filter=active_filter(TENANT, q.conv),
-                        prefetch_limit=late_prefetch_limit(limit) if mode in ("late", "rerank") else None,
+                        prefetch_limit=late_prefetch_limit(limit) if late_mode else None,
                     )
                     ids = [h.id for h in hits]
                     scores_ = [h.score for h in hits]
-                    if late_encoder is not None and mode in ("late", "rerank"):
+                    if late_encoder is not None and late_mode:
                         tokens = late_encoder.encode_query(q.question)
                         late = maxsim_packed(tokens, [stored_tokens[i] for i in ids], late_encoder.dim)
                         fused = rerank_order(late.tolist(), scores_)

@@ -75,7 +75,7 @@ def main() -> None:
             replay_rate, events, identical, overlap = asyncio.run(replay_and_compare(settings, tenant, questions))
     finally:
         drop_shared_data(options)
-    late = build_late_encoder(MemorySettings.model_fields["late_interaction"].default)
+    late = build_late_encoder(MemorySettings().late_interaction)  # as the memory service would (env included)
     embed_rate, _ = embedder_throughput(texts, late)
     lines = [
         f"sustained save throughput through the command stream: {save_rate:.1f} saves/s "

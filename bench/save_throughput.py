@@ -38,9 +38,10 @@ from mcp_bench import contents, preload, steady_rate
 from contracts.memory import MemoryState
 from deploy.stack import Stack
 from services.memory.adapters.embedder import MiniLMEmbedder
-from services.memory.adapters.late_encoder import ColbertEncoder, LateEncoder
+from services.memory.adapters.late_encoder import LateEncoder, build_late_encoder
 from services.memory.application.indexing import embed_memories
 from services.memory.application.late import document_matrix, late_document, pack
+from services.memory.config import MemorySettings
 
 BATCH = 64  # memories per embed call: one fetched command batch of the memory service
 
@@ -78,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     texts = contents(args.memories)
 
-    late = ColbertEncoder() if os.environ.get("ENGRAM_LATE_INTERACTION", "colbert-small") != "none" else None
+    late = build_late_encoder(MemorySettings().late_interaction)  # as the memory service would (env included)
     sentences_rate, _ = embedder_throughput(texts, None)
     before_rate, embed_cpu_ms = embedder_throughput(texts, late)
     options = stack_options("tput")

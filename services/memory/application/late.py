@@ -48,7 +48,6 @@ CONTEXT_TOKEN_WEIGHT = 0.9
 LATE_CANDIDATES = 50
 
 
-
 def late_prefetch_limit(candidates: int) -> int:
     """Hits each leg of the hybrid search contributes when late interaction re-orders its best
     ``candidates``: twice as many (LoCoMo, 50 candidates: prefetch 100 gave R@5 / R@10 0.729 / 0.803,
@@ -121,11 +120,9 @@ def maxsim_packed(query: np.ndarray, blobs: Sequence[bytes | None], dims: int) -
     :func:`unpack` would refuse (the caller encodes that document), 0.0 for one without rows."""
     scores = np.full(len(blobs), np.nan, dtype=np.float64)
     parts = {i: p for i, blob in enumerate(blobs) if (p := _parts(blob, dims)) is not None}
+    scores[list(parts)] = 0.0
     present = [i for i, (scale, _) in parts.items() if len(scale)]
-    scores[[i for i in parts if i not in present]] = 0.0
     if not present or not len(query):
-        if present:
-            scores[present] = 0.0
         return scores
     values = np.concatenate([parts[i][1] for i in present]).astype(np.float32)
     row_scales = np.concatenate([parts[i][0] for i in present])
