@@ -41,8 +41,10 @@ def up(
     public_url: Annotated[str | None, typer.Option(help="externally visible base URL")] = None,
     auth_port: Annotated[int, typer.Option(help="OAuth sign-in server port; a free one is used when taken")] = 8081,
     auth_public_url: Annotated[str | None, typer.Option(help="externally visible URL of the sign-in server")] = None,
+    new_key: Annotated[bool, typer.Option("--new-key", help="mint a new API key (one is minted only at the first start)")] = False,
 ) -> None:
-    """Start NATS, Postgres and every service on this machine; print the MCP URL and an API key."""
+    """Start NATS, Postgres and every service on this machine; print the MCP URL (and, at the first
+    start or with --new-key, an API key)."""
     from deploy.stack import StackOptions, run_up
 
     options = StackOptions(
@@ -55,6 +57,7 @@ def up(
         public_url=public_url or os.environ.get("ENGRAM_PUBLIC_URL"),
         auth_port=auth_port,
         auth_public_url=auth_public_url or os.environ.get("ENGRAM_AUTH_PUBLIC_URL"),
+        new_key=new_key,
     )
     raise typer.Exit(run_up(options))
 

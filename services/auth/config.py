@@ -29,3 +29,9 @@ class AuthSettings(CommonSettings):
         if self.resource_url:
             return self.resource_url.rstrip("/")
         return (self.public_url or f"http://{self.gateway_host}:{self.gateway_port}").rstrip("/") + "/mcp"
+
+    # Production mode (kit/config.py, docs/security.md): the issuer and the token audience are
+    # URLs clients use, so they must be https.
+    def public_urls(self) -> list[tuple[str, str]]:
+        audience = "ENGRAM_RESOURCE_URL" if self.resource_url else "ENGRAM_PUBLIC_URL (the token audience)"
+        return [("ENGRAM_AUTH_PUBLIC_URL", self.issuer), (audience, self.resource)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 from urllib.parse import urlparse
 
 from pydantic import Field
@@ -45,3 +46,10 @@ class GatewaySettings(CommonSettings):
         netloc = urlparse(self.base_url).netloc
         hosts = {netloc, f"127.0.0.1:{self.gateway_port}", f"localhost:{self.gateway_port}", "127.0.0.1:*", "localhost:*"}
         return sorted(hosts | set(self.allowed_hosts))
+
+    # Production mode (kit/config.py, docs/security.md): the gateway never connects to Postgres,
+    # and both URLs it gives clients must be https.
+    uses_database: ClassVar[bool] = False
+
+    def public_urls(self) -> list[tuple[str, str]]:
+        return [("ENGRAM_PUBLIC_URL", self.base_url), ("ENGRAM_AUTH_PUBLIC_URL", self.issuer)]
