@@ -103,5 +103,6 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
 
 def main() -> None:
     settings = AuthSettings()
+    settings.check_production()  # ENGRAM_ENV=production refuses unsafe settings (kit/config.py)
     setup_logging(settings.log_level)
     run_service(run(settings))

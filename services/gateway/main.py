@@ -213,6 +213,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
 
 def main() -> None:
     settings = GatewaySettings()
+    settings.check_production()  # ENGRAM_ENV=production refuses unsafe settings (kit/config.py)
     setup_logging(settings.log_level)
     uvicorn.run(
         create_app(settings), host=settings.gateway_host, port=settings.gateway_port,

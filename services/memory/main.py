@@ -147,5 +147,6 @@ def _stop_on_signals() -> asyncio.Event:
 
 def main() -> None:
     settings = MemorySettings()
+    settings.check_production()  # ENGRAM_ENV=production refuses unsafe settings (kit/config.py)
     setup_logging(settings.log_level)
     run_service(run(settings))
