@@ -275,6 +275,68 @@ class OAuthStore:
             id_hash,
         )
 
+    async def end_session(self, id_hash: str) -> bool:
+        """Sign out: the session is deleted, so its cookie opens nothing any more."""
+        return await self.pool.fetchval(
+            f"DELETE FROM {self.s}.sessions WHERE id_hash = $1 RETURNING true", id_hash
+        ) is not None
+
+    async def has_live_grant(self, client_id: str, user_id: str) -> bool:
+        """Whether the user has allowed this client before (an unrevoked grant)."""
+        return bool(await self.pool.fetchval(
+            f"SELECT true FROM {self.s}.oauth_grants WHERE client_id = $1 AND user_id = $2 AND revoked_at IS NULL LIMIT 1",
+            client_id, user_id,
+        ))
+
+    # housekeeping --------------------------------------------------------------------------
+    async def purge_expired(
+        self, *, unused_client_age: timedelta = timedelta(days=7), code_grace: timedelta = timedelta(days=1),
+        failure_window: timedelta = timedelta(minutes=15),
+    ) -> dict[str, int]:
+        """Delete what can no longer be used; returns how many rows of each kind went.
+
+        - authorization requests and sessions past their expiry;
+        - codes ``code_grace`` after their expiry (kept that long so a replay is still recognised
+          and revokes its grant);
+        - access and refresh tokens past their expiry (a rotated refresh token is kept until then
+          for reuse detection), then grants with no token left that are revoked or older than a
+          code's grace (nothing can be issued from them any more);
+        - sign-in failure counters whose window has passed and that are not locked;
+        - clients registered more than ``unused_client_age`` ago that never obtained a grant and
+          have no pending request or code.
+        """
+        counts: dict[str, int] = {}
+        async with self.pool.acquire() as conn, conn.transaction():
+            async def run(name: str, sql: str, *args: Any) -> None:
+                status = await conn.execute(sql, *args)  # "DELETE <n>"
+                counts[name] = int(status.rsplit(" ", 1)[-1])
+
+            await run("requests", f"DELETE FROM {self.s}.oauth_requests WHERE expires_at < now()")
+            await run("sessions", f"DELETE FROM {self.s}.sessions WHERE expires_at < now()")
+            await run("codes", f"DELETE FROM {self.s}.oauth_codes WHERE expires_at < now() - $1::interval",
+                      code_grace)
+            await run("access_tokens",
+                      f"DELETE FROM {self.s}.oauth_access_tokens WHERE expires_at < now()")
+            await run("refresh_tokens",
+                      f"DELETE FROM {self.s}.oauth_refresh_tokens WHERE expires_at < now()")
+            await run("grants", f"""
+                DELETE FROM {self.s}.oauth_grants g
+                WHERE (g.revoked_at IS NOT NULL OR g.created_at < now() - $1::interval)
+                  AND NOT EXISTS (SELECT 1 FROM {self.s}.oauth_access_tokens t WHERE t.grant_id = g.id)
+                  AND NOT EXISTS (SELECT 1 FROM {self.s}.oauth_refresh_tokens t WHERE t.grant_id = g.id)
+                  AND NOT EXISTS (SELECT 1 FROM {self.s}.oauth_codes c WHERE c.grant_id = g.id)""", code_grace)
+            await run("login_failures", f"""
+                DELETE FROM {self.s}.login_failures
+                WHERE first_failed_at < now() - $1::interval AND (locked_until IS NULL OR locked_until < now())""", failure_window)
+            await run("clients", f"""
+                DELETE FROM {self.s}.oauth_clients c
+                WHERE c.created_at < now() - $1::interval
+                  AND NOT EXISTS (SELECT 1 FROM {self.s}.oauth_grants g WHERE g.client_id = c.client_id)
+                  AND NOT EXISTS (SELECT 1 FROM {self.s}.oauth_codes k WHERE k.client_id = c.client_id)
+                  AND NOT EXISTS (SELECT 1 FROM {self.s}.oauth_requests r
+                                  WHERE r.client_id = c.client_id AND r.expires_at > now())""", unused_client_age)
+        return counts
+
     # sign-in throttling --------------------------------------------------------------------
     async def locked_until(self, keys: tuple[str, ...]) -> datetime | None:
         return await self.pool.fetchval(

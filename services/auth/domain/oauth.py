@@ -10,10 +10,15 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import json
+import re
 import secrets
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from urllib.parse import urlsplit
 
 from contracts.auth import (
@@ -32,6 +37,10 @@ REQUEST_TTL = timedelta(minutes=10)
 SESSION_TTL = timedelta(hours=12)
 LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
 FORBIDDEN_REDIRECT_SCHEMES = {"javascript", "data", "file", "vbscript", "about", "blob"}
+# Private-use schemes without a dot that well-known MCP clients use (Cursor's
+# ``cursor://anysphere.cursor-retrieval/oauth/callback``); everything else must be reverse-domain.
+KNOWN_APP_SCHEMES = ("cursor",)
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
 VALID_OAUTH_SCOPES = [s.value for s in OAUTH_SCOPES]
 
 
@@ -85,11 +94,13 @@ def valid_challenge(challenge: str) -> bool:
 
 
 # Redirect URIs (OAuth 2.1 §2.3.1 / §7.5: registered in full, compared exactly) ---------------
-def redirect_uri_problem(uri: str) -> str | None:
+def redirect_uri_problem(uri: str, app_schemes: Iterable[str] = KNOWN_APP_SCHEMES) -> str | None:
     """Why a redirect URI may not be registered, or None when it may.
 
     https anywhere; http only on a loopback host (native apps, RFC 8252 §7.3); private-use
-    schemes (``cursor://…``) for native apps; never a fragment or a script/data scheme.
+    schemes for native apps only in reverse-domain form (RFC 8252 §7.1: ``com.example.app:/cb``,
+    the scheme contains a dot) or named in ``app_schemes`` — so no OS protocol handler such as
+    ``ms-msdt:`` or ``search-ms:``; never a fragment or a script/data scheme.
     """
     try:
         parts = urlsplit(uri)
@@ -104,9 +115,45 @@ def redirect_uri_problem(uri: str) -> str | None:
         return f"the {scheme}: scheme is not allowed"
     if scheme == "http" and (parts.hostname or "").lower() not in LOOPBACK_HOSTS:
         return "http is allowed for loopback hosts only (localhost, 127.0.0.1, [::1]); use https"
-    if scheme in ("http", "https") and not parts.hostname:
-        return "needs a host"
+    if scheme in ("http", "https"):
+        return None if parts.hostname else "needs a host"
+    if not _SCHEME.match(scheme) or ("." not in scheme and scheme not in set(app_schemes)):
+        return (f"the {scheme}: scheme is not allowed; native apps use a reverse-domain private-use scheme "
+                "(RFC 8252 §7.1, e.g. com.example.app:/callback), a loopback http URI, or https")
     return None
+
+
+def is_loopback_redirect(uri: str) -> bool:
+    """An http(s) redirect to this machine's loopback interface (RFC 8252 §7.3)."""
+    try:
+        parts = urlsplit(uri)
+        host = (parts.hostname or "").lower()
+    except ValueError:
+        return False
+    if parts.scheme.lower() not in ("http", "https"):
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def may_redirect_errors(redirect_uri: str, user_has_grant: bool) -> bool:
+    """RFC 9700 §4.11.2: whether /authorize may send an error to the client's redirect URI
+    without the user's involvement. Anyone can register a client, so its redirect URI is not
+    trusted by being registered: only a loopback redirect (it stays on the user's machine) or a
+    client the signed-in user has already allowed (a live grant) is; otherwise an error page."""
+    return user_has_grant or is_loopback_redirect(redirect_uri)
+
+
+_CLIENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def looks_like_client_id(value: str) -> bool:
+    """Client ids issued here are UUIDs (the SDK's registration handler makes them)."""
+    return _CLIENT_ID.match(value) is not None
 
 
 def redirect_uri_registered(requested: str, registered: list[str]) -> bool:
@@ -114,11 +161,102 @@ def redirect_uri_registered(requested: str, registered: list[str]) -> bool:
     return any(hmac.compare_digest(requested.encode(), r.encode()) for r in registered)
 
 
+# Registration metadata (RFC 7591 §2): bounded and printable --------------------------------
+@dataclass(frozen=True)
+class MetadataLimits:
+    redirect_uris: int = 10  # how many a client may register
+    uri_chars: int = 2000  # each URI (redirect, client, logo, tos, policy, jwks)
+    text_chars: int = 200  # client_name, software_id, software_version, scope, …
+    contacts: int = 5
+    contact_chars: int = 320
+    list_items: int = 10  # grant_types, response_types
+    jwks_chars: int = 8192
+    total_chars: int = 32_768  # the whole stored record, as JSON
+
+
+_URI_FIELDS = ("client_uri", "logo_uri", "tos_uri", "policy_uri", "jwks_uri")
+# Cc (C0, DEL, C1), line/paragraph separators and the bidirectional overrides and isolates:
+# what can forge a log line or disguise a name on the consent page.
+_UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def has_control_chars(text: str) -> bool:
+    return _UNSAFE_CHARS.search(text) is not None
+
+
+def _strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _strings(str(k), f"{path}.key")
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def metadata_problem(metadata: Mapping[str, Any], limits: MetadataLimits = MetadataLimits()) -> str | None:
+    """Why this client metadata may not be registered (naming the field and the limit), or None.
+
+    Without limits one anonymous registration could store megabytes (2,000 redirect URIs), and a
+    newline in ``client_name`` forged lines in the log."""
+    for path, text in _strings(dict(metadata), "metadata"):
+        if has_control_chars(text):
+            field = path.removeprefix("metadata.")
+            return f"{field} must not contain control characters"
+    uris = metadata.get("redirect_uris") or []
+    if len(uris) > limits.redirect_uris:
+        return f"redirect_uris: at most {limits.redirect_uris} redirect URIs may be registered"
+    for i, uri in enumerate(uris):
+        if len(str(uri)) > limits.uri_chars:
+            return f"redirect_uris[{i}]: at most {limits.uri_chars} characters"
+    for field in _URI_FIELDS:
+        value = metadata.get(field)
+        if value is not None and len(str(value)) > limits.uri_chars:
+            return f"{field}: at most {limits.uri_chars} characters"
+    for field, value in metadata.items():
+        if isinstance(value, str) and field not in _URI_FIELDS and len(value) > limits.text_chars:
+            return f"{field}: at most {limits.text_chars} characters"
+    contacts = metadata.get("contacts") or []
+    if len(contacts) > limits.contacts:
+        return f"contacts: at most {limits.contacts} contacts"
+    for i, contact in enumerate(contacts):
+        if len(str(contact)) > limits.contact_chars:
+            return f"contacts[{i}]: at most {limits.contact_chars} characters"
+    for field in ("grant_types", "response_types"):
+        values = metadata.get(field) or []
+        if len(values) > limits.list_items:
+            return f"{field}: at most {limits.list_items} values"
+        for i, value in enumerate(values):
+            if len(str(value)) > limits.text_chars:
+                return f"{field}[{i}]: at most {limits.text_chars} characters"
+    if metadata.get("jwks") is not None and len(json.dumps(metadata["jwks"])) > limits.jwks_chars:
+        return f"jwks: at most {limits.jwks_chars} characters of JSON"
+    if len(json.dumps(dict(metadata), default=str)) > limits.total_chars:
+        return f"the client metadata may take at most {limits.total_chars} characters of JSON"
+    return None
+
+
+def log_safe(value: object, limit: int = 300) -> str:
+    """Client input fit for a log line: control, separator and bidi characters escaped
+    (``\\n``, ``\\x1b``, ``\\u2028``) so no input can start a forged line; bounded."""
+    text = str(value)
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return _UNSAFE_CHARS.sub(_escape_char, text)
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group(0)
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    if char in named:
+        return named[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 # Resource indicators (RFC 8707) ------------------------------------------------------------
-
-
-
-
 def resource_problem(requested: str | None, ours: str) -> str | None:
     """RFC 8707 §2: the resource must be an absolute URI without a fragment, and ours."""
     if requested is None:
@@ -170,6 +308,7 @@ def refresh_verdict(state: RefreshState, client_id: str, now: datetime) -> Refre
 # Login throttling --------------------------------------------------------------------------
 FREE_FAILURES = 5  # per (username, client address) before a lock-out
 FREE_FAILURES_PER_ADDRESS = 30  # per client address, whatever the username (credential stuffing)
+FREE_FAILURES_PER_ACCOUNT = 10  # per username, whatever the address (a guesser with many addresses)
 FAILURE_WINDOW = timedelta(minutes=15)
 MAX_LOCKOUT = timedelta(minutes=15)
 
@@ -185,11 +324,123 @@ def throttle_keys(username: str, address: str) -> tuple[str, str]:
     return f"user:{username.lower()}|{address}", f"addr:{address}"
 
 
+def account_key(username: str) -> str:
+    """The failure counter of one account, from every address together."""
+    return f"acct:{username.lower()}"
+
+
+def sign_in_counters(username: str, address: str) -> list[tuple[str, int]]:
+    """Every failure counter a failed sign-in adds to, with its free failures."""
+    pair, addr = throttle_keys(username, address)
+    return [(pair, FREE_FAILURES), (addr, FREE_FAILURES_PER_ADDRESS),
+            (account_key(username), FREE_FAILURES_PER_ACCOUNT)]
+
+
 def client_address(raw: str | None) -> str:
     try:
         return str(ipaddress.ip_address(raw or ""))
     except ValueError:
         return "unknown"
+
+
+# Which address a request comes from (X-Forwarded-For from configured proxies only) ------------
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_trusted_proxies(value: str | Iterable[str]) -> tuple[Network, ...]:
+    """``"10.0.0.0/8, 192.0.2.7"`` → networks; a bad entry raises ValueError naming it."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    networks = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"ENGRAM_TRUSTED_PROXIES: {item!r} is not an IP address or network") from exc
+    return tuple(networks)
+
+
+def _hop_address(hop: str) -> str | None:
+    """One X-Forwarded-For entry (``192.0.2.1``, ``192.0.2.1:5123``, ``[2001:db8::1]:80``) → address."""
+    hop = hop.strip().strip('"')
+    if hop.startswith("["):
+        hop = hop[1:hop.find("]")] if "]" in hop else ""
+    elif hop.count(":") == 1:
+        hop = hop.split(":", 1)[0]
+    try:
+        return str(ipaddress.ip_address(hop))
+    except ValueError:
+        return None
+
+
+def _trusted(address: str, trusted: tuple[Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip.version == net.version and ip in net for net in trusted)
+
+
+def request_address(peer: str | None, forwarded_for: Iterable[str], trusted: tuple[Network, ...]) -> str:
+    """The client address a request is counted against.
+
+    The socket peer, unless it is a configured proxy: then X-Forwarded-For is walked from the
+    right, skipping configured proxies, and the first other hop is the client. With no proxies
+    configured (the default) the header is ignored, so nobody picks their own address. An
+    unreadable hop stops the walk at the proxy that added it."""
+    address = client_address(peer)
+    if not trusted or not _trusted(address, trusted):
+        return address
+    hops = [h for value in forwarded_for for h in value.split(",") if h.strip()]
+    for hop in reversed(hops):
+        hop_address = _hop_address(hop)
+        if hop_address is None:
+            return address
+        address = hop_address
+        if not _trusted(address, trusted):
+            return address
+    return address
+
+
+def rate_key(address: str) -> str:
+    """IPv6 clients are counted per /64 (one host usually holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+class RateLimiter:
+    """Token buckets per key, in memory: ``capacity`` requests at once, refilled at
+    ``per_minute``. At most ``max_keys`` buckets are kept; the least recently used go first (a
+    forgotten bucket comes back full, which only ever errs toward letting a request through).
+    Time is passed in (a monotonic clock in seconds), so the rule is testable without waiting."""
+
+    def __init__(self, capacity: float, per_minute: float, max_keys: int = 50_000) -> None:
+        self.capacity = max(1.0, float(capacity))
+        self.rate = max(per_minute, 0.0) / 60.0
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, key: str, now: float, cost: float = 1.0) -> float:
+        """Spend ``cost`` from ``key``'s bucket: 0.0 when allowed, else the seconds to wait."""
+        tokens, stamp = self._buckets.pop(key, (self.capacity, now))
+        tokens = min(self.capacity, tokens + max(0.0, now - stamp) * self.rate)
+        wait = 0.0
+        if tokens >= cost:
+            tokens -= cost
+        else:
+            wait = (cost - tokens) / self.rate if self.rate > 0 else float("inf")
+        self._buckets[key] = (tokens, now)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+        return wait
 
 
 # CSRF (double-submit cookie, compared in constant time) ---------------------------------------

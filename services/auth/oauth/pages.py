@@ -2,7 +2,9 @@
 
 Small server-rendered forms. CSRF: a double-submit cookie (``engram_csrf``, HttpOnly,
 SameSite=Lax) whose value each form repeats, compared in constant time, plus an Origin check.
-Sign-in failures are counted per (username, address) and per address, with exponential back-off.
+Sign-in failures are counted per (username, address), per address and per account (whatever the
+address), with exponential back-off. ``/logout`` (POST, CSRF-checked) ends the sign-in session
+server-side.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import html
 import json
 import logging
 import re
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,8 +27,10 @@ from contracts.envelope import utcnow
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.domain import keys, passwords
 from services.auth.domain import oauth as rules
+from services.auth.oauth.logsafe import LogSafeFilter
 
 log = logging.getLogger("engram.auth.pages")
+log.addFilter(LogSafeFilter())
 SESSION_COOKIE = "engram_session"
 CSRF_COOKIE = "engram_csrf"
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{40,60}$")
@@ -66,6 +69,11 @@ def _page(title: str, body: str, status: int = 200, headers: dict[str, str] | No
     return HTMLResponse(doc, status_code=status, headers={**NO_STORE, **(headers or {})})
 
 
+def too_many_requests_page(retry_after: str, headers: dict[str, str]) -> HTMLResponse:
+    return _page("Too many requests", f"<h1>Too many requests</h1><p>Try again in {html.escape(retry_after)} seconds.</p>",
+                 status=429, headers=headers)
+
+
 def _hidden(**fields: str) -> str:
     return "".join(f'<input type="hidden" name="{k}" value="{html.escape(v)}">' for k, v in fields.items())
 
@@ -102,6 +110,10 @@ class Pages:
         return rules.origin_ok(request.headers.get("origin"), self.issuer) and rules.csrf_ok(
             _field(form, "csrf"), request.cookies.get(CSRF_COOKIE)
         )
+
+    async def session_user(self, request: Request) -> str | None:
+        """The user signed in with this browser (its session cookie), if any."""
+        return await self._session_user(request)
 
     async def _session_user(self, request: Request) -> str | None:
         sid = request.cookies.get(SESSION_COOKIE)
@@ -175,8 +187,8 @@ class Pages:
         if not USERNAME.match(username) or not password:
             return self._respond(self._login_form(request_id, csrf, "Wrong username or password.", status=401),
                                  csrf, new)
-        keys = rules.throttle_keys(username, address)
-        locked = await self.store.locked_until(keys)
+        counters = rules.sign_in_counters(username, address)
+        locked = await self.store.locked_until(tuple(key for key, _ in counters))
         if locked is not None:
             wait = max(1, int((locked - datetime.now(UTC)).total_seconds()))
             log.warning("sign-in throttled for a user from %s (%ss left)", address, wait)
@@ -187,11 +199,11 @@ class Pages:
         user = await self.store.login_user(username)
         ok = await asyncio.to_thread(passwords.verify_password, password, user.password_hash if user else None)
         if not ok or user is None or user.disabled:
-            await self._count_failure(keys)
+            await self._count_failure(counters)
             log.warning("sign-in failed from %s", address)
             return self._respond(self._login_form(request_id, csrf, "Wrong username or password.", username,
                                                   status=401), csrf, new)
-        await self.store.clear_failures(keys[0])
+        await self.store.clear_failures(counters[0][0])  # the account's counter runs out with its window
         if user.password_hash and passwords.needs_rehash(user.password_hash):
             await self.store.set_password_hash(user.user_id, await asyncio.to_thread(passwords.hash_password, password))
         log.info("user %s signed in from %s", user.user_id, address)
@@ -199,12 +211,56 @@ class Pages:
         await self._start_session(response, user.user_id)
         return self._respond(response, csrf, new)
 
-    async def _count_failure(self, keys: Iterable[str]) -> None:
-        for key, free in zip(keys, (rules.FREE_FAILURES, rules.FREE_FAILURES_PER_ADDRESS), strict=True):
+    async def _count_failure(self, counters: list[tuple[str, int]]) -> None:
+        for key, free in counters:
             failures = await self.store.record_failure(key, rules.FAILURE_WINDOW)
             wait = rules.lockout_after(failures, free)
             if wait:
                 await self.store.lock(key, utcnow() + wait)
+
+    def authorization_error(self, error: str, description: str) -> HTMLResponse:
+        """What the browser sees instead of being sent to an unvetted client's redirect URI with an
+        error (RFC 9700 §4.11.2: no open redirect through an attacker-registered client)."""
+        body = (
+            "<h1>This sign-in request cannot be completed</h1>"
+            f"<p>The application's request was refused: <code>{html.escape(error)}</code></p>"
+            + (f'<p class="muted">{html.escape(description)}</p>' if description else "")
+            + "<p>Go back to your application and connect again. If this keeps happening, tell the "
+            "application's developer.</p>"
+        )
+        return _page("Request refused", body, status=400)
+
+    # sign out -------------------------------------------------------------------------------
+    def _logout_form(self, csrf: str, request_id: str | None = None, label: str = "Sign out") -> str:
+        return (f'<form method="post" action="{self.issuer}/logout">' + _hidden(csrf=csrf, request=request_id or "")
+                + f'<button type="submit" class="secondary">{html.escape(label)}</button></form>')
+
+    async def logout(self, request: Request) -> Response:
+        """GET: a page with the sign-out button. POST (CSRF and Origin checked): the session is
+        deleted server-side and its cookie cleared; with ``request`` the browser goes back to the
+        sign-in page of that pending authorization ("Not you?" on the consent page)."""
+        csrf, new = self._csrf(request)
+        if request.method == "GET":
+            if await self._session_user(request) is None:
+                return self._respond(_page("Signed out", "<h1>You are not signed in</h1>"), csrf, new)
+            body = "<h1>Sign out of Engram</h1><p>This ends your sign-in on this browser.</p>" + self._logout_form(csrf)
+            return self._respond(_page("Sign out", body), csrf, new)
+        form = await request.form()
+        if not self._form_checks(request, form):
+            log.warning("sign-out refused: CSRF check failed")
+            return self._respond(_page("Try again", "<h1>Your session expired</h1><p>Go back and try again.</p>",
+                                       status=403), csrf, new)
+        sid = request.cookies.get(SESSION_COOKIE)
+        if sid and len(sid) <= 100 and await self.store.end_session(rules.hash_secret(sid)):
+            log.info("a sign-in session ended (sign-out)")
+        request_id = self._request_id(form)
+        if request_id:
+            response: Response = RedirectResponse(f"{self.issuer}/login?request={request_id}", status_code=303,
+                                                  headers=NO_STORE)
+        else:
+            response = _page("Signed out", "<h1>Signed out</h1><p>You can close this window.</p>")
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=self.secure, httponly=True, samesite="lax")
+        return self._respond(response, csrf, new)
 
     # sign up (ENGRAM_ALLOW_SIGNUP=true) ----------------------------------------------------
     def _signup_form(self, request_id: str | None, csrf: str, error: str = "", username: str = "",
@@ -318,5 +374,6 @@ class Pages:
             + _hidden(csrf=csrf, request=request_id)
             + '<button type="submit" name="decision" value="approve">Allow</button>'
             + '<button type="submit" name="decision" value="deny" class="secondary">Deny</button></form>'
+            + f'<p class="muted">Not {html.escape(who)}?</p>' + self._logout_form(csrf, request_id, "Sign out")
         )
         return _page("Allow access", body)

@@ -41,14 +41,19 @@ from contracts.envelope import utcnow
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.application.events import AuthEvents
 from services.auth.domain import oauth as rules
+from services.auth.oauth.logsafe import LogSafeFilter
 
 log = logging.getLogger("engram.auth.oauth")
+log.addFilter(LogSafeFilter())
 CLIENT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MAX_STATE_CHARS = 2048
 
 # The client secret presented with the current token/revocation request, so that ``get_client``
 # can compare it with the stored hash (the SDK's authenticator compares plain strings).
 _presented_secret: ContextVar[str | None] = ContextVar("presented_client_secret", default=None)
+# The RFC 8707 ``resource`` of the current token request (the SDK's token handler parses it but
+# does not pass it on); the provider refuses a code or refresh token for another one.
+requested_resource: ContextVar[str | None] = ContextVar("requested_resource", default=None)
 
 
 class EngramCode(AuthorizationCode):
@@ -97,6 +102,13 @@ class EngramOAuthProvider:
         self.events = events
         self.issuer = issuer.rstrip("/")
         self.resource = resource
+        self.metadata_limits = rules.MetadataLimits()
+        self.app_schemes: tuple[str, ...] = rules.KNOWN_APP_SCHEMES
+
+    def configure(self, *, metadata_limits: rules.MetadataLimits, app_schemes: tuple[str, ...]) -> None:
+        """The registration limits from the settings (``create_app`` passes them on)."""
+        self.metadata_limits = metadata_limits
+        self.app_schemes = app_schemes
 
     # clients (RFC 7591) ----------------------------------------------------------------------
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
@@ -117,14 +129,19 @@ class EngramOAuthProvider:
         uris = [str(u) for u in client_info.redirect_uris or []]
         if not uris:
             raise RegistrationError("invalid_redirect_uri", "register at least one redirect_uri")
+        metadata = client_info.model_dump(mode="json", exclude={"client_secret", "client_id"}, exclude_none=True)
+        problem = rules.metadata_problem(metadata, self.metadata_limits)
+        if problem:
+            log.warning("client registration refused: %s", problem)
+            raise RegistrationError("invalid_client_metadata", problem)
         for uri in uris:
-            problem = rules.redirect_uri_problem(uri)
+            problem = rules.redirect_uri_problem(uri, self.app_schemes)
             if problem:
                 raise RegistrationError("invalid_redirect_uri", f"{uri}: {problem}")
-        metadata = client_info.model_dump(mode="json", exclude={"client_secret", "client_id"}, exclude_none=True)
         secret_hash = rules.hash_secret(client_info.client_secret) if client_info.client_secret else None
         await self.store.save_client(client_info.client_id, metadata, secret_hash)
-        log.info("registered OAuth client %s (%s)", client_info.client_id, client_info.client_name or "unnamed")
+        log.info("registered OAuth client %s (%s)", client_info.client_id,
+                 rules.log_safe(client_info.client_name or "unnamed"))
 
     # authorization ----------------------------------------------------------------------------
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
@@ -169,7 +186,14 @@ class EngramOAuthProvider:
             resource=row["resource"], subject=row["user_id"],
         )
 
+    def _check_resource(self, granted: str | None) -> None:
+        """RFC 8707 §2.2: a ``resource`` at the token endpoint must be the one the grant is for."""
+        problem = rules.resource_problem(requested_resource.get(), granted or self.resource)
+        if problem:
+            raise TokenError("invalid_target", problem)
+
     async def exchange_authorization_code(self, client: OAuthClientInformationFull, authorization_code: EngramCode) -> OAuthToken:
+        self._check_resource(authorization_code.resource)
         access, refresh, now = rules.new_access_token(), rules.new_refresh_token(), utcnow()
         redeemed = await self.store.redeem_code(
             code_hash=authorization_code.code_hash, grant_id=uuid4(),
@@ -214,6 +238,7 @@ class EngramOAuthProvider:
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: EngramRefreshToken, scopes: list[str]
     ) -> OAuthToken:
+        self._check_resource(refresh_token.resource)
         access, refresh, now = rules.new_access_token(), rules.new_refresh_token(), utcnow()
         rotated = await self.store.rotate_refresh_token(
             old_hash=refresh_token.token_hash, grant_id=refresh_token.grant_id,
