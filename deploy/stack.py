@@ -39,6 +39,7 @@ from deploy.embedded.ports import pick_port
 from kit.bus import Bus, BusUnavailable
 
 SERVICES = ("auth", "memory", "gateway")
+_NOT_READY = (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.INTERNAL)
 
 
 def _terminate_with_parent() -> None:
@@ -193,7 +194,9 @@ class Stack:
                             QueryEnvelope(type="command_outcome", tenant="probe", payload={"command_id": "probe"}),
                             timeout=2.0,
                         )
-                        if reply.ok or (reply.error and reply.error.code == ErrorCode.NOT_FOUND):
+                        # any answer but "not ready" means its query handlers run (the probe's
+                        # outcome is unknown, or its payload refused by a newer contract)
+                        if reply.ok or (reply.error and reply.error.code not in _NOT_READY):
                             break
                     except BusUnavailable:
                         pass
