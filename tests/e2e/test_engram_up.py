@@ -1,11 +1,13 @@
 """`engram up` on a machine with nothing running: embedded NATS and Postgres, a key, a config;
-Ctrl-C stops everything; the next `engram up` still has every memory."""
+Ctrl-C stops everything; the next `engram up` still has every memory (and mints no second key)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -17,11 +19,13 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def start_up(home: Path) -> tuple[subprocess.Popen[str], str, str, list[str]]:
+def start_up(home: Path, *args: str, expect_key: bool = True) -> tuple[subprocess.Popen[str], str, str, list[str]]:
+    """Start `engram up`; returns the process, the MCP URL, the API key printed ("" when none is
+    expected: only the first start in a home, or --new-key, mints one) and the output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update({"ENGRAM_HOME": str(home)})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "deploy", "up", "--port", "0"], env=env, text=True,
+        [sys.executable, "-m", "deploy", "up", "--port", "0", "--auth-port", "0", *args], env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     lines: list[str] = []
@@ -36,8 +40,8 @@ def start_up(home: Path) -> tuple[subprocess.Popen[str], str, str, list[str]]:
             output = "\n".join(lines)
             url = re.search(r"MCP URL:\s+(\S+)", output)
             key = re.search(r"API key:\s+(egm_\S+)", output)
-            assert url and key, output
-            return proc, url.group(1), key.group(1), lines
+            assert url and bool(key) == expect_key, output
+            return proc, url.group(1), key.group(1) if key else "", lines
     proc.kill()
     raise AssertionError("engram up did not start:\n" + "\n".join(lines))
 
@@ -54,6 +58,25 @@ def rest(url: str, key: str, path: str, body: dict) -> httpx.Response:  # type: 
     return httpx.post(base + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
+def assert_locked_down(home: Path, elsewhere: Path) -> None:
+    """Issue 21 finding 1: the home is its owner's alone, and the port alone opens nothing."""
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    for name in ("stack.json", "credentials.json"):
+        assert stat.S_IMODE((home / name).stat().st_mode) == 0o600, name
+    opened = [str(p) for p in home.rglob("*") if not p.is_symlink() and stat.S_IMODE(p.lstat().st_mode) & 0o077]
+    assert opened == [], opened
+    assert any((home / "qdrant").rglob("*")), "the vector store wrote nothing"
+    nats_url = json.loads((home / "stack.json").read_text())["nats_url"]
+    bare = "nats://" + nats_url.rpartition("@")[2]
+    # the attack of the report: an empty home, the port, an admin key
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env |= {"ENGRAM_HOME": str(elsewhere / "empty-home"), "ENGRAM_NATS_URL": bare}
+    attack = subprocess.run([sys.executable, "-m", "deploy", "keys", "create", "--scope", "admin"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert attack.returncode == 1 and "egm_" not in attack.stdout, attack.stdout
+    assert "refused the credentials" in attack.stderr and "Authorization Violation" in attack.stderr, attack.stderr
+
+
 def test_up_save_restart_recall(tmp_path: Path) -> None:
     home = tmp_path / "engram-home"
     proc, url, key, lines = start_up(home)
@@ -61,15 +84,18 @@ def test_up_save_restart_recall(tmp_path: Path) -> None:
         output = "\n".join(lines)
         assert '"mcpServers"' in output and url in output and "Bearer egm_" in output
         assert rest(url, key, "/v1/memories", {"content": "My first car was a red Fiat 500"}).status_code == 201
+        assert_locked_down(home, tmp_path)
     finally:
         stopped = stop_up(proc)
     assert "Engram stopped." in stopped
     assert (home / "stack.json").exists()
 
-    proc, url, key2, _ = start_up(home)
+    proc, url, _, lines = start_up(home, expect_key=False)
     try:
-        assert key2 != key
-        hits = rest(url, key2, "/v1/recall", {"query": "what was my first car?"}).json()["hits"]
+        output = "\n".join(lines)
+        assert "made by the first `engram up`" in output and "engram keys create --user" in output, output
+        assert json.loads((home / "stack.json").read_text())["api_key_id"] in output
+        hits = rest(url, key, "/v1/recall", {"query": "what was my first car?"}).json()["hits"]
         assert hits and hits[0]["memory"]["content"] == "My first car was a red Fiat 500"
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")} | {"ENGRAM_HOME": str(home)}
         created = subprocess.run([sys.executable, "-m", "deploy", "keys", "create", "--name", "friend"],
@@ -88,8 +114,9 @@ def test_up_save_restart_recall(tmp_path: Path) -> None:
     replayed = subprocess.run([sys.executable, "-m", "deploy", "replay", "memory", "--yes"], env=env,
                               capture_output=True, text=True, timeout=300)
     assert replayed.returncode == 0 and "Rebuilt the memory read models" in replayed.stdout, replayed.stdout + replayed.stderr
-    proc, url, key3, _ = start_up(home)
+    proc, url, key3, _ = start_up(home, "--new-key")
     try:
+        assert key3 != key
         hits = rest(url, key3, "/v1/recall", {"query": "what was my first car?"}).json()["hits"]
         assert hits and hits[0]["memory"]["content"] == "My first car was a red Fiat 500"
     finally:
