@@ -169,6 +169,7 @@ async def test_a_public_client_revokes_its_tokens_with_its_client_id_alone(runni
     assert info is not None and issued is not None
     assert info.client_secret is None and info.token_endpoint_auth_method == "none"  # a public client
     revocation = str(provider.context.oauth_metadata.revocation_endpoint)
+    assert "none" in (provider.context.oauth_metadata.revocation_endpoint_auth_methods_supported or [])
     async with from_address(12) as http:
         assert await gateway_status(running, issued.access_token) == 200
         r = await http.post(revocation, data={"token": issued.access_token, "client_id": info.client_id})

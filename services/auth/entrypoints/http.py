@@ -194,6 +194,9 @@ def oauth_routes(provider: EngramOAuthProvider, issuer: str, pages: Pages | None
     revocation = RevocationOptions(enabled=True)
     metadata = build_metadata(issuer_url(issuer), None, registration, revocation)
     metadata.authorization_response_iss_parameter_supported = True
+    # Public clients (``none``: what MCP clients register) may use the token and revocation endpoints.
+    metadata.token_endpoint_auth_methods_supported = ["none", "client_secret_post", "client_secret_basic"]
+    metadata.revocation_endpoint_auth_methods_supported = ["none", "client_secret_post", "client_secret_basic"]
     authenticator = HashedSecretAuthenticator(provider)
     token = TokenHandler(provider, authenticator)
     authorize: Any = AuthorizationHandler(provider).handle
