@@ -7,9 +7,11 @@ from enum import StrEnum
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.memory import PROJECT_PATTERN
+from contracts.messages import command, messages_of, query
+from contracts.subjects import AUTH
 
 API_KEY_PREFIX = "egm_"
 OAUTH_ACCESS_TOKEN_PREFIX = "egat_"
@@ -43,6 +45,15 @@ class CreateApiKey(BaseModel):
     scopes: list[Scope] = Field(default_factory=lambda: list(DEFAULT_KEY_SCOPES), min_length=1)
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     expires_in_days: int | None = Field(None, ge=1, le=3650)
+
+    @model_validator(mode="after")
+    def _admin_is_install_wide(self) -> CreateApiKey:
+        if self.project is not None and Scope.ADMIN in self.scopes:
+            raise ValueError(
+                "the admin scope is the install operator's (it manages every user's keys) and cannot be "
+                "restricted to a project: create an admin key without a project, or a project key without admin"
+            )
+        return self
 
 
 class RevokeApiKey(BaseModel):
@@ -146,17 +157,24 @@ class AuthEventType(StrEnum):
     USER_DEACTIVATED = "UserDeactivated"  # aggregate "user", id = the user id
 
 
-COMMANDS: dict[str, type[BaseModel]] = {
-    "create_api_key": CreateApiKey,
-    "revoke_api_key": RevokeApiKey,
-    "create_user": CreateUser,
-    "disable_user": DisableUser,
-}
-QUERIES: dict[str, type[BaseModel]] = {
-    "introspect": IntrospectToken,
-    "list_api_keys": ListApiKeys,
-    "list_users": ListUsers,
-}
+for _name, _model, _result in (
+    ("create_api_key", CreateApiKey, CreatedApiKey),
+    ("revoke_api_key", RevokeApiKey, ApiKeyView),
+    ("create_user", CreateUser, UserView),
+    ("disable_user", DisableUser, UserView),
+):
+    command(AUTH, _name, result=_result)(_model)
+for _name, _model, _result in (
+    ("introspect", IntrospectToken, TokenInfo),
+    ("list_api_keys", ListApiKeys, ApiKeyList),
+    ("list_users", ListUsers, UserList),
+):
+    query(AUTH, _name, result=_result)(_model)
+
+del _name, _model, _result
+
+COMMANDS: dict[str, type[BaseModel]] = {name: spec.model for name, spec in messages_of(AUTH, "command").items()}
+QUERIES: dict[str, type[BaseModel]] = {name: spec.model for name, spec in messages_of(AUTH, "query").items()}
 
 
 def canonical_resource(uri: str) -> str:

@@ -1,7 +1,8 @@
 """The envelopes every message on the bus travels in.
 
 Events carry the aggregate's *new state* (so the last event of an aggregate subject is enough to
-load it). Commands carry an idempotency key (``command_id``) which is also their ``Nats-Msg-Id``.
+load it). Commands carry the client's idempotency key (``command_id``); the bus message id and the
+stored outcome are keyed by it *within one tenant and one operation* (``contracts.messages.scoped_command_id``).
 Replies (command outcomes and query answers) share one shape.
 """
 
@@ -16,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.errors import ErrorBody, ErrorCode
 
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:-]{8,128}$"
+PROJECT_SCOPE = (
+    "the only project the caller may read or change (an API key's restriction or a connection's pin); "
+    "the owning service enforces it for every way a thing is addressed. None: every project of the tenant"
+)
 
 
 def utcnow() -> datetime:
@@ -40,7 +45,8 @@ class EventEnvelope(BaseModel):
 
 
 class CommandEnvelope(BaseModel):
-    """A request to change state. ``command_id`` is the idempotency key: one effect per key."""
+    """A request to change state. ``command_id`` is the client's idempotency key: one effect per
+    (tenant, type, key), and the same key with another request is refused."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +57,7 @@ class CommandEnvelope(BaseModel):
     tenant: str
     correlation_id: str = Field(default_factory=lambda: uuid4().hex)
     payload: dict[str, Any]
+    project_scope: str | None = Field(None, description=PROJECT_SCOPE)
 
 
 class QueryEnvelope(BaseModel):
@@ -63,6 +70,7 @@ class QueryEnvelope(BaseModel):
     tenant: str | None = None
     correlation_id: str = Field(default_factory=lambda: uuid4().hex)
     payload: dict[str, Any]
+    project_scope: str | None = Field(None, description=PROJECT_SCOPE)
 
 
 ResultT = TypeVar("ResultT")
@@ -84,3 +92,14 @@ class Reply(BaseModel, Generic[ResultT]):
     @classmethod
     def failure(cls, code: ErrorCode, message: str, field: str | None = None) -> Reply[Any]:
         return Reply[Any](ok=False, error=ErrorBody(code=code, message=message, field=field))
+
+
+class OutcomeQuery(BaseModel):
+    """Ask the owning service for the outcome of a command (query ``command_outcome``): for a
+    caller whose reply was lost, or whose request was a duplicate of one already accepted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation: str
+    key: str = Field(pattern=IDEMPOTENCY_KEY_PATTERN)
+    fingerprint: str | None = Field(None, description="the request's; another request's outcome is refused")

@@ -18,6 +18,8 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "unavailable"
     TIMEOUT = "timeout"
     INTERNAL = "internal"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    IDEMPOTENCY_KEY_IN_FLIGHT = "idempotency_key_in_flight"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -29,6 +31,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.TIMEOUT: 504,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT: 409,
 }
 
 
@@ -44,3 +48,20 @@ class ErrorBody(BaseModel):
     def __str__(self) -> str:
         where = f" (field '{self.field}')" if self.field else ""
         return f"{self.code.value}{where}: {self.message}"
+
+
+class ServiceError(Exception):
+    """A refusal a handler raises: it reaches the caller as an error body (code, message, field)."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+    def __init__(self, message: str, field: str | None = None, *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+    @property
+    def body(self) -> ErrorBody:
+        return ErrorBody(code=self.code, message=self.message, field=self.field)

@@ -10,11 +10,15 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from contracts.messages import command, messages_of, query
+from contracts.subjects import MEMORY
+
 PROJECT_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 DEFAULT_PROJECT = "default"
 MAX_CONTENT_CHARS = 200_000
 MAX_QUERY_CHARS = 10_000
 MAX_RECALL_LIMIT = 100
+MAX_KEYWORD_CHARS = 200
 MAX_STRUCTURED_CONTENT_CHARS = 4_000
 MAX_CONTEXT_CHARS = 2_000
 MEMORY_KEY_PATTERN = r"^[a-z]+\.[a-z0-9_]{1,64}$"
@@ -242,7 +246,7 @@ class RecallMemory(BaseModel):
 
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     category: Category | None = None
-    keyword: str | None = Field(None, min_length=1, max_length=200)
+    keyword: str | None = Field(None, min_length=1, max_length=MAX_KEYWORD_CHARS)
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 
@@ -361,7 +365,7 @@ class GetSharedMemories(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: str | None = Field(None, min_length=1, max_length=MAX_TITLE_CHARS)
-    keyword: str | None = Field(None, min_length=1, max_length=200)
+    keyword: str | None = Field(None, min_length=1, max_length=MAX_KEYWORD_CHARS)
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 
@@ -407,18 +411,25 @@ class Profile(BaseModel):
 RecallResult.model_rebuild()
 
 
-COMMANDS: dict[str, type[BaseModel]] = {
-    "save_memory": SaveMemory,
-    "update_memory": UpdateMemory,
-    "forget_memory": ForgetMemory,
-    "save_shared_memory": SaveSharedMemory,
-}
-QUERIES: dict[str, type[BaseModel]] = {
-    "recall": Recall,
-    "get_memory_by_key": GetMemoryByKey,
-    "recall_memory": RecallMemory,
-    "memory_history": MemoryHistoryQuery,
-    "get_shared_memories": GetSharedMemories,
-    "list_projects": ListProjects,
-    "profile": GetProfile,
-}
+for _name, _model, _result in (
+    ("save_memory", SaveMemory, SaveMemoryResult),
+    ("update_memory", UpdateMemory, SaveMemoryResult),
+    ("forget_memory", ForgetMemory, ForgetMemoryResult),
+    ("save_shared_memory", SaveSharedMemory, SaveSharedMemoryResult),
+):
+    command(MEMORY, _name, result=_result)(_model)
+for _name, _model, _result in (
+    ("recall", Recall, RecallResult),
+    ("get_memory_by_key", GetMemoryByKey, MemoryLookup),
+    ("recall_memory", RecallMemory, MemoryList),
+    ("memory_history", MemoryHistoryQuery, MemoryHistory),
+    ("get_shared_memories", GetSharedMemories, SharedMemoryList),
+    ("list_projects", ListProjects, ProjectList),
+    ("profile", GetProfile, Profile),
+):
+    query(MEMORY, _name, result=_result)(_model)
+
+del _name, _model, _result
+
+COMMANDS: dict[str, type[BaseModel]] = {name: spec.model for name, spec in messages_of(MEMORY, "command").items()}
+QUERIES: dict[str, type[BaseModel]] = {name: spec.model for name, spec in messages_of(MEMORY, "query").items()}

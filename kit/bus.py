@@ -24,8 +24,9 @@ from nats.js.errors import APIError, NotFoundError
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply
+from contracts.envelope import CommandEnvelope, EventEnvelope, OutcomeQuery, QueryEnvelope, Reply
 from contracts.errors import ErrorCode
+from contracts.messages import REGISTRY, fingerprint, load_all, scoped_command_id
 from contracts.subjects import (
     HEADER_ERROR,
     HEADER_EXPECTED_LAST_SUBJECT_SEQ,
@@ -40,6 +41,7 @@ from contracts.subjects import (
 
 log = logging.getLogger("engram.bus")
 
+OUTCOME_QUERY = "command_outcome"
 WRONG_LAST_SEQUENCE = 10071
 PIPELINE_MIN_BATCH = 8
 STREAM_NAME_IN_USE = 10058
@@ -237,20 +239,25 @@ class Bus:
 
     # commands -----------------------------------------------------------------------------
     async def send_command(
-        self, service: str, name: str, command: CommandEnvelope, *, timeout: float = 15.0
+        self, service: str, name: str, command: CommandEnvelope, *, timeout: float = 15.0,
+        fingerprint: str | None = None,
     ) -> Reply[Any]:
         """Publish a command to the work queue and wait for its outcome.
 
-        The idempotency key (``command_id``) is the ``Nats-Msg-Id``: a duplicate within the window
-        has no second effect, and its outcome is fetched from the owning service.
+        The bus message id is the command's identity within its tenant and operation
+        (``scoped_command_id``): a duplicate within the window has no second effect, and its
+        outcome is fetched from the owning service — unless it answered another request
+        (``fingerprint``, computed from the contract when not given), which is refused.
         """
+        if fingerprint is None:
+            fingerprint = request_fingerprint(service, name, command.payload)
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox, max_msgs=1)
         try:
             ack = await self._publish(
                 self.names.command(service, name),
                 dumps(command),
-                {HEADER_MSG_ID: command.command_id, HEADER_REPLY_TO: inbox},
+                {HEADER_MSG_ID: scoped_command_id(command.tenant, name, command.command_id), HEADER_REPLY_TO: inbox},
                 self.names.commands_stream,
             )
             if not ack.duplicate:
@@ -259,23 +266,25 @@ class Bus:
                     return Reply[Any].model_validate_json(msg.data)
                 except nats.errors.TimeoutError:
                     pass
-            return await self._await_outcome(service, command, timeout)
+            return await self._await_outcome(service, name, command, fingerprint, timeout, duplicate=ack.duplicate)
         finally:
             await sub.unsubscribe()
 
-    async def _await_outcome(self, service: str, command: CommandEnvelope, timeout: float) -> Reply[Any]:
+    async def _await_outcome(
+        self, service: str, name: str, command: CommandEnvelope, fingerprint: str | None, timeout: float, *,
+        duplicate: bool,
+    ) -> Reply[Any]:
         """Poll the owning service for the stored outcome of an already-accepted command."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = 0.02
         query = QueryEnvelope(
-            type="command_outcome",
-            tenant=command.tenant,
-            payload={"command_id": command.command_id},
+            type=OUTCOME_QUERY, tenant=command.tenant,
+            payload=OutcomeQuery(operation=name, key=command.command_id, fingerprint=fingerprint).model_dump(),
         )
         while True:
             try:
-                reply = await self.query(service, "command_outcome", query, timeout=2.0)
+                reply = await self.query(service, OUTCOME_QUERY, query, timeout=2.0)
             except BusUnavailable:
                 reply = None
             if reply is not None and (reply.ok or (reply.error and reply.error.code != ErrorCode.NOT_FOUND)):
@@ -285,6 +294,13 @@ class Bus:
                 if not reply.ok:
                     return reply
             if loop.time() >= deadline:
+                if duplicate:
+                    return Reply.failure(
+                        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
+                        f"a request with the idempotency key {command.command_id!r} is still being handled; "
+                        "retry with the same key to get its outcome",
+                        "idempotency_key",
+                    )
                 return Reply.failure(
                     ErrorCode.TIMEOUT,
                     f"command {command.command_id} was accepted but its outcome did not arrive in {timeout:.0f}s; "
@@ -489,3 +505,16 @@ async def reply_to(bus: Bus, msg: Msg, reply: Reply[Any]) -> None:
     target = (msg.headers or {}).get(HEADER_REPLY_TO)
     if target:
         await bus.nc.publish(target, dumps(reply))
+
+
+def request_fingerprint(service: str, name: str, payload: dict[str, Any]) -> str | None:
+    """The fingerprint of a command given as a payload, parsed by its contract (None when the
+    contract does not know it, or it does not parse: the service will refuse it anyway)."""
+    load_all()
+    spec = REGISTRY.get(("command", service, name))
+    if spec is None:
+        return None
+    try:
+        return fingerprint(spec.model.model_validate(payload))
+    except ValidationError:
+        return None

@@ -84,11 +84,15 @@ def discover(folder: Path) -> list[tuple[int, str, Path]]:
     return found
 
 
-async def migrate(pool: asyncpg.Pool, schema: str, folder: Path, *, owner: str) -> list[str]:
+async def migrate(
+    pool: asyncpg.Pool, schema: str, folder: Path, *, owner: str, ledger: str = "schema_migrations"
+) -> list[str]:
     """Claim ``schema`` for the install ``owner`` (its namespace) and apply its missing migrations;
-    return the names applied now."""
-    if not _SCHEMA.match(schema):
-        raise ValueError(f"invalid schema name {schema!r}")
+    return the names applied now. ``ledger`` is the table recording them: a service's own
+    migrations use ``schema_migrations``; the tables ``kit`` keeps in a service's schema (its
+    command log) are migrated by kit with a ledger of their own."""
+    if not _SCHEMA.match(schema) or not _SCHEMA.match(ledger):
+        raise ValueError(f"invalid schema or ledger name {schema!r}.{ledger!r}")
     applied_now: list[str] = []
     async with pool.acquire() as conn:
         await conn.execute("SELECT pg_advisory_lock(hashtext($1))", f"engram-migrate-{schema}")
@@ -96,18 +100,18 @@ async def migrate(pool: asyncpg.Pool, schema: str, folder: Path, *, owner: str) 
             await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             await _claim(conn, schema, owner)
             await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {schema}.schema_migrations ("
+                f"CREATE TABLE IF NOT EXISTS {schema}.{ledger} ("
                 " version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            await conn.execute(f"ALTER TABLE {schema}.schema_migrations ADD COLUMN IF NOT EXISTS checksum text")
+            await conn.execute(f"ALTER TABLE {schema}.{ledger} ADD COLUMN IF NOT EXISTS checksum text")
             done = {r["version"]: r["checksum"] for r in
-                    await conn.fetch(f"SELECT version, checksum FROM {schema}.schema_migrations")}
+                    await conn.fetch(f"SELECT version, checksum FROM {schema}.{ledger}")}
             for version, name, path in discover(folder):
                 text = path.read_text(encoding="utf-8")
                 checksum = hashlib.sha256(text.encode()).hexdigest()
                 if version in done:
                     if done[version] is None:  # applied before checksums were kept: trust it from now on
-                        await conn.execute(f"UPDATE {schema}.schema_migrations SET checksum = $2 WHERE version = $1",
+                        await conn.execute(f"UPDATE {schema}.{ledger} SET checksum = $2 WHERE version = $1",
                                            version, checksum)
                     elif done[version] != checksum:
                         raise SchemaConflict(
@@ -119,7 +123,7 @@ async def migrate(pool: asyncpg.Pool, schema: str, folder: Path, *, owner: str) 
                 async with conn.transaction():
                     await conn.execute(text.replace("{schema}", schema))
                     await conn.execute(
-                        f"INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                        f"INSERT INTO {schema}.{ledger} (version, name, checksum) VALUES ($1, $2, $3)",
                         version, name, checksum,
                     )
                 applied_now.append(name)

@@ -10,14 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
-from nats.aio.msg import Msg
 
-from contracts.envelope import CommandEnvelope, Reply
-from contracts.errors import ErrorCode
 from contracts.subjects import AUTH
-from kit.bus import Bus, reply_to
+from kit.bus import Bus
+from kit.command_log import PgCommandLog
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
+from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
@@ -74,22 +73,12 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         service = AuthService(store, bus, settings.names, oauth)
         server, http_task = await start_http(settings, store, oauth, AuthEvents(bus, settings.names))
 
-        async def on_command(msg: Msg) -> None:
-            reply = await service.handle_command(CommandEnvelope.model_validate_json(msg.data))
-            await reply_to(bus, msg, reply)
-
-        async def on_dead(msg: Msg, reason: str) -> None:
-            await reply_to(bus, msg, Reply.failure(ErrorCode.INTERNAL, f"command dead-lettered: {reason}"))
-
-        consumer = asyncio.create_task(
-            bus.consume(settings.names.command_consumer(AUTH), on_command, stop, on_dead=on_dead)
-        )
-        handler = service.handle_query
-        await bus.serve_queries(
-            AUTH,
-            {"introspect": handler, "list_api_keys": handler, "list_users": handler, "command_outcome": handler},
-            concurrency=64,
-        )
+        command_log = PgCommandLog(pool, settings.auth_schema)
+        await command_log.migrate(owner=settings.namespace)
+        runtime = ServiceRuntime(AUTH, service.command_handlers(), service.query_handlers(), command_log,
+                                 tenant_required=False)
+        consumer = runtime.start_commands(bus, stop)
+        await runtime.serve_queries(bus, concurrency=64)
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
         freeze_startup_heap()
         log.info("auth service ready (namespace %s)", settings.namespace)

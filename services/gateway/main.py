@@ -28,16 +28,28 @@ from starlette.types import Receive, Scope, Send
 from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
 from kit.bus import Bus
+from kit.client import Client
 from kit.config import setup_logging
 from kit.stalls import freeze_startup_heap, watch_stalls
-from services.gateway.adapters.backend import Backend
-from services.gateway.adapters.token_verifier import IntrospectionVerifier, StrictBearerBackend
+from services.gateway.adapters.token_verifier import (
+    IntrospectionVerifier,
+    StrictBearerBackend,
+    bearer_credential,
+)
 from services.gateway.config import GatewaySettings
 from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
+from services.gateway.operations import Operations
 from services.gateway.pin import PinMiddleware, pinned_project
 from services.gateway.principal import bearer_challenge
-from services.gateway.ratelimit import RateLimitMiddleware
+from services.gateway.ratelimit import (
+    ClientAddressMiddleware,
+    PreAuthLimitMiddleware,
+    RateLimitMiddleware,
+    RateLimits,
+    TrustedProxies,
+    header_deadline_protocol,
+)
 
 log = logging.getLogger("engram.gateway")
 
@@ -51,25 +63,35 @@ class LazyVerifier:
     async def verify_token(self, token: str) -> Any:
         return await self.inner.verify_token(token) if self.inner else None
 
+    def known_valid(self, scope: Scope) -> bool:
+        """The request's bearer token is cached as valid (no auth lookup needed)."""
+        if self.inner is None:
+            return False
+        values = [v.decode("latin-1") for k, v in scope.get("headers") or [] if k == b"authorization"]
+        token = bearer_credential(values)
+        return token is not None and self.inner.known_valid(token)
 
-class LazyBackend(Backend):
+
+class LazyClient(Client):
+    """The bus client exists before the bus connects (routes are built first); it is bound once connected."""
+
     def __init__(self) -> None:
-        self.command_timeout_s = 15.0
+        pass
 
-    def bind(self, bus: Bus, timeout: float) -> None:
-        self.bus = bus
-        self.command_timeout_s = timeout
+    def bind(self, bus: Bus, command_timeout_s: float) -> None:
+        super().__init__(bus, command_timeout_s=command_timeout_s)
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
     verifier = LazyVerifier()
-    backend = LazyBackend()
+    client = LazyClient()
+    ops = Operations(client)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=settings.host_allowlist(),
         allowed_origins=[f"{scheme}://{h}" for h in settings.host_allowlist() for scheme in ("http", "https")],
     )
-    servers = {pinned: build_mcp(backend, verifier, settings, pinned=pinned) for pinned in (False, True)}
+    servers = {pinned: build_mcp(ops, verifier, settings, pinned=pinned) for pinned in (False, True)}
     apps = {
         pinned: server.streamable_http_app(
             streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security,
@@ -90,9 +112,19 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                                 "revoked or issued for another resource")
 
     class McpEndpoint:
-        """One /mcp URL: a pinned connection gets the tools without `containerTag`."""
+        """One /mcp URL: a pinned connection gets the tools without `containerTag`. Stateless: POST
+        only. No GET SSE stream (the spec's answer for a server that offers none is 405) and no
+        sessions to DELETE."""
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["method"] != "POST":
+                await JSONResponse(
+                    {"jsonrpc": "2.0", "id": None, "error": {
+                        "code": -32000, "message": "Method Not Allowed: this stateless MCP server answers POST only "
+                        "(no SSE stream on GET, no sessions to DELETE)"}},
+                    status_code=405, headers={"Allow": "POST"},
+                )(scope, receive, send)
+                return
             if not isinstance(scope.get("user"), AuthenticatedUser):
                 await error_response(unauthorized(Request(scope)))(scope, receive, send)
                 return
@@ -107,7 +139,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         inner = IntrospectionVerifier(bus, ttl_s=settings.token_cache_ttl_s, resource=settings.mcp_url)
         await inner.start()
         verifier.inner = inner
-        backend.bind(bus, settings.command_timeout_s)
+        client.bind(bus, settings.command_timeout_s)
         state["bus"] = bus
         stop = asyncio.Event()
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
@@ -137,8 +169,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             {"WWW-Authenticate": challenge(request.headers if request is not None else {"authorization": ""})},
         )
 
-    app.include_router(build_router(backend, unauthorized))
-    app.router.routes.append(Route("/mcp", endpoint=McpEndpoint(), methods=["GET", "POST", "DELETE"]))
+    app.include_router(build_router(ops, unauthorized))
+    app.router.routes.append(Route("/mcp", endpoint=McpEndpoint()))  # every method: the endpoint answers 405
     prm_path = urlparse(metadata_url).path  # /.well-known/oauth-protected-resource/mcp: ours, not the SDK's
     for route in apps[False].routes:
         if getattr(route, "path", None) not in ("/mcp", prm_path):
@@ -201,13 +233,14 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
         return error_response(ApiError(status, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=message, field=field)))
 
+    limits = RateLimits(settings.rate_limit_per_minute, settings.rate_limit_burst,
+                        settings.anonymous_rate_limit_per_minute, settings.rate_limit_bytes_per_token)
     app.add_middleware(PinMiddleware)
-    app.add_middleware(
-        RateLimitMiddleware, per_minute=settings.rate_limit_per_minute, burst=settings.rate_limit_burst,
-        anonymous_per_minute=settings.anonymous_rate_limit_per_minute,
-    )
+    app.add_middleware(RateLimitMiddleware, limits=limits)  # per credential, weighted by body size
     app.add_middleware(AuthContextMiddleware)
     app.add_middleware(AuthenticationMiddleware, backend=StrictBearerBackend(verifier))
+    app.add_middleware(PreAuthLimitMiddleware, limits=limits, known_valid=verifier.known_valid)  # per address
+    app.add_middleware(ClientAddressMiddleware, trusted=TrustedProxies(settings.trusted_proxies))
     return app
 
 
@@ -215,7 +248,8 @@ def main() -> None:
     settings = GatewaySettings()
     settings.check_production()  # ENGRAM_ENV=production refuses unsafe settings (kit/config.py)
     setup_logging(settings.log_level)
-    uvicorn.run(
+    uvicorn.run(  # forwarded headers: ClientAddressMiddleware, from ENGRAM_TRUSTED_PROXIES only
         create_app(settings), host=settings.gateway_host, port=settings.gateway_port,
-        log_level=settings.log_level.lower(), proxy_headers=True,
+        log_level=settings.log_level.lower(), proxy_headers=False,
+        timeout_keep_alive=settings.keep_alive_timeout_s, http=header_deadline_protocol(settings.header_timeout_s),
     )

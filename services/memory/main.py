@@ -9,9 +9,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from contracts.subjects import MEMORY
 from kit.bus import Bus
+from kit.command_log import PgCommandLog
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
+from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import Embedder, build_embedder
 from services.memory.adapters.late_encoder import build_late_encoder
@@ -71,6 +74,8 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         await bus.ensure_streams(settings.stream_replicas)
         store = MemoryStore(pool, settings.memory_schema)
         await store.migrate(owner=settings.namespace)
+        command_log = PgCommandLog(pool, settings.memory_schema)
+        await command_log.migrate(owner=settings.namespace)
         embedder = PrimedEmbedder(make_embedder(settings))
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(
@@ -86,6 +91,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             late_encoder=await asyncio.to_thread(make_late_encoder, settings),
             late_candidates=settings.late_candidates,
         )
+        service.bind(ServiceRuntime(MEMORY, service.command_handlers(), service.query_handlers(), command_log))
         yield MemoryApp(settings, bus, store, index, service)
     finally:
         if index is not None:

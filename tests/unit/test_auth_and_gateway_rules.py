@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from mcp.server.auth.provider import AccessToken
 
 from contracts.auth import Scope
+from contracts.memory import RecallHit
 from services.auth.domain import keys
 from services.gateway.presentation import MAX_OUTPUT_CHARS, cap, format_recall
 from services.gateway.principal import AccessDenied, Principal
@@ -56,7 +58,10 @@ def test_project_restricted_key() -> None:
 
 
 def test_recall_text_is_compact_and_capped() -> None:
-    hit = {"score": 0.5, "memory": {"content": "c" * 1000, "project": "p", "created_at": "2026-11-29T00:00:00Z", "id": "i"}}
+    when = "2026-11-29T00:00:00Z"
+    hit = RecallHit.model_validate({"score": 0.5, "memory": {
+        "content": "c" * 1000, "project": "p", "created_at": when, "updated_at": when, "id": str(uuid.uuid4()),
+        "importance": 3, "confidence": 0.8, "source": "mcp", "version": 1, "status": "active"}})
     text = format_recall("q", [hit] * 300, None)
     assert len(text) <= MAX_OUTPUT_CHARS and text.endswith("narrow the query)")
     assert text.splitlines()[1].startswith("Legend:")

@@ -1,5 +1,5 @@
-"""The `recall` tool's conversation with the memory service: one query that brings the profile
-along, and the two-query fallback while a memory replica older than the gateway still runs."""
+"""The `recall` tool's conversation with the memory service: one typed query that brings the
+profile along when asked, and none of it when not."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from pydantic import BaseModel
 
-from contracts.errors import ErrorBody, ErrorCode
-from services.gateway.adapters.backend import Backend, BackendError
+from contracts.memory import Profile, Recall, RecallResult
 from services.gateway.entrypoints.mcp_tools import build_tools
+from services.gateway.operations import Operations
 
 pytestmark = pytest.mark.unit
 
@@ -23,19 +24,17 @@ HIT = {"memory": {"id": "00000000-0000-0000-0000-000000000001", "content": "Like
 PROFILE = {"static": [HIT["memory"] | {"content": "Lives in Lisbon", "category": "user_profile"}], "dynamic": []}
 
 
-class RecordingBackend(Backend):
-    def __init__(self, *, old_memory_service: bool = False) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.old = old_memory_service
+class RecordingClient:
+    """Stands in for the bus client: records the typed queries and answers them."""
 
-    async def query_memory(self, tenant: str, name: str, payload: dict[str, Any]) -> Any:
-        self.calls.append((name, dict(payload)))
-        if name == "profile":
-            return PROFILE
-        if self.old and "include_profile" in payload:  # what a replica without the field answers
-            raise BackendError(ErrorBody(code=ErrorCode.INVALID_ARGUMENT, field="include_profile",
-                                         message="include_profile: Extra inputs are not permitted"))
-        return {"hits": [HIT], **({"profile": PROFILE} if payload.get("include_profile") else {})}
+    def __init__(self) -> None:
+        self.calls: list[BaseModel] = []
+
+    async def ask(self, tenant: str | None, query: BaseModel, *, project_scope: str | None = None) -> Any:
+        self.calls.append(query)
+        assert isinstance(query, Recall)
+        return RecallResult.model_validate(
+            {"hits": [HIT], "profile": Profile.model_validate(PROFILE) if query.include_profile else None})
 
 
 @pytest.fixture(autouse=True)
@@ -46,27 +45,20 @@ def signed_in() -> Any:
     auth_context_var.reset(reset)
 
 
-def recall_tool(backend: Backend) -> Any:
-    return next(fn for fn, name, *_ in build_tools(backend) if name == "recall")
+def recall_tool(client: RecordingClient) -> Any:
+    return next(fn for fn, name, *_ in build_tools(Operations(client)) if name == "recall")  # type: ignore[arg-type]
 
 
 async def test_recall_with_profile_is_one_query() -> None:
-    backend = RecordingBackend()
-    text = await recall_tool(backend)(query="tea")
-    assert [name for name, _ in backend.calls] == ["recall"]
-    assert backend.calls[0][1]["include_profile"] is True
+    client = RecordingClient()
+    text = await recall_tool(client)(query="tea")
+    assert len(client.calls) == 1 and isinstance(client.calls[0], Recall)
+    assert client.calls[0].include_profile is True
     assert "Lives in Lisbon" in text and "Likes green tea" in text
 
 
-async def test_recall_without_profile_sends_no_profile_field() -> None:
-    backend = RecordingBackend(old_memory_service=True)
-    text = await recall_tool(backend)(query="tea", includeProfile=False)
-    assert backend.calls == [("recall", {"query": "tea", "project": None, "limit": 10})]
+async def test_recall_without_profile_asks_for_none() -> None:
+    client = RecordingClient()
+    text = await recall_tool(client)(query="tea", includeProfile=False)
+    assert client.calls == [Recall(query="tea", project=None, limit=10)]
     assert "Likes green tea" in text and "Lives in Lisbon" not in text
-
-
-async def test_an_older_memory_service_gets_the_two_queries() -> None:
-    backend = RecordingBackend(old_memory_service=True)
-    text = await recall_tool(backend)(query="tea")
-    assert sorted(name for name, _ in backend.calls) == ["profile", "recall", "recall"]
-    assert "Lives in Lisbon" in text and "Likes green tea" in text

@@ -1,17 +1,14 @@
-"""The auth service's Postgres store (schema ``auth``): users, API keys, command outcomes."""
+"""The auth service's Postgres store (schema ``auth``): users and API keys (its command log is kit's)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 
 from contracts.auth import ApiKeyView
-from contracts.envelope import Reply
 from kit.pg import migrate
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -34,16 +31,6 @@ class AuthStore:
     async def migrate(self, owner: str) -> list[str]:
         """Claim the schema for the install ``owner`` (its namespace) and apply missing migrations."""
         return await migrate(self.pool, self.s, MIGRATIONS, owner=owner)
-
-    async def outcome(self, command_id: str) -> Reply[Any] | None:
-        raw = await self.pool.fetchval(f"SELECT outcome FROM {self.s}.command_log WHERE command_id = $1", command_id)
-        return Reply[Any].model_validate(json.loads(raw)) if raw is not None else None
-
-    async def record_outcome(self, conn: asyncpg.Connection | asyncpg.Pool, command_id: str, type_: str, reply: Reply[Any]) -> None:
-        await conn.execute(
-            f"INSERT INTO {self.s}.command_log (command_id, type, outcome) VALUES ($1,$2,$3) ON CONFLICT DO NOTHING",
-            command_id, type_, reply.model_dump_json(),
-        )
 
     async def user_exists(self, user_id: str) -> bool:
         return bool(await self.pool.fetchval(f"SELECT 1 FROM {self.s}.users WHERE id = $1", user_id))

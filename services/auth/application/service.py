@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import NAMESPACE_URL, uuid5
 
-from pydantic import ValidationError
+from pydantic import BaseModel
 
 from contracts.auth import (
     OAUTH_ACCESS_TOKEN_PREFIX,
@@ -21,14 +21,17 @@ from contracts.auth import (
     DisableUser,
     IntrospectToken,
     ListApiKeys,
+    ListUsers,
     RevokeApiKey,
+    Scope,
     TokenInfo,
     UserList,
+    UserView,
 )
-from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply, utcnow
-from contracts.errors import ErrorCode
+from contracts.envelope import EventEnvelope, utcnow
+from contracts.errors import ErrorCode, ServiceError
 from contracts.subjects import Names
-from kit.bus import validation_reply
+from kit.service import Call, CommandCall
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
 from services.auth.application.events import AuthEvents, EventLog
@@ -50,31 +53,17 @@ class AuthService:
         self.oauth = oauth or OAuthStore(store.pool, store.s)
         self.auth_events = AuthEvents(events, names)
 
-    async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
-        """Create or revoke an API key, once per idempotency key."""
-        prior = await self.store.outcome(env.command_id)
-        if prior is not None:
-            return prior
-        try:
-            if env.type == "create_api_key":
-                reply = await self._create(env, CreateApiKey.model_validate(env.payload))
-            elif env.type == "revoke_api_key":
-                reply = await self._revoke(env, RevokeApiKey.model_validate(env.payload))
-            elif env.type == "create_user":
-                reply = await self._create_user(env, CreateUser.model_validate(env.payload))
-            elif env.type == "disable_user":
-                reply = await self._disable_user(env, DisableUser.model_validate(env.payload))
-            else:
-                reply = Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown command {env.type!r}", "type")
-        except ValidationError as exc:
-            reply = validation_reply(exc)
-        if not reply.ok or env.type != "create_api_key":
-            await self.store.record_outcome(self.store.pool, env.command_id, env.type, reply)
-        return reply
+    def command_handlers(self) -> dict[type[BaseModel], Any]:
+        return {CreateApiKey: self.create_key, RevokeApiKey: self.revoke_key, CreateUser: self.create_user,
+                DisableUser: self.disable_user}
 
-    async def _create(self, env: CommandEnvelope, cmd: CreateApiKey) -> Reply[Any]:
+    def query_handlers(self) -> dict[type[BaseModel], Any]:
+        return {IntrospectToken: self.introspect_query, ListApiKeys: self.list_keys, ListUsers: self.list_users}
+
+    async def create_key(self, env: CommandCall, cmd: CreateApiKey) -> CreatedApiKey:
+        """Create an API key (and its user when no user_id is given); the secret is in this result only."""
         if cmd.user_id is not None and not await self.store.user_exists(cmd.user_id):
-            return Reply.failure(ErrorCode.NOT_FOUND, f"no user {cmd.user_id}; omit user_id to create one", "user_id")
+            raise ServiceError(f"no user {cmd.user_id}; omit user_id to create one", "user_id", code=ErrorCode.NOT_FOUND)
         new = keys.generate_key()
         key_id = uuid5(NAMESPACE_URL, f"engram:apikey:{env.command_id}")
         user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{env.command_id}").hex
@@ -86,47 +75,47 @@ class AuthService:
         )
         await self._emit(env, created, AuthEventType.API_KEY_CREATED, now)
         # The secret is in the first reply only; the stored outcome (for retries) never holds it.
-        await self.store.record_outcome(
-            self.store.pool, env.command_id, env.type,
-            Reply.success(CreatedApiKey(key=None, view=created).model_dump(mode="json")),
-        )
-        return Reply.success(CreatedApiKey(key=new.secret if inserted else None, view=created).model_dump(mode="json"))
+        env.stored_result = CreatedApiKey(key=None, view=created)
+        return CreatedApiKey(key=new.secret if inserted else None, view=created)
 
-    async def _revoke(self, env: CommandEnvelope, cmd: RevokeApiKey) -> Reply[Any]:
+    async def revoke_key(self, env: CommandCall, cmd: RevokeApiKey) -> ApiKeyView:
+        """Revoke an API key: every gateway refuses it at once."""
         revoked = await self.store.revoke_key(cmd.key_id)
         if revoked is None:
-            return Reply.failure(ErrorCode.NOT_FOUND, f"no API key {cmd.key_id}", "key_id")
+            raise ServiceError(f"no API key {cmd.key_id}", "key_id", code=ErrorCode.NOT_FOUND)
         await self._emit(env, revoked, AuthEventType.API_KEY_REVOKED, utcnow())
-        return Reply.success(revoked.model_dump(mode="json"))
+        return revoked
 
-    async def _create_user(self, env: CommandEnvelope, cmd: CreateUser) -> Reply[Any]:
+    async def create_user(self, env: CommandCall, cmd: CreateUser) -> UserView:
+        """Create a user who signs in with a password, or give an existing user a login."""
         if not passwords.is_valid_hash(cmd.password_hash):
-            return Reply.failure(ErrorCode.INVALID_ARGUMENT, "unsupported password hash parameters", "password_hash")
+            raise ServiceError("unsupported password hash parameters", "password_hash")
         existing = cmd.user_id is not None
         if existing and not await self.store.user_exists(cmd.user_id or ""):
-            return Reply.failure(ErrorCode.NOT_FOUND, f"no user {cmd.user_id}", "user_id")
+            raise ServiceError(f"no user {cmd.user_id}", "user_id", code=ErrorCode.NOT_FOUND)
         user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{env.command_id}").hex
         user = await self.oauth.create_login(
             user_id=user_id, username=cmd.username, password_hash=cmd.password_hash,
             display_name=cmd.display_name, existing=existing,
         )
         if user is None:
-            return Reply.failure(ErrorCode.CONFLICT, f"the username {cmd.username!r} is taken", "username")
+            raise ServiceError(f"the username {cmd.username!r} is taken", "username", code=ErrorCode.CONFLICT)
         log.info("user %s can now sign in as %s", user.user_id, user.username)
-        return Reply.success(user.model_dump(mode="json"))
+        return user
 
-    async def _disable_user(self, env: CommandEnvelope, cmd: DisableUser) -> Reply[Any]:
+    async def disable_user(self, env: CommandCall, cmd: DisableUser) -> UserView:
+        """Disable a user: every API key and OAuth token of theirs stops working at once."""
         done = await self.oauth.disable_user(cmd.user_id)
         if done is None:
-            return Reply.failure(ErrorCode.NOT_FOUND, f"no user {cmd.user_id}", "user_id")
+            raise ServiceError(f"no user {cmd.user_id}", "user_id", code=ErrorCode.NOT_FOUND)
         user, grants = done
         await self.auth_events.user_deactivated(
             user.user_id, env.command_id, event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}")
         )
         log.info("user %s disabled; %d OAuth grants revoked", user.user_id, len(grants))
-        return Reply.success(user.model_dump(mode="json"))
+        return user
 
-    async def _emit(self, env: CommandEnvelope, key: ApiKeyView, type_: AuthEventType, now: datetime) -> None:
+    async def _emit(self, env: CommandCall, key: ApiKeyView, type_: AuthEventType, now: datetime) -> None:
         event = EventEnvelope(
             event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}"),
             type=type_.value, occurred_at=now, tenant=key.user_id, aggregate=AGGREGATE,
@@ -153,7 +142,8 @@ class AuthService:
         await self.store.touch(key.key_id)
         return TokenInfo(
             active=True, tenant=key.user_id, key_id=key.key_id, client_id=f"apikey:{key.key_id}",
-            scopes=[s.value for s in key.scopes], project=key.project,
+            # (admin is install-wide: a key that somehow holds it with a project restriction gets neither)
+            scopes=[s.value for s in key.scopes if not (key.project and s is Scope.ADMIN)], project=key.project,
             expires_at=int(key.expires_at.timestamp()) if key.expires_at else None,
         )
 
@@ -168,21 +158,11 @@ class AuthService:
             expires_at=int(row.expires_at.timestamp()), resource=row.resource, grant_id=str(row.grant_id),
         )
 
-    async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
-        try:
-            if query.type == "introspect":
-                info = await self.introspect(IntrospectToken.model_validate(query.payload).token)
-                return Reply.success(info.model_dump(mode="json"))
-            if query.type == "list_api_keys":
-                listing = ApiKeyList(keys=await self.store.list_keys(ListApiKeys.model_validate(query.payload).user_id))
-                return Reply.success(listing.model_dump(mode="json"))
-            if query.type == "list_users":
-                return Reply.success(UserList(users=await self.oauth.list_users()).model_dump(mode="json"))
-            if query.type == "command_outcome":
-                outcome = await self.store.outcome(str(query.payload.get("command_id", "")))
-                if outcome is None:
-                    return Reply.failure(ErrorCode.NOT_FOUND, "no outcome yet")
-                return Reply.success({"outcome": outcome.model_dump(mode="json")})
-        except ValidationError as exc:
-            return validation_reply(exc)
-        return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown query {query.type!r}", "type")
+    async def introspect_query(self, _: Call, q: IntrospectToken) -> TokenInfo:
+        return await self.introspect(q.token)
+
+    async def list_keys(self, _: Call, q: ListApiKeys) -> ApiKeyList:
+        return ApiKeyList(keys=await self.store.list_keys(q.user_id))
+
+    async def list_users(self, _: Call, __: ListUsers) -> UserList:
+        return UserList(users=await self.oauth.list_users())

@@ -5,12 +5,10 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 """
 
 
-import asyncio
 import functools
 import inspect
-import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -19,21 +17,35 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
-from contracts.auth import Scope
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_CONTEXT_CHARS,
+    MAX_KEYWORD_CHARS,
     MAX_QUERY_CHARS,
+    MAX_RECALL_LIMIT,
     MAX_STRUCTURED_CONTENT_CHARS,
     MAX_TITLE_CHARS,
     MEMORY_KEY_PATTERN,
     PROJECT_PATTERN,
     Category,
+    ForgetMemory,
+    GetMemoryByKey,
+    GetProfile,
+    GetSharedMemories,
+    MemoryHistoryQuery,
+    Recall,
+    RecallMemory,
+    SaveMemory,
+    SaveSharedMemory,
+    UpdateMemory,
 )
-from services.gateway.adapters.backend import Backend, BackendError
+from kit.bus import validation_reply
+from kit.client import ServiceFailure
 from services.gateway.config import GatewaySettings
+from services.gateway.operations import Caller as OpCaller
+from services.gateway.operations import Operations
 from services.gateway.pin import pinned_project
 from services.gateway.presentation import (
     format_forget,
@@ -43,6 +55,8 @@ from services.gateway.presentation import (
     format_save,
 )
 from services.gateway.principal import AccessDenied, Principal
+
+M = TypeVar("M", bound=BaseModel)
 
 INSTRUCTIONS = (
     "Engram is the user's long-term memory. Call `recall` before answering anything that may depend on what "
@@ -79,30 +93,25 @@ WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHin
 DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
 
 
-class Caller:
-    """Who calls and in which project, for the current request."""
+def caller() -> OpCaller:
+    """Who calls on this request (the verified token) and the connection's pin."""
+    token = get_access_token()
+    if token is None:
+        raise ToolError("not authenticated")
+    return OpCaller(Principal.from_token(token), pinned_project.get())
 
-    def __init__(self, tag: str | None, scope: Scope) -> None:
-        token = get_access_token()
-        if token is None:
-            raise ToolError("not authenticated")
-        self.who = Principal.from_token(token)
-        self.who.require(scope)
-        self.tag = tag
 
-    @property
-    def tenant(self) -> str:
-        return self.who.tenant
-
-    def project(self) -> str:
-        return self.who.project_for(self.tag, pinned_project.get())
-
-    def search_project(self) -> str | None:
-        return self.who.search_project(self.tag, pinned_project.get())
+def contract(model: type[M], **fields: Any) -> M:
+    """The tool's arguments as the operation's contract model; a rule it breaks (one the schema
+    cannot express) is a tool error naming the field, as the service would name it."""
+    try:
+        return model.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        raise ToolError(str(validation_reply(exc).error)) from exc
 
 
 def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Map backend and permission failures to tool errors the model can read."""
+    """Map refusals to tool errors the model can read."""
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -110,7 +119,7 @@ def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
             return await fn(*args, **kwargs)
         except AccessDenied as exc:
             raise ToolError(f"permission denied: {exc}") from exc
-        except BackendError as exc:
+        except ServiceFailure as exc:
             raise ToolError(str(exc.error)) from exc
 
     return wrapper
@@ -133,7 +142,11 @@ def without_container_tag(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
     return pinned
 
 
-def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations]]:
+def _success(result: BaseModel) -> dict[str, Any]:
+    return {"success": True, **result.model_dump(mode="json")}
+
+
+def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations]]:
     """(function, name, title, annotations) for every tool; docstrings are the model's manual."""
 
     @tool_errors
@@ -154,13 +167,11 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         an exact match is tried first, then the closest memory with similarity ≥ 0.85; if nothing
         matches, nothing is forgotten and you are told so.
         """
-        c = Caller(containerTag, Scope.MEMORY_WRITE)
+        c = caller()
         if action == "save":
-            payload = {"project": c.project(), "content": content, "source": "mcp"}
-            if context is not None:
-                payload["context"] = context
-            return format_save(await backend.save_memory(c.tenant, payload))
-        return format_forget(await backend.forget_memory(c.tenant, {"project": c.project(), "content": content}))
+            cmd = contract(SaveMemory, content=content, source="mcp", context=context)
+            return format_save(await ops.save_memory(c, cmd, project=containerTag))
+        return format_forget(await ops.forget_memory(c, contract(ForgetMemory, content=content), project=containerTag))
 
     @tool_errors
     async def recall(
@@ -169,7 +180,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         ],
         includeProfile: Annotated[bool, Field(description="Prepend the user's profile (default true).")] = True,
         containerTag: ContainerTag = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="How many memories at most (1-100).")] = 10,
+        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="How many memories at most (1-100).")] = 10,
         rerank: Annotated[
             bool,
             Field(description="Re-read the best candidates together with the query for a more precise order "
@@ -182,26 +193,11 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         facts about them, their projects and decisions. With includeProfile (default) the user's stable
         profile and recent context come first. Results are ranked, most relevant first.
         """
-        c = Caller(containerTag, Scope.MEMORY_READ)
-        project = c.search_project()
-        payload: dict[str, Any] = {"query": query, "project": project, "limit": limit}
-        if rerank:
-            payload["rerank"] = True
-        if includeProfile:
-            payload["include_profile"] = True
-        try:
-            result = await backend.query_memory(c.tenant, "recall", payload)  # the profile comes along: one round trip
-        except BackendError as exc:
-            if exc.error.field != "include_profile":
-                raise
-            # a memory replica older than this gateway (rolling update): ask the two questions apart
-            del payload["include_profile"]
-            result, profile = await asyncio.gather(
-                backend.query_memory(c.tenant, "recall", payload),
-                backend.query_memory(c.tenant, "profile", {"project": project}),
-            )
-            result["profile"] = profile
-        return format_recall(query, result["hits"], project, result.get("profile"))
+        c = caller()
+        found = await ops.recall(c, contract(Recall, query=query, project=containerTag, limit=limit, rerank=rerank,
+                                             include_profile=includeProfile))
+        project = c.search_project(containerTag)
+        return format_recall(query, found.hits, project, found.profile if includeProfile else None)
 
     @tool_errors
     async def list_projects(
@@ -211,17 +207,13 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
 
         A project used for the first time shows up at once.
         """
-        c = Caller(None, Scope.MEMORY_READ)
-        return format_projects(await backend.query_memory(c.tenant, "list_projects", {}), c.who.project)
+        c = caller()
+        return format_projects(await ops.list_projects(c))
 
     @tool_errors
     async def who_am_i() -> dict[str, Any]:
         """Tell which user (tenant) and credential this connection acts as, with its scopes and project."""
-        c = Caller(None, Scope.MEMORY_READ)
-        return {
-            "user_id": c.tenant, "client_id": c.who.client_id, "key_id": c.who.key_id,
-            "scopes": sorted(c.who.scopes), "project": c.who.project or pinned_project.get(),
-        }
+        return (await ops.who_am_i(caller())).model_dump(mode="json")
 
     @tool_errors
     async def save_memory(
@@ -240,32 +232,26 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         stable key per topic (e.g. preference.food) and save again when the fact changes. Look it up
         first with get_memory_by_key when unsure.
         """
-        c = Caller(containerTag, Scope.MEMORY_WRITE)
-        payload = {"project": c.project(), "category": category.value, "content": content, "importance": importance,
-                   "confidence": confidence, "source": source, "memory_key": memory_key}
-        if context is not None:  # (a memory replica older than this gateway does not know the field)
-            payload["context"] = context
-        return {"success": True, **await backend.save_memory(c.tenant, payload)}
+        cmd = contract(SaveMemory, category=category, content=content, importance=importance, confidence=confidence,
+                       source=source, memory_key=memory_key, context=context)
+        return _success(await ops.save_memory(caller(), cmd, project=containerTag))
 
     @tool_errors
     async def get_memory_by_key(memory_key: MemoryKey, containerTag: ContainerTag = None) -> dict[str, Any]:
         """Find the memory stored under a memory_key: `{found, memory}`. Use it before saving or updating."""
-        c = Caller(containerTag, Scope.MEMORY_READ)
-        found = await backend.query_memory(c.tenant, "get_memory_by_key", {"project": c.project(), "memory_key": memory_key})
-        return {"success": True, **found}
+        query = contract(GetMemoryByKey, memory_key=memory_key)
+        return _success(await ops.get_memory_by_key(caller(), query, project=containerTag))
 
     @tool_errors
     async def recall_memory(
         category: Annotated[Category | None, Field(description="Only this category.")] = None,
-        keyword: Annotated[str | None, Field(min_length=1, max_length=200, description="Substring to match in the content (any language).")] = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="1-100, default 20")] = 20,
+        keyword: Annotated[str | None, Field(min_length=1, max_length=MAX_KEYWORD_CHARS, description="Substring to match in the content (any language).")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="1-100, default 20")] = 20,
         containerTag: ContainerTag = None,
     ) -> dict[str, Any]:
         """List memories by category and/or keyword, most important first (a filter, not a semantic search)."""
-        c = Caller(containerTag, Scope.MEMORY_READ)
-        payload = {"project": c.search_project(), "category": category.value if category else None,
-                   "keyword": keyword, "limit": limit}
-        return {"success": True, **await backend.query_memory(c.tenant, "recall_memory", payload)}
+        query = contract(RecallMemory, project=containerTag, category=category, keyword=keyword, limit=limit)
+        return _success(await ops.recall_memory(caller(), query))
 
     @tool_errors
     async def update_memory(
@@ -284,20 +270,17 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         Give exactly one of id or memory_key. The old version stays in the history with the time it
         stopped being true.
         """
-        c = Caller(containerTag, Scope.MEMORY_WRITE)
-        payload = {"project": c.project(), "id": str(id) if id else None, "memory_key": memory_key,
-                   "category": category.value if category else None, "content": content,
-                   "importance": importance, "confidence": confidence, "source": source, "context": context}
-        result = await backend.command_memory(c.tenant, "update_memory", {k: v for k, v in payload.items() if v is not None})
-        return {"success": True, **result}
+        cmd = contract(UpdateMemory, id=id, memory_key=memory_key, category=category, content=content,
+                       importance=importance, confidence=confidence, source=source, context=context)
+        return _success(await ops.update_memory(caller(), cmd, project=containerTag))
 
     @tool_errors
     async def get_memory_history(
         memory_id: Annotated[UUID, Field(description="The memory's id.")],
     ) -> dict[str, Any]:
         """Every version of a memory from the event log, oldest first, each with when it stopped being true."""
-        c = Caller(None, Scope.MEMORY_READ)
-        return await backend.query_memory(c.tenant, "memory_history", {"memory_id": str(memory_id)})
+        history = await ops.memory_history(caller(), MemoryHistoryQuery(memory_id=memory_id))
+        return history.model_dump(mode="json")
 
     @tool_errors
     async def save_shared_memory(
@@ -306,22 +289,18 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
         importance: Importance = 3,
     ) -> dict[str, Any]:
         """Save a shared experience with the user. Saving the same title again updates it (idempotent)."""
-        c = Caller(None, Scope.MEMORY_WRITE)
-        result = await backend.command_memory(
-            c.tenant, "save_shared_memory", {"title": title, "event": event, "importance": importance}
-        )
-        return {"success": True, **result}
+        cmd = contract(SaveSharedMemory, title=title, event=event, importance=importance)
+        return _success(await ops.save_shared_memory(caller(), cmd))
 
     @tool_errors
     async def get_shared_memories(
         title: Annotated[str | None, Field(min_length=1, max_length=MAX_TITLE_CHARS, description="Exact title.")] = None,
-        keyword: Annotated[str | None, Field(min_length=1, max_length=200, description="Substring of title or event.")] = None,
-        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+        keyword: Annotated[str | None, Field(min_length=1, max_length=MAX_KEYWORD_CHARS, description="Substring of title or event.")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT)] = 20,
     ) -> dict[str, Any]:
         """Find shared experiences by exact title or keyword, newest first."""
-        c = Caller(None, Scope.MEMORY_READ)
-        payload = {"title": title, "keyword": keyword, "limit": limit}
-        return {"success": True, **await backend.query_memory(c.tenant, "get_shared_memories", payload)}
+        query = contract(GetSharedMemories, title=title, keyword=keyword, limit=limit)
+        return _success(await ops.get_shared_memories(caller(), query))
 
     return [
         (memory, "memory", "Save or forget a memory", DESTRUCTIVE),
@@ -338,7 +317,7 @@ def build_tools(backend: Backend) -> list[tuple[Callable[..., Awaitable[Any]], s
     ]
 
 
-def build_mcp(backend: Backend, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False) -> MCPServer:
+def build_mcp(ops: Operations, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False) -> MCPServer:
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -352,32 +331,29 @@ def build_mcp(backend: Backend, verifier: TokenVerifier, settings: GatewaySettin
             validate_token_resource=False,
         ),
     )
-    for fn, name, title, annotations in build_tools(backend):
+    for fn, name, title, annotations in build_tools(ops):
         mcp.add_tool(without_container_tag(fn) if pinned else fn, name=name, title=title, annotations=annotations)
 
     @mcp.resource("engram://profile", name="profile", title="User profile", mime_type="text/markdown")
     async def profile_resource() -> str:
         """The user's profile: stable facts and recent context (the pinned project, else all projects)."""
         try:
-            c = Caller(None, Scope.MEMORY_READ)
-            return format_profile(await backend.query_memory(c.tenant, "profile", {"project": c.search_project()}))
-        except (AccessDenied, BackendError) as exc:
+            return format_profile(await ops.profile(caller(), GetProfile()))
+        except (AccessDenied, ServiceFailure) as exc:
             raise ToolError(str(exc)) from exc
 
     @mcp.resource("engram://projects", name="projects", title="Projects", mime_type="application/json")
     async def projects_resource() -> str:
         """The user's projects with their memory counts."""
         try:
-            c = Caller(None, Scope.MEMORY_READ)
-            return json.dumps(await backend.query_memory(c.tenant, "list_projects", {}))
-        except (AccessDenied, BackendError) as exc:
+            return (await ops.list_projects(caller())).model_dump_json()
+        except (AccessDenied, ServiceFailure) as exc:
             raise ToolError(str(exc)) from exc
 
     @mcp.prompt(name="context", title="Memory context")
     async def context_prompt() -> str:
         """The user's profile, with the steer to save what is worth remembering."""
-        c = Caller(None, Scope.MEMORY_READ)
-        profile = await backend.query_memory(c.tenant, "profile", {"project": c.search_project()})
+        profile = await ops.profile(caller(), GetProfile())
         return (
             format_profile(profile)
             + "\n\nWhile we talk, save anything worth remembering across conversations with the `memory` tool "

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 
-from contracts.envelope import Reply
 from contracts.memory import (
     MemoryState,
     MemoryView,
@@ -20,6 +17,7 @@ from contracts.memory import (
     SharedMemoryState,
     SharedMemoryView,
 )
+from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -32,15 +30,6 @@ _COLUMNS = (
 def _like(keyword: str) -> str:
     """A case-insensitive substring pattern with LIKE's wildcards escaped."""
     return "%" + keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-#: A command's outcome to record: (tenant, command_id, command type, reply).
-Outcome = tuple[str, str, str, Reply[Any]]
-
-
-def _outcome_args(outcome: Outcome) -> tuple[str, str, str, str]:
-    tenant, command_id, type_, reply = outcome
-    return tenant, command_id, type_, reply.model_dump_json()
 
 
 def _state(row: asyncpg.Record) -> MemoryState:
@@ -59,7 +48,7 @@ class Tx:
         return await self.conn.fetchval(f"SELECT {self.s}.lock_aggregate('{self.s}.memories', 0, $1)", memory_id)
 
     async def upsert(
-        self, state: MemoryState, content_hash: str, seq: int, outcome: Outcome | None = None,
+        self, state: MemoryState, content_hash: str, seq: int, outcome: OutcomeRecord | None = None,
         late_tokens: bytes | None = None,
     ) -> None:
         """Write the memory's row (with its packed late-interaction token vectors, if any) unless
@@ -86,18 +75,13 @@ class Tx:
             await self.conn.execute(upsert, *memory_args)
             return
         await self.conn.execute(
-            f"""WITH written AS ({upsert})
-                INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($19,$20,$21,$22)
-                ON CONFLICT (tenant, command_id) DO NOTHING""",
-            *memory_args, *_outcome_args(outcome),
+            f"WITH written AS ({upsert}) {insert_outcome(self.s, first=len(memory_args) + 1)}",
+            *memory_args, *outcome.args(),
         )
 
-    async def record_outcome(self, tenant: str, command_id: str, type_: str, reply: Reply[Any]) -> None:
-        await self.conn.execute(
-            f"""INSERT INTO {self.s}.command_log (tenant, command_id, type, outcome) VALUES ($1,$2,$3,$4)
-                ON CONFLICT (tenant, command_id) DO NOTHING""",
-            *_outcome_args((tenant, command_id, type_, reply)),
-        )
+    async def record_outcome(self, outcome: OutcomeRecord) -> None:
+        """Record a command's outcome in this transaction (kit's command log, in this schema)."""
+        await self.conn.execute(insert_outcome(self.s), *outcome.args())
 
     async def lock_shared(self, shared_id: UUID) -> int | None:
         return await self.conn.fetchval(
@@ -144,33 +128,9 @@ class MemoryStore:
         async with self.pool.acquire() as conn, conn.transaction():
             yield Tx(conn, self.s)
 
-    async def record_outcome(self, tenant: str, command_id: str, type_: str, reply: Reply[Any]) -> None:
-        async with self.transaction() as tx:
-            await tx.record_outcome(tenant, command_id, type_, reply)
-
-    async def outcome(self, tenant: str, command_id: str) -> Reply[Any] | None:
-        raw = await self.pool.fetchval(
-            f"SELECT outcome FROM {self.s}.command_log WHERE tenant = $1 AND command_id = $2", tenant, command_id
-        )
-        return Reply[Any].model_validate(json.loads(raw)) if raw is not None else None
-
-    async def known_commands(self, commands: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which of these (tenant, command_id) already have an outcome (one query for a batch).
-
-        Each column is matched with ``= ANY`` of its distinct values (an index probe per
-        combination on the primary key) — a join with ``unnest`` would be planned as a scan."""
-        if not commands:
-            return set()
-        rows = await self.pool.fetch(
-            f"""SELECT tenant, command_id FROM {self.s}.command_log
-                WHERE tenant = ANY($1::text[]) AND command_id = ANY($2::text[])""",
-            sorted({t for t, _ in commands}), sorted({c for _, c in commands}),
-        )
-        return {(r["tenant"], r["command_id"]) for r in rows} & set(commands)
-
     async def active_hashes(self, keys: Sequence[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
         """Which of these (tenant, project, content hash) an active memory has (one query, index
-        probes on ``memories_content`` as in :meth:`known_commands`)."""
+        probes on ``memories_content``: a join with ``unnest`` would be planned as a scan)."""
         if not keys:
             return set()
         rows = await self.pool.fetch(

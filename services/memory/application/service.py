@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
-from pydantic import ValidationError
+from pydantic import BaseModel
 
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, Reply, utcnow
-from contracts.errors import ErrorCode
 from contracts.memory import (
     MAX_RECALL_LIMIT,
     ForgetMemory,
@@ -36,6 +35,7 @@ from contracts.memory import (
     MemoryState,
     MemoryStatus,
     MemoryView,
+    Profile,
     ProjectList,
     Recall,
     RecallHit,
@@ -50,10 +50,12 @@ from contracts.memory import (
     UpdateMemory,
 )
 from contracts.subjects import Names
-from kit.bus import ConcurrencyConflict, validation_reply
+from kit.bus import ConcurrencyConflict
+from kit.command_log import OutcomeRecord
+from kit.service import Call, CommandCall, ServiceRuntime
 from services.memory.adapters.embedder import Embedder
 from services.memory.adapters.late_encoder import LateEncoder
-from services.memory.adapters.pg_store import MemoryStore, Outcome, Tx
+from services.memory.adapters.pg_store import MemoryStore, Tx
 from services.memory.adapters.reranker import Reranker
 from services.memory.adapters.vectors import VectorIndex
 from services.memory.application.indexing import (
@@ -78,7 +80,7 @@ from services.memory.application.late import (
     pack,
 )
 from services.memory.domain import model, shared
-from services.memory.domain.errors import DomainError, InvalidArgument, NotFound
+from services.memory.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from services.memory.domain.keywords import query_vector
 
 if TYPE_CHECKING:
@@ -139,47 +141,42 @@ class MemoryService:
         self._applied_hint: dict[UUID, int] = {}
         self._pending_checkpoints: dict[str, int] = {}
         self._inflight: Counter[UUID] = Counter()  # memories being appended + projected inline here
-        # Read once per fetched command batch (prime_commands) instead of once per command:
-        # commands known to have no outcome yet, and contents known to be in no active memory.
-        self._new_commands: set[tuple[str, str]] = set()
+        # Read once per fetched command batch (prime_saves) instead of once per command: contents
+        # known to be in no active memory.
         self._absent_contents: set[tuple[str, str, str]] = set()
-        self._content_writes = 0  # counts writes of memory contents, see prime_commands
+        self._content_writes = 0  # counts writes of memory contents, see prime_saves
         self._content_written: dict[tuple[str, str, str], int] = {}
         # Profiles are asked with most recalls and change only when the tenant's memories do:
         # cached per question, valid while the tenant's write count is what it was.
         self._tenant_writes: Counter[str] = Counter()
-        self._profiles: dict[tuple[str, str | None, int, int], tuple[int, dict[str, Any]]] = {}
+        self._profiles: dict[tuple[str, str | None, int, int], tuple[int, Profile]] = {}
+
+    # the handler tables --------------------------------------------------------------------
+    def command_handlers(self) -> dict[type[BaseModel], Any]:
+        return {SaveMemory: self.save, UpdateMemory: self.update, ForgetMemory: self.forget,
+                SaveSharedMemory: self.save_shared}
+
+    def query_handlers(self) -> dict[type[BaseModel], Any]:
+        return {Recall: self.recall_query, GetMemoryByKey: self.get_by_key, RecallMemory: self.list_memories,
+                MemoryHistoryQuery: self.history, GetSharedMemories: self.shared_memories,
+                ListProjects: self.projects, GetProfile: self.profile}
+
+    def bind(self, runtime: ServiceRuntime) -> None:
+        self.runtime = runtime
+
+    async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
+        """Run one command exactly once per (tenant, operation, idempotency key) (kit's skeleton)."""
+        self._touch()
+        return await self.runtime.handle_command(env)
+
+    async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
+        return await self.runtime.handle_query(query)
 
     # commands -----------------------------------------------------------------------------
-    async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
-        """Run one command exactly once per idempotency key and return its outcome."""
+    async def save(self, env: CommandCall, cmd: SaveMemory) -> SaveMemoryResult:
+        """Save a memory: by content (the same content again is not duplicated) or by memory_key."""
         self._touch()
-        if (env.tenant, env.command_id) in self._new_commands:
-            self._new_commands.discard((env.tenant, env.command_id))
-        else:
-            prior = await self.store.outcome(env.tenant, env.command_id)
-            if prior is not None:
-                return prior
-        try:
-            if env.type == "save_memory":
-                return await self.save(env, SaveMemory.model_validate(env.payload))
-            if env.type == "update_memory":
-                return await self.update(env, UpdateMemory.model_validate(env.payload))
-            if env.type == "forget_memory":
-                return await self.forget(env, ForgetMemory.model_validate(env.payload))
-            if env.type == "save_shared_memory":
-                return await self.save_shared(env, SaveSharedMemory.model_validate(env.payload))
-            raise InvalidArgument(
-                f"unknown command type {env.type!r}: use save_memory, update_memory or forget_memory", "type"
-            )
-        except ValidationError as exc:
-            reply = validation_reply(exc)
-        except DomainError as exc:
-            reply = Reply.failure(exc.code, exc.message, exc.field)
-        await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
-        return reply
-
-    async def save(self, env: CommandEnvelope, cmd: SaveMemory) -> Reply[Any]:
+        env.require_project(cmd.project)
         key = model.resolve_key(cmd)
         if key is not None:
             return await self._save_keyed(env, cmd, key)
@@ -193,11 +190,11 @@ class MemoryService:
             else:
                 existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
             if existing is not None:
-                return await self._unchanged(env, existing)
+                return self._unchanged(existing)
             state = model.new_memory(env.tenant, env.command_id, cmd, self.clock())
             return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
 
-    async def _save_keyed(self, env: CommandEnvelope, cmd: SaveMemory, key: str) -> Reply[Any]:
+    async def _save_keyed(self, env: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
         """Save by memory_key: the first save creates, every later save writes a new version."""
         memory_id = model.keyed_memory_id(env.tenant, cmd.project, key)
         for _ in range(_MAX_RACES):
@@ -210,7 +207,7 @@ class MemoryService:
                 current = model.state_of(loaded[0])
                 new_state = model.save_over(current, cmd, now)
                 if new_state is None:
-                    return await self._unchanged(env, current)
+                    return self._unchanged(current)
                 state, event_type, expected, created = new_state, MemoryEventType.UPDATED, loaded[1], False
             try:
                 return await self._write(env, state, event_type, expected_last_seq=expected, created=created)
@@ -218,15 +215,17 @@ class MemoryService:
                 continue
         raise ConcurrencyConflict(f"memory_key {key} kept changing while being saved; retry")
 
-    async def update(self, env: CommandEnvelope, cmd: UpdateMemory) -> Reply[Any]:
+    async def update(self, env: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
         """A new version of an existing memory, addressed by id or memory_key."""
+        self._touch()
         if cmd.id is not None:
             found = await self.store.get(env.tenant, cmd.id)
-            if found is None:
+            if found is None or not env.sees(found.project):
                 raise NotFound(f"no memory with id {cmd.id}", "id")
             memory_id = found.id
         else:
             assert cmd.memory_key is not None
+            env.require_project(cmd.project)
             memory_id = model.keyed_memory_id(env.tenant, cmd.project, cmd.memory_key)
         for _ in range(_MAX_RACES):
             loaded = await self.events.last_event(self._subject_of(env.tenant, memory_id))
@@ -235,7 +234,7 @@ class MemoryService:
             current = model.state_of(loaded[0])
             new_state = model.update(current, cmd, self.clock())
             if new_state is None:
-                return await self._unchanged(env, current)
+                return self._unchanged(current)
             try:
                 return await self._write(env, new_state, MemoryEventType.UPDATED, expected_last_seq=loaded[1])
             except ConcurrencyConflict:
@@ -243,17 +242,18 @@ class MemoryService:
         raise ConcurrencyConflict(f"memory {memory_id} kept changing while being updated; retry")
 
     async def _write(
-        self, env: CommandEnvelope, state: MemoryState, event_type: MemoryEventType, *,
+        self, env: CommandCall, state: MemoryState, event_type: MemoryEventType, *,
         expected_last_seq: int, created: bool = False,
-    ) -> Reply[Any]:
+    ) -> SaveMemoryResult:
         """Append the event, project it, record and return the outcome."""
         event = model.event_for(
             state, event_type, command_id=env.command_id, correlation_id=env.correlation_id, now=state.updated_at
         )
         async with self._projecting_inline(state.id):
             seq = await self.events.append_event(self._subject(state), event, expected_last_seq=expected_last_seq)
-            reply = self._saved_reply(state, created)
-            await self.apply(event, seq, outcome=(env, reply))
+            reply = self._saved(state, created)
+            await self.apply(event, seq, outcome=env.outcome(reply))
+            env.recorded = True
         self._content_writes += 1
         content = (state.tenant, state.project, model.content_hash(state.content))
         self._content_written[content] = self._content_writes
@@ -261,37 +261,32 @@ class MemoryService:
         return reply
 
     @staticmethod
-    def _saved_reply(state: MemoryState, created: bool) -> Reply[Any]:
-        return Reply.success(
-            SaveMemoryResult(
-                memory_id=state.id, project=state.project, version=state.version, memory_key=state.memory_key,
-                created=created, updated=not created,
-            ).model_dump(mode="json")
+    def _saved(state: MemoryState, created: bool) -> SaveMemoryResult:
+        return SaveMemoryResult(
+            memory_id=state.id, project=state.project, version=state.version, memory_key=state.memory_key,
+            created=created, updated=not created,
         )
 
-    async def _unchanged(self, env: CommandEnvelope, current: MemoryState) -> Reply[Any]:
-        reply = Reply.success(
-            SaveMemoryResult(
-                memory_id=current.id, project=current.project, version=current.version,
-                memory_key=current.memory_key, created=False, updated=False,
-            ).model_dump(mode="json")
+    @staticmethod
+    def _unchanged(current: MemoryState) -> SaveMemoryResult:
+        return SaveMemoryResult(
+            memory_id=current.id, project=current.project, version=current.version,
+            memory_key=current.memory_key, created=False, updated=False,
         )
-        await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
-        return reply
 
-    async def forget(self, env: CommandEnvelope, cmd: ForgetMemory) -> Reply[Any]:
+    async def forget(self, env: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
+        """Forget by id, or by content: an exact match first, then the closest memory above the
+        semantic threshold; says so when nothing matches."""
+        self._touch()
         if (cmd.memory_id is None) == (cmd.content is None):
             raise InvalidArgument("give exactly one of memory_id or content", "content")
-        found = await self._find_to_forget(env.tenant, cmd)
+        found = await self._find_to_forget(env, cmd)
         if found is None:
-            result = ForgetMemoryResult(
+            return ForgetMemoryResult(
                 forgotten=False,
                 message="No memory matches that content closely enough; nothing was forgotten. "
                 "Recall first to see what is stored, then forget with the exact text.",
             )
-            reply = Reply.success(result.model_dump(mode="json"))
-            await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
-            return reply
         target, match, similarity = found
         for _ in range(_MAX_RACES):
             loaded = await self.events.last_event(self._subject(target))
@@ -299,13 +294,10 @@ class MemoryService:
                 raise NotFound(f"memory {target.id} has no history", "memory_id")
             current, last_seq = model.state_of(loaded[0]), loaded[1]
             if current.status is MemoryStatus.FORGOTTEN:
-                result = ForgetMemoryResult(
+                return ForgetMemoryResult(
                     forgotten=False, match=match, memory_id=current.id, content=current.content,
                     message="That memory was already forgotten.",
                 )
-                reply = Reply.success(result.model_dump(mode="json"))
-                await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
-                return reply
             now = self.clock()
             new_state = model.forget(current, cmd.reason, now)
             event = model.event_for(
@@ -321,13 +313,15 @@ class MemoryService:
                     forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
                     content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
                 )
-                reply = Reply.success(result.model_dump(mode="json"))
-                await self.apply(event, seq, outcome=(env, reply))
-                return reply
+                await self.apply(event, seq, outcome=env.outcome(result))
+                env.recorded = True
+                return result
         raise ConcurrencyConflict(f"memory {target.id} kept changing while being forgotten; retry")
 
-    async def save_shared(self, env: CommandEnvelope, cmd: SaveSharedMemory) -> Reply[Any]:
+    async def save_shared(self, env: CommandCall, cmd: SaveSharedMemory) -> SaveSharedMemoryResult:
         """Save a shared experience; the same title again writes a new version, never a duplicate."""
+        self._touch()
+        _tenant_wide(env)
         sid = shared.shared_id(env.tenant, cmd.title)
         subject = self.names.event(env.tenant, shared.AGGREGATE, str(sid))
         for _ in range(_MAX_RACES):
@@ -336,12 +330,10 @@ class MemoryService:
             state = shared.save(current, env.tenant, cmd, self.clock())
             if state is None:
                 assert current is not None
-                reply = Reply.success(SaveSharedMemoryResult(
+                return SaveSharedMemoryResult(
                     shared_memory_id=current.id, title=current.title, version=current.version,
                     created=False, updated=False,
-                ).model_dump(mode="json"))
-                await self.store.record_outcome(env.tenant, env.command_id, env.type, reply)
-                return reply
+                )
             event = shared.event_for(
                 state, command_id=env.command_id, correlation_id=env.correlation_id,
                 event_id=model.event_id_for(env.tenant, env.command_id, state.id, state.version),
@@ -350,22 +342,23 @@ class MemoryService:
                 seq = await self.events.append_event(subject, event, expected_last_seq=loaded[1] if loaded else 0)
             except ConcurrencyConflict:
                 continue
-            reply = Reply.success(SaveSharedMemoryResult(
+            result = SaveSharedMemoryResult(
                 shared_memory_id=state.id, title=state.title, version=state.version,
                 created=state.version == 1, updated=state.version > 1,
-            ).model_dump(mode="json"))
-            await self.apply_shared(event, seq, outcome=(env, reply))
-            return reply
+            )
+            await self.apply_shared(event, seq, outcome=env.outcome(result))
+            env.recorded = True
+            return result
         raise ConcurrencyConflict(f"shared memory {cmd.title!r} kept changing while being saved; retry")
 
     async def apply_shared(
-        self, event: EventEnvelope, seq: int, *, outcome: tuple[CommandEnvelope, Reply[Any]] | None = None,
+        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None,
         checkpoint: str | None = None,
     ) -> bool:
         """Project one shared-memory event, once per sequence."""
         state = SharedMemoryState.model_validate(event.data)
 
-        async def write(tx: Tx, outcome: Outcome | None) -> bool:
+        async def write(tx: Tx, outcome: OutcomeRecord | None) -> bool:
             await tx.upsert_shared(state, seq)
             return False
 
@@ -381,14 +374,16 @@ class MemoryService:
         return False
 
     async def _find_to_forget(
-        self, tenant: str, cmd: ForgetMemory
+        self, call: CommandCall, cmd: ForgetMemory
     ) -> tuple[MemoryState, str, float | None] | None:
+        tenant = call.tenant
         if cmd.memory_id is not None:
             state = await self.store.get(tenant, cmd.memory_id)
-            if state is None:
+            if state is None or not call.sees(state.project):
                 raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
             return state, "id", None
         assert cmd.content is not None
+        call.require_project(cmd.project)
         exact = await self.store.find_active_by_hash(tenant, cmd.project, model.content_hash(cmd.content))
         if exact is not None:
             return exact, "exact", 1.0
@@ -412,7 +407,7 @@ class MemoryService:
         event: EventEnvelope,
         seq: int,
         *,
-        outcome: tuple[CommandEnvelope, Reply[Any]] | None = None,
+        outcome: OutcomeRecord | None = None,
         checkpoint: str | None = None,
     ) -> bool:
         """Project one memory event into Postgres and the vector index, once per sequence.
@@ -426,7 +421,7 @@ class MemoryService:
             self._pending_checkpoints[checkpoint] = max(seq, self._pending_checkpoints.get(checkpoint, 0))
             return False
 
-        async def write(tx: Tx, outcome: Outcome | None) -> bool:
+        async def write(tx: Tx, outcome: OutcomeRecord | None) -> bool:
             # the vector write happens under the row lock, before the row commits
             late_tokens = None
             if state.status is MemoryStatus.ACTIVE:
@@ -447,24 +442,20 @@ class MemoryService:
         self,
         *,
         tx_lock: Callable[[Tx], Awaitable[int | None]],
-        write: Callable[[Tx, Outcome | None], Awaitable[bool]],
+        write: Callable[[Tx, OutcomeRecord | None], Awaitable[bool]],
         seq: int,
-        outcome: tuple[CommandEnvelope, Reply[Any]] | None,
+        outcome: OutcomeRecord | None,
         checkpoint: str | None,
     ) -> bool:
         """One projection step in one transaction: lock the aggregate, write only if this sequence
         is newer than what it reflects, record the command outcome and the checkpoint. ``write``
         returns whether it recorded the outcome itself (in the same statement as its row)."""
-        record = None
-        if outcome is not None:
-            env, reply = outcome
-            record = (env.tenant, env.command_id, env.type, reply)
         async with self.store.transaction() as tx:
             applied = await tx_lock(tx)
             fresh = applied is None or applied < seq
-            recorded = await write(tx, record) if fresh else False
-            if record is not None and not recorded:
-                await tx.record_outcome(*record)
+            recorded = await write(tx, outcome) if fresh else False
+            if outcome is not None and not recorded:
+                await tx.record_outcome(outcome)
             if checkpoint is not None:
                 await tx.advance_checkpoint(checkpoint, seq)
         return fresh
@@ -542,60 +533,50 @@ class MemoryService:
             scores[missing] = maxsim(query_tokens, [document_matrix(tokens) for tokens in encoded])
         return scores.tolist()
 
-    async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:
-        if not query.tenant:
-            return Reply.failure(ErrorCode.INVALID_ARGUMENT, "tenant is required", "tenant")
-        try:
-            if query.type == "recall":
-                rq = Recall.model_validate(query.payload)
-                if not rq.include_profile:
-                    return Reply.success((await self.recall(query.tenant, rq)).model_dump(mode="json"))
-                found, profile = await asyncio.gather(
-                    self.recall(query.tenant, rq), self._profile(query.tenant, GetProfile(project=rq.project))
-                )
-                return Reply.success({**found.model_dump(mode="json", exclude={"profile"}), "profile": profile})
-            if query.type == "get_memory_by_key":
-                q = GetMemoryByKey.model_validate(query.payload)
-                state = await self.store.get(query.tenant, model.keyed_memory_id(query.tenant, q.project, q.memory_key))
-                lookup = MemoryLookup(found=False)
-                if state is not None and state.status is MemoryStatus.ACTIVE:
-                    lookup = MemoryLookup(found=True, memory=MemoryView.model_validate(state.model_dump()))
-                return Reply.success(lookup.model_dump(mode="json"))
-            if query.type == "recall_memory":
-                rm = RecallMemory.model_validate(query.payload)
-                views = await self.store.list_active(query.tenant, rm.project, rm.category, rm.keyword, rm.limit)
-                return Reply.success(MemoryList(memories=views).model_dump(mode="json"))
-            if query.type == "memory_history":
-                hq = MemoryHistoryQuery.model_validate(query.payload)
-                events = await self.events.history(self._subject_of(query.tenant, hq.memory_id))
-                if not events:
-                    raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
-                history = MemoryHistory(memory_id=hq.memory_id, versions=model.history(events))
-                return Reply.success(history.model_dump(mode="json"))
-            if query.type == "get_shared_memories":
-                gq = GetSharedMemories.model_validate(query.payload)
-                title = shared.normalize_title(gq.title) if gq.title else None
-                items = await self.store.shared_memories(query.tenant, title, gq.keyword, gq.limit)
-                return Reply.success(SharedMemoryList(shared_memories=items).model_dump(mode="json"))
-            if query.type == "list_projects":
-                ListProjects.model_validate(query.payload)
-                projects = ProjectList(projects=await self.store.projects(query.tenant))
-                return Reply.success(projects.model_dump(mode="json"))
-            if query.type == "profile":
-                return Reply.success(await self._profile(query.tenant, GetProfile.model_validate(query.payload)))
-            if query.type == "command_outcome":
-                command_id = str(query.payload.get("command_id", ""))
-                outcome = await self.store.outcome(query.tenant, command_id)
-                if outcome is None:
-                    return Reply.failure(ErrorCode.NOT_FOUND, f"no outcome yet for command {command_id}")
-                return Reply.success({"outcome": outcome.model_dump(mode="json")})
-        except ValidationError as exc:
-            return validation_reply(exc)
-        except DomainError as exc:
-            return Reply.failure(exc.code, exc.message, exc.field)
-        return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"unknown query {query.type!r}", "type")
+    async def recall_query(self, call: Call, rq: Recall) -> RecallResult:
+        """Recall within the caller's reach, with the profile of the same scope when asked."""
+        project = call.search_project(rq.project)
+        if project != rq.project:
+            rq = rq.model_copy(update={"project": project})
+        if not rq.include_profile:
+            return await self.recall(call.tenant, rq)
+        found, profile = await asyncio.gather(
+            self.recall(call.tenant, rq), self._profile(call.tenant, GetProfile(project=project))
+        )
+        return found.model_copy(update={"profile": profile})
 
-    async def _profile(self, tenant: str, query: GetProfile) -> dict[str, Any]:
+    async def get_by_key(self, call: Call, q: GetMemoryByKey) -> MemoryLookup:
+        call.require_project(q.project)
+        state = await self.store.get(call.tenant, model.keyed_memory_id(call.tenant, q.project, q.memory_key))
+        if state is not None and state.status is MemoryStatus.ACTIVE:
+            return MemoryLookup(found=True, memory=MemoryView.model_validate(state.model_dump()))
+        return MemoryLookup(found=False)
+
+    async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
+        project = call.search_project(rm.project)
+        return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit))
+
+    async def history(self, call: Call, hq: MemoryHistoryQuery) -> MemoryHistory:
+        """Every version of a memory from the event log (none outside the caller's project)."""
+        events = await self.events.history(self._subject_of(call.tenant, hq.memory_id))
+        if not events or not call.sees(model.state_of(events[-1][0]).project):
+            raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
+        return MemoryHistory(memory_id=hq.memory_id, versions=model.history(events))
+
+    async def shared_memories(self, call: Call, gq: GetSharedMemories) -> SharedMemoryList:
+        _tenant_wide(call)
+        title = shared.normalize_title(gq.title) if gq.title else None
+        return SharedMemoryList(shared_memories=await self.store.shared_memories(call.tenant, title, gq.keyword, gq.limit))
+
+    async def projects(self, call: Call, _: ListProjects) -> ProjectList:
+        found = await self.store.projects(call.tenant)
+        return ProjectList(projects=[p for p in found if call.sees(p.project)])
+
+    async def profile(self, call: Call, q: GetProfile) -> Profile:
+        project = call.search_project(q.project)
+        return await self._profile(call.tenant, q if project == q.project else q.model_copy(update={"project": project}))
+
+    async def _profile(self, tenant: str, query: GetProfile) -> Profile:
         """The profile from the read model, cached until this process projects a write of the
         tenant's (every write passes through ``apply`` here: inline, by the projector or replay)."""
         key = (tenant, query.project, query.static_limit, query.dynamic_limit)
@@ -604,44 +585,38 @@ class MemoryService:
         if cached is not None and cached[0] == writes:
             return cached[1]
         profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
-        answer = profile.model_dump(mode="json")
         if len(self._profiles) > _HINTS_MAX:
             self._profiles.clear()
-        self._profiles[key] = (writes, answer)
-        return answer
+        self._profiles[key] = (writes, profile)
+        return profile
 
     # batching -----------------------------------------------------------------------------
-    async def prime_commands(self, envs: list[CommandEnvelope]) -> None:
-        """Prepare a fetched batch of commands: embed every save's sentences in one call, and
-        find with one query each which commands already have an outcome and which contents are
-        already saved, so each command skips those two lookups.
+    async def prime_commands(self, envs: Sequence[CommandEnvelope]) -> None:
+        """Prepare a batch of commands as the consumer does (kit's skeleton, then ``prime_saves``)."""
+        await self.runtime.prime([(("direct", i), env) for i, env in enumerate(envs)], self.prime_saves)
+
+    async def prime_saves(self, batch: Sequence[tuple[CommandCall, BaseModel]]) -> None:
+        """Prepare a fetched batch of commands (those with no outcome yet): embed every save's
+        sentences in one call, and find with one query which contents are already saved, so each
+        save skips that lookup.
 
         A content written by this process after the lookup started is left out (the write
         counter), so the hint never claims a content is new when a write may have raced it."""
         to_embed: list[tuple[tuple[str, str, str] | None, list[str]]] = []  # (unkeyed content, texts)
         documents: list[tuple[tuple[str, str, str] | None, tuple[str | None, str]]] = []  # late interaction's
-        for env in envs:
-            if env.type != "save_memory":
+        for call, cmd in batch:
+            if not isinstance(cmd, SaveMemory):
                 continue
-            try:
-                cmd = SaveMemory.model_validate(env.payload)
-            except ValidationError:
-                continue
-            content = (env.tenant, cmd.project, model.content_hash(cmd.content)) if model.resolve_key(cmd) is None else None
+            content = (call.tenant, cmd.project, model.content_hash(cmd.content)) if model.resolve_key(cmd) is None else None
             text, context = model.normalize_content(cmd.content), model.normalize_context(cmd.context)
             to_embed.append((content, memory_passages(text, context)))
             documents.append((content, (context, text)))
         contents = [content for content, _ in to_embed if content is not None]
-        commands = [(env.tenant, env.command_id) for env in envs]
         written_before = self._content_writes
-        known = await self.store.known_commands(commands)
         present = await self.store.active_hashes(contents)
-        if len(self._new_commands) > _HINTS_MAX:
-            self._new_commands.clear()
         if len(self._absent_contents) > _HINTS_MAX or len(self._content_written) > _HINTS_MAX:
             self._absent_contents.clear()
             self._content_written.clear()  # (and forget the hints the counter guarded)
-        self._new_commands.update(c for c in commands if c not in known)
         self._absent_contents.update(
             c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
         )
@@ -741,3 +716,14 @@ class MemoryService:
 
     def _subject_of(self, tenant: str, memory_id: UUID) -> str:
         return self.names.event(tenant, model.AGGREGATE, str(memory_id))
+
+
+def _tenant_wide(call: Call) -> None:
+    """Shared memories belong to the user, not to a project: a credential or connection restricted
+    to one project neither reads nor changes them."""
+    if call.project_scope is not None:
+        raise PermissionDenied(
+            f"shared memories belong to no project; this credential or connection is restricted to project "
+            f"'{call.project_scope}'. Use an unrestricted key, without X-Engram-Project, for shared memories",
+            "project",
+        )

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from contracts.errors import ErrorCode
+from contracts.errors import ErrorCode, ServiceError
 
 
-class DomainError(Exception):
+class DomainError(ServiceError):
     code = ErrorCode.INVALID_ARGUMENT
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 class InvalidArgument(DomainError):
@@ -24,3 +19,7 @@ class NotFound(DomainError):
 
 class Conflict(DomainError):
     code = ErrorCode.CONFLICT
+
+
+class PermissionDenied(DomainError):
+    code = ErrorCode.PERMISSION_DENIED

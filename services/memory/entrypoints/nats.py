@@ -1,4 +1,5 @@
-"""NATS entrypoints of the memory service: its command consumer, projector and query answers."""
+"""NATS entrypoints of the memory service: its command consumer and query answers (kit's
+skeleton, over the service's handler tables) and its projectors."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ import asyncio
 
 from nats.aio.msg import Msg
 
-from contracts.envelope import CommandEnvelope, EventEnvelope, Reply
-from contracts.errors import ErrorCode
-from contracts.memory import QUERIES
+from contracts.envelope import EventEnvelope
 from contracts.subjects import MEMORY
-from kit.bus import Bus, reply_to
+from kit.bus import Bus
+from kit.service import ServiceRuntime
 from services.memory.application.service import PROJECTOR, MemoryService
 
 SHARED_PROJECTOR_NAME = "shared-projector"
@@ -22,26 +22,12 @@ COMMAND_CONCURRENCY = 8
 def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio.Task[None]]:
     """Start the consumers as tasks; query subscriptions are set up by ``serve_queries``."""
 
-    async def on_command(msg: Msg) -> None:
-        env = CommandEnvelope.model_validate_json(msg.data)
-        reply = await service.handle_command(env)
-        await reply_to(bus, msg, reply)
-
-    async def on_dead_command(msg: Msg, reason: str) -> None:
-        await reply_to(
-            bus, msg,
-            Reply.failure(ErrorCode.INTERNAL, f"the command could not be handled and was dead-lettered: {reason}"),
-        )
-
     def projecting(checkpoint: str):  # type: ignore[no-untyped-def]
         async def on_event(msg: Msg) -> None:
             event = EventEnvelope.model_validate_json(msg.data)
             await service.project_event(event, msg.metadata.sequence.stream, checkpoint)
 
         return on_event
-
-    async def prepare_commands(msgs: list[Msg]) -> None:
-        await service.prime_commands([env for env in map(_command_or_none, msgs) if env is not None])
 
     async def prepare_events(msgs: list[Msg]) -> None:
         batch = []
@@ -53,11 +39,9 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
         await service.prime_events(batch)
 
     names = bus.names
+    runtime: ServiceRuntime = service.runtime
     return [
-        asyncio.create_task(
-            bus.consume(names.command_consumer(MEMORY), on_command, stop, on_dead=on_dead_command,
-                        prepare=prepare_commands, concurrency=COMMAND_CONCURRENCY)
-        ),
+        runtime.start_commands(bus, stop, prepare=service.prime_saves, concurrency=COMMAND_CONCURRENCY),
         asyncio.create_task(
             bus.consume(names.projector(MEMORY, "memory"), projecting(PROJECTOR), stop, prepare=prepare_events,
                         after_batch=service.flush_checkpoints)
@@ -69,13 +53,5 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
     ]
 
 
-def _command_or_none(msg: Msg) -> CommandEnvelope | None:
-    try:
-        return CommandEnvelope.model_validate_json(msg.data)
-    except ValueError:
-        return None
-
-
 async def serve_queries(bus: Bus, service: MemoryService) -> list[object]:
-    names = ["recall", "command_outcome", *QUERIES]
-    return await bus.serve_queries(MEMORY, dict.fromkeys(names, service.handle_query))
+    return await service.runtime.serve_queries(bus)

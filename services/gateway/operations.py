@@ -1,0 +1,202 @@
+"""The gateway's operations: one function per operation, ``(caller, contract model) → contract result``.
+
+Each checks the caller's scope, resolves the project (the credential's restriction, the
+connection's pin, the request's choice, the default) and sends the typed command or query with the
+caller's project scope, which the owning service enforces for every way a thing is addressed. MCP
+tools (``entrypoints/mcp_tools.py``) and REST routes (``entrypoints/rest.py``) are thin
+declarations over these functions: the same rules hold on both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from contracts.auth import (
+    ApiKeyList,
+    ApiKeyView,
+    CreateApiKey,
+    CreatedApiKey,
+    ListApiKeys,
+    RevokeApiKey,
+    Scope,
+)
+from contracts.memory import (
+    ForgetMemory,
+    ForgetMemoryResult,
+    GetMemoryByKey,
+    GetProfile,
+    GetSharedMemories,
+    ListProjects,
+    MemoryHistory,
+    MemoryHistoryQuery,
+    MemoryList,
+    MemoryLookup,
+    Profile,
+    ProjectList,
+    Recall,
+    RecallMemory,
+    RecallResult,
+    SaveMemory,
+    SaveMemoryResult,
+    SaveSharedMemory,
+    SaveSharedMemoryResult,
+    SharedMemoryList,
+    UpdateMemory,
+)
+from kit.client import Client
+from services.gateway.principal import AccessDenied, Principal
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls (the credential) and the connection's project pin, if any."""
+
+    who: Principal
+    pin: str | None = None
+
+    @property
+    def tenant(self) -> str:
+        return self.who.tenant
+
+    @property
+    def project_scope(self) -> str | None:
+        """The only project this call may reach (the key's restriction, else the pin)."""
+        return self.who.project or self.pin
+
+    def require(self, scope: Scope) -> None:
+        self.who.require(scope)
+
+    def project(self, requested: str | None) -> str:
+        """The project a write or a lookup works in."""
+        return self.who.project_for(requested, self.pin)
+
+    def search_project(self, requested: str | None) -> str | None:
+        """The project a search works in (None: every project)."""
+        return self.who.search_project(requested, self.pin)
+
+
+class WhoAmI(BaseModel):
+    user_id: str
+    client_id: str
+    key_id: str | None
+    scopes: list[str]
+    project: str | None
+
+
+def _with(model: M, **changes: Any) -> M:
+    """The model with resolved fields (already validated by the caller's rules)."""
+    return model.model_copy(update=changes) if any(getattr(model, k) != v for k, v in changes.items()) else model
+
+
+class Operations:
+    """Every operation of the public API, over the typed bus client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def _send(self, c: Caller, command: BaseModel, key: str | None = None) -> Any:
+        return await self.client.send(c.tenant, command, key=key, project_scope=c.project_scope)
+
+    async def _ask(self, c: Caller, query: BaseModel) -> Any:
+        return await self.client.ask(c.tenant, query, project_scope=c.project_scope)
+
+    # memories -----------------------------------------------------------------------------
+    async def save_memory(self, c: Caller, cmd: SaveMemory, *, project: str | None,
+                          key: str | None = None) -> SaveMemoryResult:
+        """Save a memory in the resolved project."""
+        c.require(Scope.MEMORY_WRITE)
+        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        return result
+
+    async def update_memory(self, c: Caller, cmd: UpdateMemory, *, project: str | None,
+                            key: str | None = None) -> SaveMemoryResult:
+        """Write a new version of a memory found by id or memory_key."""
+        c.require(Scope.MEMORY_WRITE)
+        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        return result
+
+    async def forget_memory(self, c: Caller, cmd: ForgetMemory, *, project: str | None,
+                            key: str | None = None) -> ForgetMemoryResult:
+        """Forget by id, or by content (exact, then semantic)."""
+        c.require(Scope.MEMORY_WRITE)
+        result: ForgetMemoryResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        return result
+
+    async def recall(self, c: Caller, query: Recall) -> RecallResult:
+        """Hybrid recall within the resolved project (or every project)."""
+        c.require(Scope.MEMORY_READ)
+        result: RecallResult = await self._ask(c, _with(query, project=c.search_project(query.project)))
+        return result
+
+    async def get_memory_by_key(self, c: Caller, query: GetMemoryByKey, *, project: str | None) -> MemoryLookup:
+        c.require(Scope.MEMORY_READ)
+        result: MemoryLookup = await self._ask(c, _with(query, project=c.project(project)))
+        return result
+
+    async def recall_memory(self, c: Caller, query: RecallMemory) -> MemoryList:
+        c.require(Scope.MEMORY_READ)
+        result: MemoryList = await self._ask(c, _with(query, project=c.search_project(query.project)))
+        return result
+
+    async def memory_history(self, c: Caller, query: MemoryHistoryQuery) -> MemoryHistory:
+        c.require(Scope.MEMORY_READ)
+        result: MemoryHistory = await self._ask(c, query)
+        return result
+
+    # shared memories, projects, profile ---------------------------------------------------
+    async def save_shared_memory(self, c: Caller, cmd: SaveSharedMemory, *, key: str | None = None) -> SaveSharedMemoryResult:
+        c.require(Scope.MEMORY_WRITE)
+        result: SaveSharedMemoryResult = await self._send(c, cmd, key)
+        return result
+
+    async def get_shared_memories(self, c: Caller, query: GetSharedMemories) -> SharedMemoryList:
+        c.require(Scope.MEMORY_READ)
+        result: SharedMemoryList = await self._ask(c, query)
+        return result
+
+    async def list_projects(self, c: Caller) -> ProjectList:
+        """The user's projects (only the reachable one for a restricted credential or connection)."""
+        c.require(Scope.MEMORY_READ)
+        result: ProjectList = await self._ask(c, ListProjects())
+        return result
+
+    async def profile(self, c: Caller, query: GetProfile) -> Profile:
+        c.require(Scope.MEMORY_READ)
+        result: Profile = await self._ask(c, _with(query, project=c.search_project(query.project)))
+        return result
+
+    async def who_am_i(self, c: Caller) -> WhoAmI:
+        c.require(Scope.MEMORY_READ)
+        return WhoAmI(user_id=c.tenant, client_id=c.who.client_id, key_id=c.who.key_id,
+                      scopes=sorted(c.who.scopes), project=c.who.project or c.pin)
+
+    # API keys (the install operator's) ----------------------------------------------------
+    async def create_api_key(self, c: Caller, cmd: CreateApiKey, *, key: str | None = None) -> CreatedApiKey:
+        _operator(c)
+        result: CreatedApiKey = await self._send(c, cmd, key)
+        return result
+
+    async def list_api_keys(self, c: Caller, query: ListApiKeys) -> ApiKeyList:
+        _operator(c)
+        result: ApiKeyList = await self._ask(c, query)
+        return result
+
+    async def revoke_api_key(self, c: Caller, cmd: RevokeApiKey, *, key: str | None = None) -> ApiKeyView:
+        _operator(c)
+        result: ApiKeyView = await self._send(c, cmd, key)
+        return result
+
+
+def _operator(c: Caller) -> None:
+    """``admin`` is the install operator's role: install-wide, so never with a project restriction."""
+    c.require(Scope.ADMIN)
+    if c.who.project is not None:
+        raise AccessDenied(
+            f"this credential is restricted to project '{c.who.project}'; managing keys needs an unrestricted "
+            "admin key (the install operator's)", Scope.ADMIN.value,
+        )
