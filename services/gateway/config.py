@@ -21,6 +21,15 @@ class GatewaySettings(CommonSettings):
     rate_limit_burst: int = Field(60, ge=1, description="requests allowed at once before the rate applies")
     anonymous_rate_limit_per_minute: float = Field(120.0, gt=0, description="unauthenticated requests per minute per address")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="largest request body accepted (413 above)")
+    rate_limit_bytes_per_token: int = Field(
+        10_000, ge=1, description="a request costs one rate-limit token plus one per started N bytes of body beyond the first N"
+    )
+    trusted_proxies: str = Field(
+        "", description="comma-separated addresses/CIDRs of reverse proxies whose X-Forwarded-For/-Proto is believed; "
+        "empty: the socket peer is the client"
+    )
+    header_timeout_s: float = Field(10.0, gt=0, description="a request's headers must arrive within this (else 408, closed)")
+    keep_alive_timeout_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed after this")
     auth_public_url: str = Field("http://127.0.0.1:8081", description="the OAuth authorization server (issuer)")
     auth_metadata_url: str | None = Field(
         None, description="where the gateway fetches the RFC 8414 metadata it re-serves; default from auth_public_url"

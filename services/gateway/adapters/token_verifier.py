@@ -29,18 +29,25 @@ B64TOKEN = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")  # RFC 6750 §2.1
 MAX_TOKEN_CHARS = 4096
 
 
+def bearer_credential(values: list[str]) -> str | None:
+    """The bearer token of a request's Authorization header values, or None when RFC 6750 does not
+    allow it: more than one header, another scheme, or a credential that is not a single b64token."""
+    if len(values) != 1:
+        return None
+    scheme, _, credential = values[0].strip().partition(" ")
+    if scheme.lower() != "bearer" or not B64TOKEN.match(credential) or len(credential) > MAX_TOKEN_CHARS:
+        return None
+    return credential
+
+
 class StrictBearerBackend(BearerAuthBackend):
-    """The SDK's bearer backend, refusing what RFC 6750 does not allow: more than one
-    Authorization header, another scheme, or a credential that is not a single b64token."""
+    """The SDK's bearer backend, refusing what :func:`bearer_credential` refuses."""
 
     async def authenticate(self, conn: HTTPConnection):  # type: ignore[no-untyped-def]
         values = conn.headers.getlist("authorization")
-        if len(values) != 1:
-            if len(values) > 1:
-                log.warning("request refused: %d Authorization headers", len(values))
-            return None
-        scheme, _, credential = values[0].strip().partition(" ")
-        if scheme.lower() != "bearer" or not B64TOKEN.match(credential) or len(credential) > MAX_TOKEN_CHARS:
+        if len(values) > 1:
+            log.warning("request refused: %d Authorization headers", len(values))
+        if bearer_credential(values) is None:
             return None
         return await super().authenticate(conn)
 
@@ -113,6 +120,19 @@ class IntrospectionVerifier:
             claims={"key_id": str(info.key_id) if info.key_id else None, "project": info.project,
                     "grant_id": info.grant_id},
         )
+
+    def known_valid(self, token: str) -> bool:
+        """Whether ``token`` is cached as valid for this resource, so it is verified without
+        asking the auth service (the pre-authentication rate limit lets such requests through)."""
+        cached = self._cache.get(hashlib.sha256(token.encode()).hexdigest())
+        if cached is None or cached[0] <= time.monotonic():
+            return False
+        info = cached[1]
+        if not info.active or not info.tenant:
+            return False
+        if info.expires_at is not None and info.expires_at < int(time.time()):
+            return False
+        return info.resource is None or same_resource(info.resource, self.resource)
 
     async def introspect(self, token: str) -> TokenInfo:
         digest = hashlib.sha256(token.encode()).hexdigest()
