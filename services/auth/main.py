@@ -8,6 +8,7 @@ import logging
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import uvicorn
 
@@ -21,9 +22,10 @@ from kit.stalls import freeze_startup_heap, watch_stalls
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
 from services.auth.application.events import AuthEvents
+from services.auth.application.maintenance import run_purge_loop
 from services.auth.application.service import AuthService
 from services.auth.config import AuthSettings
-from services.auth.entrypoints.http import create_app
+from services.auth.entrypoints.http import create_app, header_timeout_protocol
 from services.auth.oauth.pages import Pages
 from services.auth.oauth.provider import EngramOAuthProvider
 
@@ -42,8 +44,9 @@ async def start_http(settings: AuthSettings, store: AuthStore, oauth: OAuthStore
     provider = EngramOAuthProvider(oauth, events, issuer=settings.issuer, resource=settings.resource)
     pages = Pages(oauth, issuer=settings.issuer, allow_signup=settings.allow_signup)
     config = uvicorn.Config(
-        create_app(provider, pages, settings.issuer), host=settings.auth_host, port=settings.auth_port,
-        log_level=settings.log_level.lower(), proxy_headers=True, lifespan="off",
+        create_app(provider, pages, settings.issuer, settings), host=settings.auth_host, port=settings.auth_port,
+        log_level=settings.log_level.lower(), proxy_headers=False, lifespan="off",  # ENGRAM_TRUSTED_PROXIES decides
+        timeout_keep_alive=settings.auth_keep_alive_s, http=header_timeout_protocol(settings.auth_header_timeout_s),
     )
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve())
@@ -72,6 +75,8 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         oauth = OAuthStore(pool, settings.auth_schema)
         service = AuthService(store, bus, settings.names, oauth)
         server, http_task = await start_http(settings, store, oauth, AuthEvents(bus, settings.names))
+        purge = asyncio.create_task(run_purge_loop(
+            oauth, stop, settings.auth_purge_interval_s, unused_client_age=timedelta(days=settings.auth_unused_client_days)))
 
         command_log = PgCommandLog(pool, settings.auth_schema)
         await command_log.migrate(owner=settings.namespace)
@@ -84,7 +89,7 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         log.info("auth service ready (namespace %s)", settings.namespace)
         await stop.wait()
         server.should_exit = True
-        await asyncio.gather(consumer, http_task, stalls, return_exceptions=True)
+        await asyncio.gather(consumer, http_task, stalls, purge, return_exceptions=True)
     finally:
         await pool.close()
         await bus.close()
