@@ -124,6 +124,7 @@ async def test_guessed_tokens_cost_the_guesser_not_the_auth_service(running, tmp
         await asyncio.sleep(0.2)
         lookups = seen()
         await close()
+    print(f"100 guessed tokens: {statuses.count(401)} answered 401, {statuses.count(429)} 429; {lookups} auth lookups")
     assert set(statuses) == {401, 429} and statuses.count(401) <= 11, statuses
     assert lookups <= 12, f"{lookups} auth lookups for 100 guessed tokens"
     assert after_flood == [200] * 20  # the valid, cached key is not slowed by its address's flood
@@ -177,11 +178,11 @@ async def test_a_large_body_costs_more_than_one_request(running, tmp_path) -> No
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {running.key}"}
     with gateway(running, tmp_path, ENGRAM_RATE_LIMIT_PER_MINUTE="6", ENGRAM_RATE_LIMIT_BURST="10") as url:
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            small = [(await http.post("/mcp", json=ping(i), headers=headers)).status_code for i in range(5)]
-            big = await http.post("/mcp", json=ping(pad=200_000), headers=headers)  # costs 21: 5 tokens left
+            big = await http.post("/mcp", json=ping(pad=200_000), headers=headers)  # costs 21 of a bucket of 10
             after_big = await http.post("/mcp", json=ping(), headers=headers)
-    assert small == [200] * 5 and big.status_code == 200
+    assert big.status_code == 200
     assert after_big.status_code == 429, "a 200 kB request was counted as one"
+    assert after_big.json()["error"]["data"]["retry_after"] >= 100  # an 11-token debt at 6 a minute
 
 
 async def test_a_chunked_large_body_is_charged_too(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
