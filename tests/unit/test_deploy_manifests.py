@@ -74,6 +74,10 @@ ALLOWED_ENV = {
     "ENGRAM_ANONYMOUS_RATE_LIMIT_PER_MINUTE",
     "ENGRAM_MAX_BODY_BYTES",
     "ENGRAM_AUTH_METADATA_URL",
+    "ENGRAM_RATE_LIMIT_BYTES_PER_TOKEN",
+    "ENGRAM_HEADER_TIMEOUT_S",
+    "ENGRAM_KEEP_ALIVE_TIMEOUT_S",
+    "ENGRAM_TRUSTED_PROXIES",  # auth too
     # auth (ENGRAM_AUTH_PUBLIC_URL is read by the gateway too)
     "ENGRAM_AUTH_SCHEMA",
     "ENGRAM_AUTH_HOST",
@@ -81,6 +85,18 @@ ALLOWED_ENV = {
     "ENGRAM_AUTH_PUBLIC_URL",
     "ENGRAM_RESOURCE_URL",
     "ENGRAM_ALLOW_SIGNUP",
+    "ENGRAM_AUTH_RATE_LIMIT_PER_MINUTE",
+    "ENGRAM_AUTH_RATE_LIMIT_BURST",
+    "ENGRAM_AUTH_REGISTER_PER_HOUR",
+    "ENGRAM_AUTH_REGISTER_BURST",
+    "ENGRAM_OAUTH_MAX_REDIRECT_URIS",
+    "ENGRAM_OAUTH_MAX_URI_CHARS",
+    "ENGRAM_OAUTH_MAX_TEXT_CHARS",
+    "ENGRAM_OAUTH_APP_SCHEMES",
+    "ENGRAM_AUTH_PURGE_INTERVAL_S",
+    "ENGRAM_AUTH_UNUSED_CLIENT_DAYS",
+    "ENGRAM_AUTH_HEADER_TIMEOUT_S",
+    "ENGRAM_AUTH_KEEP_ALIVE_S",
 }
 ENV_NAME = re.compile(r"\bENGRAM_[A-Z0-9_]+\b")
 
@@ -177,7 +193,13 @@ def oauth_paths() -> set[str]:
     from services.auth.oauth.pages import Pages
 
     issuer = "https://engram.example.com"
-    app = create_app(None, Pages(None, issuer=issuer, allow_signup=True), issuer)  # type: ignore[arg-type]
+    class NoProvider:  # the routes need no provider; create_app only configures its limits
+        def configure(self, **_: object) -> None:
+            return None
+
+    app = create_app(NoProvider(), Pages(None, issuer=issuer, allow_signup=True), issuer)  # type: ignore[arg-type]
+    while not hasattr(app, "routes"):  # below the address/limits middleware
+        app = app.app  # type: ignore[attr-defined]
     paths = {getattr(route, "path", "") for route in app.routes} - {"/healthz", ""}
     assert AS_METADATA_PATH in paths and "/token" in paths
     return paths
