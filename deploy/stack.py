@@ -348,7 +348,7 @@ def _key_made_by_up(stack: Stack, previous: StackInfo | None) -> dict[str, Any] 
         return None
     try:
         keys = stack.list_keys(previous.owner_user_id)
-    except RuntimeError:
+    except (RuntimeError, BusUnavailable):  # then trust stack.json alone
         keys = []
     if previous.api_key_id:
         for view in keys:
