@@ -30,6 +30,9 @@ class GatewaySettings(CommonSettings):
     )
     header_timeout_s: float = Field(10.0, gt=0, description="a request's headers must arrive within this (else 408, closed)")
     keep_alive_timeout_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed after this")
+    body_idle_timeout_s: float = Field(
+        30.0, gt=0, description="a request body may pause at most this long between chunks (else the connection is closed)"
+    )
     auth_public_url: str = Field("http://127.0.0.1:8081", description="the OAuth authorization server (issuer)")
     auth_metadata_url: str | None = Field(
         None, description="where the gateway fetches the RFC 8414 metadata it re-serves; default from auth_public_url"

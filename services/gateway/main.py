@@ -251,5 +251,6 @@ def main() -> None:
     uvicorn.run(  # forwarded headers: ClientAddressMiddleware, from ENGRAM_TRUSTED_PROXIES only
         create_app(settings), host=settings.gateway_host, port=settings.gateway_port,
         log_level=settings.log_level.lower(), proxy_headers=False,
-        timeout_keep_alive=settings.keep_alive_timeout_s, http=header_deadline_protocol(settings.header_timeout_s),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        http=header_deadline_protocol(settings.header_timeout_s, settings.body_idle_timeout_s),
     )

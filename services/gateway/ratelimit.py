@@ -236,7 +236,8 @@ async def refuse(scope: Scope, receive: Receive, send: Send, *, wait: float, per
         body = json.dumps({"jsonrpc": "2.0", "id": await _jsonrpc_id(scope, receive), "error": {
             "code": RATE_LIMITED_JSONRPC_CODE,
             "message": f"{message}; retry after {retry_after} s",
-            "data": {"retry_after": retry_after, "limit": per_minute, "cost": cost, "reason": "rate_limited"},
+            "data": {"retry_after": retry_after, "limit": int(per_minute) if float(per_minute).is_integer() else per_minute,
+                     "cost": cost, "reason": "rate_limited"},
         }}).encode()
     else:
         body = json.dumps({"error": {
@@ -355,36 +356,50 @@ class RateLimitMiddleware:
             buckets.charge(key, time.monotonic(), request_cost(received, self.limits.bytes_per_token) - cost)
 
 
-def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol with a deadline for each request's headers: from the connection's
-    start, or from the first byte of a request after the previous response, the headers must be
-    complete within ``timeout_s``; otherwise 408 and the connection is closed. (Idle keep-alive
-    connections are closed by uvicorn's ``timeout_keep_alive``; it has no header timeout.)"""
+def header_deadline_protocol(timeout_s: float, body_idle_s: float | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol with two deadlines uvicorn lacks (slowloris, slow POST):
+
+    * a request's headers must be complete within ``timeout_s`` of the connection's opening, or of
+      the first byte of the next request on a kept-alive connection; otherwise 408 (when part of a
+      request came) and the connection is closed;
+    * while a request's body is being received, the client may pause at most ``body_idle_s``
+      between chunks (not counted while the application is not reading); otherwise the connection is
+      closed and the application sees the client disconnect.
+
+    Idle kept-alive connections are closed by uvicorn's ``timeout_keep_alive``."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     base: Any = AutoHTTPProtocol
 
     class HeaderDeadlineProtocol(base):  # type: ignore[misc]
         header_timeout_s = timeout_s
+        body_idle_timeout_s = body_idle_s
 
         def connection_made(self, transport: asyncio.Transport) -> None:
             self._header_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
             self._headers_of: object = None  # the cycle whose headers were last completed
             self._got_bytes = False
+            self._last_data = 0.0
             super().connection_made(transport)
             self._arm()
 
         def _between_requests(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
 
+        def _awaiting_body(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete and self.cycle.more_body
+
         def _arm(self) -> None:
             if self._header_timer is None:
                 self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
 
         def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
+            for name in ("_header_timer", "_body_timer"):
+                timer = getattr(self, name, None)
+                if timer is not None:
+                    timer.cancel()
+                    setattr(self, name, None)
 
         def data_received(self, data: bytes) -> None:
             if self._between_requests():
@@ -394,7 +409,12 @@ def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
             if self.cycle is not None and self.cycle is not self._headers_of:  # a request's headers are complete
                 self._headers_of = self.cycle
                 self._got_bytes = False
-                self._disarm()
+                if self._header_timer is not None:
+                    self._header_timer.cancel()
+                    self._header_timer = None
+            self._last_data = self.loop.time()
+            if self.body_idle_timeout_s and self._body_timer is None and self._awaiting_body():
+                self._body_timer = self.loop.call_later(self.body_idle_timeout_s, self._body_check)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
@@ -409,6 +429,21 @@ def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
                 self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\n"
                                      b"content-length: 36\r\nconnection: close\r\n\r\n"
                                      b"request headers took too long (408)\n")
+            self.transport.close()
+
+        def _body_check(self) -> None:
+            self._body_timer = None
+            if self.transport.is_closing() or not self._awaiting_body():
+                return
+            limit = float(self.body_idle_timeout_s or 0)
+            now = self.loop.time()
+            if self.flow.read_paused:  # the application is not reading: not the client's pause
+                self._last_data = now
+            idle = now - self._last_data
+            if idle < limit:
+                self._body_timer = self.loop.call_later(limit - idle, self._body_check)
+                return
+            log.info("%s: request body paused for over %gs; closing", self.client, limit)
             self.transport.close()
 
     return HeaderDeadlineProtocol

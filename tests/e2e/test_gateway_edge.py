@@ -235,3 +235,26 @@ def test_a_slow_header_sender_is_cut_off(running, tmp_path) -> None:  # type: ig
     print(f"slow-header connection closed after {open_s:.1f}s")
     assert closed and answer.startswith(b"HTTP/1.1 408"), (closed, answer)
     assert silent == b""
+
+
+def test_a_slow_body_sender_is_cut_off(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {}}'
+    with gateway(running, tmp_path, ENGRAM_BODY_IDLE_TIMEOUT_S="2") as url:
+        host, port = url.removeprefix("http://").split(":")
+        started = time.monotonic()
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {running.key}\r\n"
+                         "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode())
+            answer, sent = None, 0
+            sock.sendall(body[:5])
+            sock.settimeout(15)  # then nothing: the body stalls
+            try:
+                answer = sock.recv(4096)
+            except TimeoutError:
+                answer = None
+            sent = time.monotonic() - started
+        whole = httpx.post(url + "/mcp", content=body, headers={**MCP_HEADERS, "Authorization": f"Bearer {running.key}"})
+    print(f"stalled-body connection closed after {sent:.1f}s")
+    assert answer == b"", answer  # closed by the server, not answered and not left open
+    assert whole.status_code == 200  # a body sent at once is unaffected
