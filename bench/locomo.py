@@ -5,7 +5,7 @@ Each LoCoMo conversation becomes one project of one tenant; every dialogue turn 
 (see :func:`memory_content` for its text) whose ``created_at`` is its session's date and whose
 ``context`` is the previous turn of its session (``--no-context``: none). The memories
 go through the same code as a save: ``embed_memories`` (sentence texts → ``MiniLMEmbedder.embed`` →
-``memory_vector`` weighted by ``passage_weights``) → ``point_for`` → ``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``MemoryService.recall``
+``memory_vector`` weighted by ``passage_weights``) → ``point_for`` → ``EdgeVectorIndex.upsert``. Each question is then searched exactly as ``RecallPipeline.recall``
 searches (query embedding, ``query_vector``, ``index.search`` with ``active_filter`` and the mode),
 with limit 25, and the retrieved turns are compared with the question's evidence turns.
 
@@ -44,7 +44,7 @@ from contracts.memory import MemoryState
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.late_encoder import ColbertEncoder
 from services.memory.adapters.reranker import CrossEncoderReranker
-from services.memory.adapters.vectors import VectorIndex, build_vector_index
+from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.application.indexing import (
     active_filter,
     embed_memories,
@@ -59,6 +59,8 @@ from services.memory.application.late import (
     maxsim_packed,
     pack,
 )
+from services.memory.application.ports import VectorIndex
+from services.memory.application.recall import search as recall_search
 from services.memory.config import MemorySettings
 from services.memory.domain.keywords import query_vector
 
@@ -209,8 +211,9 @@ async def run(
 ) -> Run:
     """Index every conversation into one fresh embedded index, then search each question.
 
-    ``search`` (default: the index's own ``search``) lets variants be measured through the same
-    harness; it is called with the index and the same keywords as ``VectorIndex.search``.
+    ``search`` (default: the recall pipeline's search, ``services.memory.application.recall.search``)
+    lets variants be measured through the same harness; it is called with the index and the same
+    keywords as ``VectorIndex.search``.
     ``keyword_feedback=False`` measures hybrid search without its second (feedback) round.
     """
     timings: dict[str, float] = {}
@@ -224,9 +227,7 @@ async def run(
     late_encoder = ColbertEncoder() if {"late", "rerank"} & set(modes) else None
     stored_tokens: dict[str, bytes] = {}  # memory id -> packed token vectors, as Postgres keeps them
     home = Path(tempfile.mkdtemp(prefix="engram-locomo-"))
-    index: VectorIndex = build_vector_index(
-        qdrant_url=None, path=home / "shard", dim=embedder.dim, keyword_feedback=keyword_feedback
-    )
+    index: VectorIndex = build_vector_index(qdrant_url=None, path=home / "shard", dim=embedder.dim)
     try:
         await index.ensure()
         with _progress() as progress:
@@ -261,13 +262,13 @@ async def run(
             rerank_text_of = {str(m.id): rerank_text(m) for c in convs for m in c.memories}
             scores = Scores()
             search_ms: dict[str, list[float]] = {m: [] for m in modes}
-            do_search = search or (lambda idx, **kw: idx.search(**kw))
+            do_search = search or (lambda idx, **kw: recall_search(idx, keyword_feedback=keyword_feedback, **kw))
             task = progress.add_task("searching questions", total=len(questions))
             t = time.perf_counter()
             reranker = CrossEncoderReranker() if "rerank" in modes else None
             for q, qvec in zip(questions, qvecs, strict=True):
                 for mode in modes:
-                    # exactly what MemoryService.recall does, minus the Postgres lookups
+                    # exactly what RecallPipeline.recall does, minus the Postgres lookups
                     s = time.perf_counter()
                     late_mode = late_encoder is not None and mode in ("late", "rerank")
                     dense = qvec if mode != "sparse" else None

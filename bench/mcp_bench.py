@@ -212,15 +212,15 @@ def embedder_batch_throughput(texts: list[str]) -> float:
 def optimise_index(home: Path) -> float:
     """Build the HNSW index over every point of the stopped stack's shard; return the seconds."""
     from services.memory.adapters.embedder import MiniLMEmbedder
-    from services.memory.adapters.vectors import build_vector_index
+    from services.memory.adapters.vector_factory import build_vector_index
 
     async def go() -> float:
         index = build_vector_index(qdrant_url=None, path=home / "qdrant", dim=MiniLMEmbedder.dim)
         await index.ensure()
         t0 = time.perf_counter()
         try:
-            while getattr(index, "needs_optimize", lambda: False)():
-                await index.optimize()  # type: ignore[attr-defined]
+            while index.needs_optimize():
+                await index.optimize()
         finally:
             await index.close()
         return time.perf_counter() - t0

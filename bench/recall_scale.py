@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt, locomo, locomo_turns, percentiles, record  # noqa: E402
 
 from services.memory.adapters.embedder import MiniLMEmbedder  # noqa: E402
-from services.memory.adapters.vectors import SearchFilter, VectorPoint  # noqa: E402
 from services.memory.adapters.vectors_edge import EdgeVectorIndex  # noqa: E402
+from services.memory.application.ports import SearchFilter, VectorPoint  # noqa: E402
+from services.memory.application.recall import search  # noqa: E402
 from services.memory.domain.keywords import document_vector, query_vector  # noqa: E402
 
 
@@ -65,6 +66,8 @@ async def main() -> None:
             progress.advance(task, len(points))
     load_s = time.perf_counter() - t0
 
+    keyword_feedback = True
+
     async def measure() -> tuple[list[float], list[float]]:
         embed_ms, search_ms = [], []
         for q in questions:
@@ -73,8 +76,8 @@ async def main() -> None:
             sparse = query_vector(q)
             embed_ms.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            await index.search(dense=dense, sparse=sparse, limit=10, mode="hybrid",
-                               filter=SearchFilter(tenant="bench", project="bench"))
+            await search(index, dense=dense, sparse=sparse, limit=10, mode="hybrid",
+                         filter=SearchFilter(tenant="bench", project="bench"), keyword_feedback=keyword_feedback)
             search_ms.append((time.perf_counter() - t) * 1000)
         return embed_ms, search_ms
 
@@ -86,7 +89,7 @@ async def main() -> None:
     embedder.cache_clear()
     embed_ms, optimised = await measure()
     total = [a + b for a, b in zip(embed_ms, optimised, strict=True)]
-    index.keyword_feedback = False
+    keyword_feedback = False
     embedder.cache_clear()
     _, literal = await measure()
     await index.close()

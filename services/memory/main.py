@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -16,15 +16,19 @@ from kit.config import run_service, setup_logging
 from kit.pg import create_pool
 from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap, watch_stalls
-from services.memory.adapters.embedder import Embedder, build_embedder
+from services.memory.adapters.embedder import build_embedder
 from services.memory.adapters.late_encoder import build_late_encoder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
-from services.memory.adapters.vectors import VectorIndex, build_vector_index
+from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
+from services.memory.application.ports import Embedder, Models, VectorIndex
 from services.memory.application.service import MemoryService
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
+from services.memory.replay import ReplayReport, ServiceRunning, ensure_service_stopped, rebuild
+
+__all__ = ["MemoryApp", "ReplayReport", "ServiceRunning", "main", "memory_app", "replay", "run"]
 
 log = logging.getLogger("engram.memory")
 
@@ -80,16 +84,16 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(
             qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
-            collection=settings.qdrant_collection, api_key=settings.qdrant_api_key,
-            keyword_feedback=settings.keyword_feedback, owner=settings.namespace,
+            collection=settings.qdrant_collection, api_key=settings.qdrant_api_key, owner=settings.namespace,
         )
         await index.ensure()
-        service = MemoryService(
-            store, index, embedder, bus, settings.names,
+        models = Models(
+            embedder=embedder, late_encoder=await asyncio.to_thread(make_late_encoder, settings),
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
-            rerank_candidates=settings.rerank_candidates,
-            late_encoder=await asyncio.to_thread(make_late_encoder, settings),
-            late_candidates=settings.late_candidates,
+        )
+        service = MemoryService(
+            store, index, models, bus, settings.names, rerank_candidates=settings.rerank_candidates,
+            late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
         )
         service.bind(ServiceRuntime(MEMORY, service.command_handlers(), service.query_handlers(), command_log))
         yield MemoryApp(settings, bus, store, index, service)
@@ -111,9 +115,7 @@ async def maintain_index(app: MemoryApp, stop: asyncio.Event) -> None:
     batch. Reads do not postpone it: under steady reads the index would otherwise never be built,
     and one bounded pause (the new segment only) is cheaper than slow searches from then on.
     """
-    needs_optimize = getattr(app.index, "needs_optimize", None)
-    optimize = getattr(app.index, "optimize", None)
-    if needs_optimize is None or optimize is None:
+    if app.index.optimizes_itself:
         return  # a Qdrant server optimises in the background by itself
     while not stop.is_set():
         try:
@@ -122,9 +124,9 @@ async def maintain_index(app: MemoryApp, stop: asyncio.Event) -> None:
         except TimeoutError:
             pass
         idle = asyncio.get_running_loop().time() - app.service.last_activity >= IDLE_BEFORE_OPTIMIZE_S
-        if idle and needs_optimize():
+        if idle and app.index.needs_optimize():
             started = asyncio.get_running_loop().time()
-            await optimize()
+            await app.index.optimize()
             log.info("vector index optimised in %.1fs", asyncio.get_running_loop().time() - started)
 
 
@@ -138,9 +140,17 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         await nats_entry.serve_queries(app.bus, app.service)
         freeze_startup_heap()
         log.info("memory service ready (namespace %s, embedder %s, late interaction %s, reranker %s)",
-                 settings.namespace, app.service.embedder.model_id, settings.late_interaction, settings.reranker)
+                 settings.namespace, app.service.models.embedder.model_id, settings.late_interaction, settings.reranker)
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def replay(settings: MemorySettings, on_progress: Callable[[int, int], None]) -> ReplayReport:
+    """Rebuild the memory service's read models from the event log (`engram replay memory`); the
+    service must be stopped (:class:`ServiceRunning` otherwise)."""
+    async with memory_app(settings) as app:
+        await ensure_service_stopped(app)
+        return await rebuild(app, on_progress)
 
 
 def _stop_on_signals() -> asyncio.Event:

@@ -15,15 +15,11 @@ import pytest
 from qdrant_client import AsyncQdrantClient
 
 from services.memory.adapters.embedder import MiniLMEmbedder
-from services.memory.adapters.vectors import (
-    SearchFilter,
-    SearchHit,
-    VectorIndex,
-    VectorPoint,
-    build_vector_index,
-)
+from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.adapters.vectors_edge import EdgeVectorIndex, ShardLockedError
 from services.memory.adapters.vectors_qdrant import CollectionOwnedElsewhere, QdrantServerVectorIndex
+from services.memory.application.ports import SearchFilter, SearchHit, VectorIndex, VectorPoint
+from services.memory.application.recall import search
 from services.memory.domain.keywords import SparseVector, document_vector, query_vector
 
 pytestmark = pytest.mark.integration
@@ -159,12 +155,14 @@ def ask(embedder: MiniLMEmbedder, index: VectorIndex) -> Callable[..., object]:
     async def run(
         text: str, tenant: str = "alice", *, mode: str = "hybrid", limit: int = 5, **conditions: str | None
     ) -> list[str]:
-        hits = await index.search(
+        hits = await search(
+            index,
             dense=embedder.embed([text])[0].tolist(),
             sparse=query_vector(text),
             filter=SearchFilter(tenant=tenant, **conditions),
             limit=limit,
             mode=mode,  # type: ignore[arg-type]
+            keyword_feedback=True,
         )
         return [ID_TO_KEY.get(h.id, h.id) for h in hits]
 
@@ -199,11 +197,13 @@ async def test_hybrid_finds_paraphrased_memory_first(ask, query: str, expected: 
 
 async def test_hybrid_scores_are_rrf_and_descending(index: VectorIndex, embedder: MiniLMEmbedder) -> None:
     text = "green tea"
-    hits = await index.search(
+    hits = await search(
+        index,
         dense=embedder.embed([text])[0].tolist(),
         sparse=query_vector(text),
         filter=SearchFilter(tenant="alice"),
         limit=5,
+        keyword_feedback=True,
     )
     assert ID_TO_KEY[hits[0].id] == "tea"
     scores = [h.score for h in hits]
@@ -452,7 +452,7 @@ async def test_edge_survives_a_crash_without_close(tmp_path: Path) -> None:
     script = f"""
 import asyncio, os, uuid
 from pathlib import Path
-from services.memory.adapters.vectors import VectorPoint
+from services.memory.application.ports import VectorPoint
 from services.memory.adapters.vectors_edge import EdgeVectorIndex
 from services.memory.domain.keywords import document_vector
 async def main():
@@ -545,8 +545,8 @@ async def test_edge_index_reports_when_an_optimisation_would_index(tmp_path) -> 
 
     import numpy as _np
 
-    from services.memory.adapters.vectors import VectorPoint as _Point
     from services.memory.adapters.vectors_edge import INDEXING_THRESHOLD_KB, EdgeVectorIndex
+    from services.memory.application.ports import VectorPoint as _Point
     from services.memory.domain.keywords import document_vector as _doc
 
     index = EdgeVectorIndex(tmp_path / "shard", dim=8)
@@ -575,7 +575,7 @@ async def test_single_tenant_shard_skips_the_idf_count_with_identical_scores(
     """While one tenant owns every point, collection-wide IDF is used (no per-term count) and
     gives exactly the tenant-scoped scores; a second tenant switches back, also after a reopen."""
     alice = [p for p in corpus_points if p.payload["tenant"] == "alice"]
-    index = EdgeVectorIndex(tmp_path / "shard", DIM, keyword_feedback=False)
+    index = EdgeVectorIndex(tmp_path / "shard", DIM)
     await index.ensure()
 
     async def scores() -> list[tuple[str, float]]:
@@ -592,7 +592,7 @@ async def test_single_tenant_shard_skips_the_idf_count_with_identical_scores(
     assert index._sparse_params(SearchFilter(tenant="alice")) is not None
     assert await scores() == fast  # the scoped IDF gives what the fast path gave
     await index.close()
-    reopened = EdgeVectorIndex(tmp_path / "shard", DIM, keyword_feedback=False)
+    reopened = EdgeVectorIndex(tmp_path / "shard", DIM)
     await reopened.ensure()
     assert reopened._sparse_params(SearchFilter(tenant="alice")) is not None
     await reopened.drop()

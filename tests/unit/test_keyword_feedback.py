@@ -1,4 +1,5 @@
-"""Keyword pseudo-relevance feedback in hybrid search, in both vector-index adapters: the
+"""Keyword pseudo-relevance feedback in hybrid search (the recall pipeline's rule,
+``services.memory.application.recall.search``), over both vector-index adapters: the
 second round's sparse query is ``expand_query`` over the first round's hits, and it lets a
 memory that shares the best hit's specific words (but not the query's) into the keyword leg.
 
@@ -14,9 +15,10 @@ from pathlib import Path
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from services.memory.adapters.vectors import SearchFilter, VectorIndex, VectorPoint
 from services.memory.adapters.vectors_edge import EdgeVectorIndex
 from services.memory.adapters.vectors_qdrant import QdrantServerVectorIndex
+from services.memory.application.ports import SearchFilter, VectorIndex, VectorPoint
+from services.memory.application.recall import search
 from services.memory.domain.keywords import FEEDBACK_MIN_HITS, document_vector, expand_query, query_vector
 
 pytestmark = pytest.mark.unit
@@ -63,8 +65,8 @@ async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 async def hybrid(index: VectorIndex, text: str, *, feedback: bool, limit: int = 5) -> dict[str, float]:
-    index.keyword_feedback = feedback  # type: ignore[attr-defined]
-    hits = await index.search(dense=QUERY_DENSE, sparse=query_vector(text), filter=FILTER, limit=limit)
+    hits = await search(index, dense=QUERY_DENSE, sparse=query_vector(text), filter=FILTER, limit=limit,
+                        keyword_feedback=feedback)
     return {KEY_OF[h.id]: h.score for h in hits}
 
 
@@ -80,7 +82,6 @@ async def test_feedback_lifts_a_memory_sharing_the_best_hits_words(index: Vector
 async def test_feedback_search_is_the_plain_search_with_the_expanded_query(index: VectorIndex) -> None:
     text = "zorblax runner"
     fed = await hybrid(index, text, feedback=True, limit=len(DOCS))  # all of them: ties break either way
-    index.keyword_feedback = False  # type: ignore[attr-defined]
     first = await index.search(dense=QUERY_DENSE, sparse=query_vector(text), filter=FILTER, limit=100)
     expanded = expand_query(query_vector(text), [document_vector(DOCS[KEY_OF[h.id]][0]) for h in first])
     assert expanded != query_vector(text)
@@ -89,8 +90,8 @@ async def test_feedback_search_is_the_plain_search_with_the_expanded_query(index
 
 
 async def test_keyword_mode_stays_literal(index: VectorIndex) -> None:
-    index.keyword_feedback = True  # type: ignore[attr-defined]
-    hits = await index.search(dense=None, sparse=query_vector("zorblax"), filter=FILTER, limit=5, mode="sparse")
+    hits = await search(index, dense=None, sparse=query_vector("zorblax"), filter=FILTER, limit=5, mode="sparse",
+                        keyword_feedback=True)
     assert [KEY_OF[h.id] for h in hits] == ["hit"]
 
 
@@ -103,7 +104,7 @@ async def test_a_small_project_is_searched_without_feedback(index: VectorIndex) 
     ])
     results = []
     for feedback in (True, False):
-        index.keyword_feedback = feedback  # type: ignore[attr-defined]
-        hits = await index.search(dense=QUERY_DENSE, sparse=query_vector("zorblax"), filter=few, limit=7)
+        hits = await search(index, dense=QUERY_DENSE, sparse=query_vector("zorblax"), filter=few, limit=7,
+                            keyword_feedback=feedback)
         results.append([h.score for h in hits])
     assert results[0] == results[1]

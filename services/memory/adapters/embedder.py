@@ -1,4 +1,4 @@
-"""Embedding port and its adapters.
+"""Embedding adapters (the port: :class:`services.memory.application.ports.Embedder`).
 
 * :class:`MiniLMEmbedder` - the offline default: all-MiniLM-L6-v2 (int8 ONNX,
   384 dimensions) run in-process with onnxruntime. Nothing is downloaded: the
@@ -20,10 +20,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import httpx
 import numpy as np
+
+from services.memory.application.ports import Embedder
 
 log = logging.getLogger("engram.memory.embedder")
 
@@ -57,21 +59,6 @@ class EmbeddingError(RuntimeError):
     """An embedding backend failed (unreachable server, HTTP error, bad response)."""
 
 
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into dense vectors.
-
-    ``embed`` returns a ``float32`` array of shape ``(len(texts), dim)`` whose
-    rows are L2-normalised, in the order of ``texts``. ``model_id`` names the
-    model so stored vectors can be traced to (and re-embedded from) it.
-    """
-
-    model_id: str
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
 def _l2_normalise(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     np.maximum(norms, 1e-12, out=norms)
@@ -102,7 +89,7 @@ def _default_tokenizer_path() -> Path:
     raise FileNotFoundError(f"tokenizer.json not found under {list(spec.submodule_search_locations)}")
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, fully offline.
 
     The ONNX session and the tokenizer are loaded eagerly in ``__init__`` (about
@@ -289,7 +276,7 @@ class MiniLMEmbedder:
             self._cache.clear()
 
 
-class OpenAICompatibleEmbedder:
+class OpenAICompatibleEmbedder(Embedder):
     """Embeddings from an OpenAI-compatible ``/embeddings`` endpoint.
 
     Sends ``POST {base_url}/embeddings`` with ``{"model": model, "input": [...]}``

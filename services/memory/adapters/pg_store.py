@@ -19,6 +19,7 @@ from contracts.memory import (
 )
 from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
+from services.memory.application.ports import ReadModel, ReadModelTx
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = (
@@ -36,7 +37,7 @@ def _state(row: asyncpg.Record) -> MemoryState:
     return MemoryState.model_validate({k: row[k] for k in MemoryState.model_fields})
 
 
-class Tx:
+class Tx(ReadModelTx):
     """Writes of one projection step, inside one transaction."""
 
     def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
@@ -112,7 +113,7 @@ class Tx:
 _SHARED_COLUMNS = "id, title, event, importance, version, created_at, updated_at"
 
 
-class MemoryStore:
+class MemoryStore(ReadModel):
     """Reads and transactional writes of the memory read model."""
 
     def __init__(self, pool: asyncpg.Pool, schema: str = "memory") -> None:

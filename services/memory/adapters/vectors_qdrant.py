@@ -7,9 +7,8 @@ Same schema and search semantics as the embedded adapter (see
   searches (read-your-writes, which the memory service relies on).
 * Hybrid search is one ``query_points`` call: a dense and a sparse
   ``Prefetch`` (each with the filter), fused by ``FusionQuery(Fusion.RRF)``
-  (server default ``k = 2``, the value the embedded adapter uses too); with
-  keyword feedback (default), two: the first also returns its hits' keyword
-  vectors, from which the second's sparse query is expanded.
+  (server default ``k = 2``, the value the embedded adapter uses too), which
+  also returns the hits' keyword vectors when asked (``with_keywords``).
 * In local mode (``AsyncQdrantClient(location=":memory:")`` or a path)
   payload indexes have no effect; creating them is skipped there without the
   client's warning. Searches are exact in local mode.
@@ -35,17 +34,18 @@ from services.memory.adapters.vectors import (
     KEYWORD_FIELDS,
     SPARSE_VECTOR,
     TENANT_FIELD,
+    as_float_list,
+    default_prefetch_limit,
+    validate_search,
+)
+from services.memory.application.ports import (
     SearchFilter,
     SearchHit,
     SearchMode,
     SparseVector,
+    VectorIndex,
     VectorPoint,
-    as_float_list,
-    default_prefetch_limit,
-    feedback_pool_limit,
-    validate_search,
 )
-from services.memory.domain.keywords import expand_query
 
 __all__ = ["QdrantServerVectorIndex"]
 
@@ -59,8 +59,8 @@ class CollectionOwnedElsewhere(RuntimeError):
     """The collection belongs to another Engram install (another namespace)."""
 
 
-class QdrantServerVectorIndex:
-    """:class:`~services.memory.adapters.vectors.VectorIndex` on a Qdrant
+class QdrantServerVectorIndex(VectorIndex):
+    """:class:`~services.memory.application.ports.VectorIndex` on a Qdrant
     collection reached through ``qdrant_client.AsyncQdrantClient``.
 
     The index owns ``client`` and closes it in :meth:`close`. ``ensure()``
@@ -80,7 +80,6 @@ class QdrantServerVectorIndex:
         dim: int,
         *,
         tenant_scoped_idf: bool = True,
-        keyword_feedback: bool = True,
         owner: str | None = None,
     ) -> None:
         if dim <= 0:
@@ -90,7 +89,6 @@ class QdrantServerVectorIndex:
         self.dim = dim
         self.owner = owner
         self.tenant_scoped_idf = tenant_scoped_idf
-        self.keyword_feedback = keyword_feedback
 
     @property
     def _is_local(self) -> bool:
@@ -241,6 +239,7 @@ class QdrantServerVectorIndex:
         limit: int,
         mode: SearchMode = "hybrid",
         prefetch_limit: int | None = None,
+        with_keywords: bool = False,
     ) -> list[SearchHit]:
         """Search within ``filter`` (tenant always applied); see the port docs."""
         validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
@@ -282,14 +281,11 @@ class QdrantServerVectorIndex:
 
         if mode == "sparse" and (sparse is None or sparse.is_empty):
             return []
-        if self.keyword_feedback and mode == "hybrid" and sparse is not None and not sparse.is_empty:
-            first = await query(sparse, feedback_pool_limit(limit), True)
-            expanded = expand_query(sparse, [self._keywords_of(p) for p in first])
-            points = first[:limit] if expanded == sparse else await query(expanded, limit, False)
-        else:
-            points = await query(sparse, limit, False)
+        with_keywords = with_keywords and mode == "hybrid"
+        points = await query(sparse, limit, with_keywords)
         return [
-            SearchHit(id=str(uuid.UUID(str(p.id))), score=float(p.score), payload=dict(p.payload or {}))
+            SearchHit(id=str(uuid.UUID(str(p.id))), score=float(p.score), payload=dict(p.payload or {}),
+                      keywords=self._keywords_of(p) if with_keywords else None)
             for p in points
         ]
 

@@ -10,8 +10,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from services.memory.adapters.embedder import Embedder
-from services.memory.adapters.late_encoder import DocumentTokens, LateEncoder
+from services.memory.application.ports import DocumentTokens, Embedder, LateEncoder
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallHit, RecallMode
-from services.memory.adapters.embedder import Embedder
-from services.memory.adapters.vectors import SearchFilter, VectorPoint
+from services.memory.application.ports import Embedder, SearchFilter, VectorPoint
 from services.memory.domain.keywords import SparseVector, add_sparse, document_vector, keyword_terms
 
 SEARCH_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}

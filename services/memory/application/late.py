@@ -3,7 +3,7 @@
 Recall's default (hybrid) search finds candidates with one dense vector and one keyword vector
 per memory. It cannot tell "How long has Nate had his turtles?" answered by "I've had them for 3
 years now" from a dozen turns that mention turtles. A late-interaction encoder
-(:mod:`services.memory.adapters.late_encoder`) keeps one vector per token: the question's
+(:class:`services.memory.application.ports.LateEncoder`) keeps one vector per token: the question's
 "how long" meets the answer's "3 years", its "turtles" meets the context's "turtles". The best
 :data:`LATE_CANDIDATES` hits of the hybrid search are scored by MaxSim (each query token takes
 its best match among the memory's tokens, summed) and that order is fused with the search's
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryView
-from services.memory.adapters.late_encoder import DocumentTokens
+from services.memory.application.ports import DocumentTokens
 
 __all__ = [
     "CONTEXT_TOKEN_WEIGHT",

@@ -1,0 +1,332 @@
+"""Memories: save, update and forget (commands, with their batch priming), and the reads of
+memories by key, list, history, project and profile.
+
+A command appends an event (optimistic concurrency on the memory's subject) and projects it
+inline before replying, recording its outcome in the projection's transaction, so the caller
+reads its own write at once and the effect and its outcome commit together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from contracts.envelope import utcnow
+from contracts.memory import (
+    ForgetMemory,
+    ForgetMemoryResult,
+    GetMemoryByKey,
+    GetProfile,
+    ListProjects,
+    MemoryEventType,
+    MemoryHistory,
+    MemoryHistoryQuery,
+    MemoryList,
+    MemoryLookup,
+    MemoryState,
+    MemoryStatus,
+    MemoryView,
+    Profile,
+    ProjectList,
+    RecallMemory,
+    SaveMemory,
+    SaveMemoryResult,
+    UpdateMemory,
+)
+from contracts.subjects import Names
+from kit.bus import ConcurrencyConflict
+from kit.service import Call, CommandCall
+from services.memory.application.common import HINTS_MAX, MAX_RACES, Activity, memory_subject
+from services.memory.application.indexing import active_filter, content_vector, memory_passages
+from services.memory.application.ports import EventLog, Models, ReadModel, VectorIndex
+from services.memory.application.projection import MemoryProjection, prime
+from services.memory.domain import model
+from services.memory.domain.errors import InvalidArgument, NotFound
+
+Content = tuple[str, str, str]  # (tenant, project, content hash)
+
+
+class Memories:
+    """The commands on memories."""
+
+    def __init__(
+        self, store: ReadModel, index: VectorIndex, models: Models, events: EventLog, names: Names,
+        projection: MemoryProjection, activity: Activity, clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self.models = models
+        self.events = events
+        self.names = names
+        self.projection = projection
+        self.activity = activity
+        self.clock = clock
+        self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
+        # Read once per fetched command batch (prime_saves) instead of once per command: contents
+        # known to be in no active memory.
+        self._absent_contents: set[Content] = set()
+        self._content_writes = 0  # counts writes of memory contents, see prime_saves
+        self._content_written: dict[Content, int] = {}
+
+    async def save(self, env: CommandCall, cmd: SaveMemory) -> SaveMemoryResult:
+        """Save a memory: by content (the same content again is not duplicated) or by memory_key."""
+        self.activity.touch()
+        env.require_project(cmd.project)
+        key = model.resolve_key(cmd)
+        if key is not None:
+            return await self._save_keyed(env, cmd, key)
+        digest = model.content_hash(cmd.content)
+        lock = self._content_locks[int(digest[:8], 16) % len(self._content_locks)]
+        async with lock:  # identical contents saved concurrently here still make one memory
+            content = (env.tenant, cmd.project, digest)
+            if content in self._absent_contents:
+                self._absent_contents.discard(content)
+                existing = None
+            else:
+                existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
+            if existing is not None:
+                return _unchanged(existing)
+            state = model.new_memory(env.tenant, env.command_id, cmd, self.clock())
+            return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
+
+    async def _save_keyed(self, env: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
+        """Save by memory_key: the first save creates, every later save writes a new version."""
+        memory_id = model.keyed_memory_id(env.tenant, cmd.project, key)
+        for _ in range(MAX_RACES):
+            loaded = await self.events.last_event(memory_subject(self.names, env.tenant, memory_id))
+            now = self.clock()
+            if loaded is None:
+                state = model.new_memory(env.tenant, env.command_id, cmd, now, memory_key=key)
+                event_type, expected, created = MemoryEventType.SAVED, 0, True
+            else:
+                current = model.state_of(loaded[0])
+                new_state = model.save_over(current, cmd, now)
+                if new_state is None:
+                    return _unchanged(current)
+                state, event_type, expected, created = new_state, MemoryEventType.UPDATED, loaded[1], False
+            try:
+                return await self._write(env, state, event_type, expected_last_seq=expected, created=created)
+            except ConcurrencyConflict:
+                continue
+        raise ConcurrencyConflict(f"memory_key {key} kept changing while being saved; retry")
+
+    async def update(self, env: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
+        """A new version of an existing memory, addressed by id or memory_key."""
+        self.activity.touch()
+        if cmd.id is not None:
+            found = await self.store.get(env.tenant, cmd.id)
+            if found is None or not env.sees(found.project):
+                raise NotFound(f"no memory with id {cmd.id}", "id")
+            memory_id = found.id
+        else:
+            assert cmd.memory_key is not None
+            env.require_project(cmd.project)
+            memory_id = model.keyed_memory_id(env.tenant, cmd.project, cmd.memory_key)
+        for _ in range(MAX_RACES):
+            loaded = await self.events.last_event(memory_subject(self.names, env.tenant, memory_id))
+            if loaded is None:
+                raise NotFound(f"no memory with memory_key {cmd.memory_key} in project {cmd.project}", "memory_key")
+            current = model.state_of(loaded[0])
+            new_state = model.update(current, cmd, self.clock())
+            if new_state is None:
+                return _unchanged(current)
+            try:
+                return await self._write(env, new_state, MemoryEventType.UPDATED, expected_last_seq=loaded[1])
+            except ConcurrencyConflict:
+                continue
+        raise ConcurrencyConflict(f"memory {memory_id} kept changing while being updated; retry")
+
+    async def _write(
+        self, env: CommandCall, state: MemoryState, event_type: MemoryEventType, *,
+        expected_last_seq: int, created: bool = False,
+    ) -> SaveMemoryResult:
+        """Append the event, project it, record and return the outcome."""
+        event = model.event_for(
+            state, event_type, command_id=env.command_id, correlation_id=env.correlation_id, now=state.updated_at
+        )
+        async with self.projection.projecting_inline(state.id):
+            seq = await self.events.append_event(
+                memory_subject(self.names, state.tenant, state.id), event, expected_last_seq=expected_last_seq
+            )
+            reply = _saved(state, created)
+            await self.projection.apply(event, seq, outcome=env.outcome(reply))
+            env.recorded = True
+        self._content_writes += 1
+        content = (state.tenant, state.project, model.content_hash(state.content))
+        self._content_written[content] = self._content_writes
+        self._absent_contents.discard(content)
+        return reply
+
+    async def forget(self, env: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
+        """Forget by id, or by content: an exact match first, then the closest memory above the
+        semantic threshold; says so when nothing matches."""
+        self.activity.touch()
+        if (cmd.memory_id is None) == (cmd.content is None):
+            raise InvalidArgument("give exactly one of memory_id or content", "content")
+        found = await self._find_to_forget(env, cmd)
+        if found is None:
+            return ForgetMemoryResult(
+                forgotten=False,
+                message="No memory matches that content closely enough; nothing was forgotten. "
+                "Recall first to see what is stored, then forget with the exact text.",
+            )
+        target, match, similarity = found
+        subject = memory_subject(self.names, target.tenant, target.id)
+        for _ in range(MAX_RACES):
+            loaded = await self.events.last_event(subject)
+            if loaded is None:
+                raise NotFound(f"memory {target.id} has no history", "memory_id")
+            current, last_seq = model.state_of(loaded[0]), loaded[1]
+            if current.status is MemoryStatus.FORGOTTEN:
+                return ForgetMemoryResult(
+                    forgotten=False, match=match, memory_id=current.id, content=current.content,
+                    message="That memory was already forgotten.",
+                )
+            now = self.clock()
+            new_state = model.forget(current, cmd.reason, now)
+            event = model.event_for(
+                new_state, MemoryEventType.FORGOTTEN, command_id=env.command_id,
+                correlation_id=env.correlation_id, now=now,
+            )
+            async with self.projection.projecting_inline(new_state.id):
+                try:
+                    seq = await self.events.append_event(subject, event, expected_last_seq=last_seq)
+                except ConcurrencyConflict:
+                    continue
+                result = ForgetMemoryResult(
+                    forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
+                    content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
+                )
+                await self.projection.apply(event, seq, outcome=env.outcome(result))
+                env.recorded = True
+                return result
+        raise ConcurrencyConflict(f"memory {target.id} kept changing while being forgotten; retry")
+
+    async def _find_to_forget(
+        self, call: CommandCall, cmd: ForgetMemory
+    ) -> tuple[MemoryState, str, float | None] | None:
+        tenant = call.tenant
+        if cmd.memory_id is not None:
+            state = await self.store.get(tenant, cmd.memory_id)
+            if state is None or not call.sees(state.project):
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            return state, "id", None
+        assert cmd.content is not None
+        call.require_project(cmd.project)
+        exact = await self.store.find_active_by_hash(tenant, cmd.project, model.content_hash(cmd.content))
+        if exact is not None:
+            return exact, "exact", 1.0
+        # compared the way memories are embedded (sentence by sentence), not as one text
+        dense = await asyncio.to_thread(content_vector, self.models.embedder, model.normalize_content(cmd.content))
+        hits = await self.index.search(
+            dense=dense, sparse=None, mode="dense", limit=3,
+            filter=active_filter(tenant, cmd.project),
+        )
+        for hit in hits:
+            if hit.score < model.SEMANTIC_FORGET_THRESHOLD:
+                break
+            state = await self.store.get(tenant, UUID(hit.id))
+            if state is not None and state.status is MemoryStatus.ACTIVE:
+                return state, "semantic", round(hit.score, 4)
+        return None
+
+    # batching -----------------------------------------------------------------------------
+    async def prime_saves(self, batch: Sequence[tuple[CommandCall, BaseModel]]) -> None:
+        """Prepare a fetched batch of commands (those with no outcome yet): embed every save's
+        sentences in one call, and find with one query which contents are already saved, so each
+        save skips that lookup.
+
+        A content written by this process after the lookup started is left out (the write
+        counter), so the hint never claims a content is new when a write may have raced it."""
+        to_embed: list[tuple[Content | None, list[str]]] = []  # (unkeyed content, texts)
+        documents: list[tuple[Content | None, tuple[str | None, str]]] = []  # late interaction's
+        for call, cmd in batch:
+            if not isinstance(cmd, SaveMemory):
+                continue
+            content = (call.tenant, cmd.project, model.content_hash(cmd.content)) if model.resolve_key(cmd) is None else None
+            text, context = model.normalize_content(cmd.content), model.normalize_context(cmd.context)
+            to_embed.append((content, memory_passages(text, context)))
+            documents.append((content, (context, text)))
+        contents = [content for content, _ in to_embed if content is not None]
+        written_before = self._content_writes
+        present = await self.store.active_hashes(contents)
+        if len(self._absent_contents) > HINTS_MAX or len(self._content_written) > HINTS_MAX:
+            self._absent_contents.clear()
+            self._content_written.clear()  # (and forget the hints the counter guarded)
+        self._absent_contents.update(
+            c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
+        )
+        # a content already saved is answered "unchanged" without embedding (idempotent re-imports)
+        await prime(self.models, [t for content, texts in to_embed if content not in present for t in texts],
+                    [d for content, d in documents if content not in present])
+
+
+def _saved(state: MemoryState, created: bool) -> SaveMemoryResult:
+    return SaveMemoryResult(
+        memory_id=state.id, project=state.project, version=state.version, memory_key=state.memory_key,
+        created=created, updated=not created,
+    )
+
+
+def _unchanged(current: MemoryState) -> SaveMemoryResult:
+    return SaveMemoryResult(
+        memory_id=current.id, project=current.project, version=current.version,
+        memory_key=current.memory_key, created=False, updated=False,
+    )
+
+
+class MemoryReads:
+    """The queries on memories (recall is :mod:`services.memory.application.recall`'s)."""
+
+    def __init__(self, store: ReadModel, events: EventLog, names: Names, projection: MemoryProjection) -> None:
+        self.store = store
+        self.events = events
+        self.names = names
+        self._tenant_writes = projection.tenant_writes
+        # Profiles are asked with most recalls and change only when the tenant's memories do:
+        # cached per question, valid while the tenant's write count is what it was.
+        self._profiles: dict[tuple[str, str | None, int, int], tuple[int, Profile]] = {}
+
+    async def get_by_key(self, call: Call, q: GetMemoryByKey) -> MemoryLookup:
+        call.require_project(q.project)
+        state = await self.store.get(call.tenant, model.keyed_memory_id(call.tenant, q.project, q.memory_key))
+        if state is not None and state.status is MemoryStatus.ACTIVE:
+            return MemoryLookup(found=True, memory=MemoryView.model_validate(state.model_dump()))
+        return MemoryLookup(found=False)
+
+    async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
+        project = call.search_project(rm.project)
+        return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit))
+
+    async def history(self, call: Call, hq: MemoryHistoryQuery) -> MemoryHistory:
+        """Every version of a memory from the event log (none outside the caller's project)."""
+        events = await self.events.history(memory_subject(self.names, call.tenant, hq.memory_id))
+        if not events or not call.sees(model.state_of(events[-1][0]).project):
+            raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
+        return MemoryHistory(memory_id=hq.memory_id, versions=model.history(events))
+
+    async def projects(self, call: Call, _: ListProjects) -> ProjectList:
+        found = await self.store.projects(call.tenant)
+        return ProjectList(projects=[p for p in found if call.sees(p.project)])
+
+    async def profile(self, call: Call, q: GetProfile) -> Profile:
+        project = call.search_project(q.project)
+        return await self.cached_profile(call.tenant, q if project == q.project else q.model_copy(update={"project": project}))
+
+    async def cached_profile(self, tenant: str, query: GetProfile) -> Profile:
+        """The profile from the read model, cached until this process projects a write of the
+        tenant's (every write passes through the projection here: inline, by the projector or replay)."""
+        key = (tenant, query.project, query.static_limit, query.dynamic_limit)
+        writes = self._tenant_writes[tenant]
+        cached = self._profiles.get(key)
+        if cached is not None and cached[0] == writes:
+            return cached[1]
+        profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
+        if len(self._profiles) > HINTS_MAX:
+            self._profiles.clear()
+        self._profiles[key] = (writes, profile)
+        return profile

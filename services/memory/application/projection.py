@@ -1,0 +1,182 @@
+"""The projection of the memory service's events into its read models: Postgres rows and vectors.
+
+Built on kit's :class:`~kit.projector.CheckpointedProjector` (one transaction per event: the
+aggregate's row lock, the write only if the event is newer than what the row reflects, the
+checkpoint and any command outcome in the same transaction). A command projects its own event
+inline before replying (read-your-writes); the projector consumer applies the same events again
+and skips what is already there, usually without a transaction (:meth:`MemoryProjection.prepare`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from uuid import UUID
+
+from contracts.envelope import EventEnvelope
+from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
+from kit.command_log import OutcomeRecord
+from kit.projector import CheckpointedProjector
+from services.memory.application.indexing import embedding_texts, point_for, state_vector
+from services.memory.application.late import document_matrix, late_document, pack
+from services.memory.application.ports import Models, ReadModel, ReadModelTx, VectorIndex
+from services.memory.domain import model, shared
+
+#: The projector consumer's checkpoint.
+PROJECTOR = "memory-projector"
+#: The command path projects its own events inline (read-your-writes). The projector exists for
+#: events nobody projected (a crash between append and projection, another writer), so it waits
+#: up to this long for this process's in-flight inline projections of the same memories before
+#: doing the work itself; otherwise, under load, it would embed most new memories a second time.
+PROJECTOR_GRACE_S = 5.0
+
+
+async def prime(models: Models, texts: list[str], documents: list[tuple[str | None, str]]) -> None:
+    """Embed a batch's texts and encode its late-interaction documents, each in one call and both
+    at once (each one's last, part-filled chunk leaves a core to the other); a single one is left
+    to its own use."""
+
+    async def embed() -> None:
+        if len(texts) > 1:
+            await asyncio.to_thread(models.embedder.prime, texts)
+
+    async def encode() -> None:
+        encoder = models.late_encoder
+        if encoder is not None and len(documents) > 1:
+            await asyncio.to_thread(encoder.prime, documents)
+
+    await asyncio.gather(embed(), encode())
+
+
+class MemoryProjection:
+    """Applies memory and shared-memory events to the read model and the vector index."""
+
+    def __init__(self, store: ReadModel, index: VectorIndex, models: Models) -> None:
+        self.store = store
+        self.index = index
+        self.models = models
+        self.projector: CheckpointedProjector[ReadModelTx] = CheckpointedProjector(store, prepare=self.prepare)
+        self.projector.route(model.AGGREGATE, self._apply_routed)
+        self.projector.route(shared.AGGREGATE, self._apply_shared_routed)
+        self._inflight: Counter[UUID] = Counter()  # memories being appended + projected inline here
+        #: writes projected per tenant by this process (inline, by the projector or replay): cached
+        #: profiles are valid while their tenant's count is unchanged
+        self.tenant_writes: Counter[str] = Counter()
+
+    # one event ---------------------------------------------------------------------------
+    async def apply(
+        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
+    ) -> bool:
+        """Project one memory event into Postgres and the vector index, once per sequence.
+
+        Returns False when the memory already reflects this or a later sequence.
+        """
+        state = model.state_of(event)
+        if self.projector.known_applied(state.id, seq, checkpoint):
+            # already projected (inline, by the command that wrote it): nothing to write; the
+            # checkpoint moves once per batch (flush_checkpoints)
+            return False
+
+        async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
+            # the vector write happens under the row lock, before the row commits
+            late_tokens = None
+            if state.status is MemoryStatus.ACTIVE:
+                vector, late_tokens = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
+                await self.index.upsert([point_for(state, vector)])
+            else:
+                await self.index.delete([str(state.id)])
+            await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
+            return True
+
+        try:
+            return await self.projector.apply_once(lock=lambda tx: tx.lock(state.id), write=write,
+                                                   seq=seq, outcome=outcome, checkpoint=checkpoint)
+        finally:
+            self.tenant_writes[state.tenant] += 1  # whatever happened, cached profiles are stale
+
+    async def apply_shared(
+        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
+    ) -> bool:
+        """Project one shared-memory event, once per sequence."""
+        state = SharedMemoryState.model_validate(event.data)
+
+        async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
+            await tx.upsert_shared(state, seq)
+            return False
+
+        return await self.projector.apply_once(lock=lambda tx: tx.lock_shared(state.id), write=write,
+                                               seq=seq, outcome=outcome, checkpoint=checkpoint)
+
+    async def _apply_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+        return await self.apply(event, seq, checkpoint=checkpoint)
+
+    async def _apply_shared_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+        return await self.apply_shared(event, seq, checkpoint=checkpoint)
+
+    async def project_event(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
+        """The projector's entry: route an event of any aggregate this service owns."""
+        return await self.projector.project(event, seq, checkpoint)
+
+    # batches -----------------------------------------------------------------------------
+    async def prepare(self, batch: Sequence[tuple[EventEnvelope, int]]) -> None:
+        """Prepare a projector batch: find which events are already projected (one query), let
+        this process's inline projections of the same memories finish, and embed what is left in
+        one call."""
+        states: dict[UUID, tuple[MemoryState, int]] = {}
+        for event, seq in batch:
+            if event.aggregate == model.AGGREGATE:
+                st = model.state_of(event)
+                states[st.id] = (st, seq)
+        if not states:
+            return
+        applied = await self.store.applied_sequences(list(states))
+        pending = [mid for mid, (_, seq) in states.items() if applied.get(mid, 0) < seq]
+        if any(mid in self._inflight for mid in pending):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + PROJECTOR_GRACE_S
+            while any(mid in self._inflight for mid in pending) and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            applied.update(await self.store.applied_sequences(pending))
+        self.projector.note_applied(applied)
+        fresh = [st for mid, (st, seq) in states.items()
+                 if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq]
+        await prime(self.models, [text for st in fresh for text in embedding_texts(st)],
+                    [late_document(st) for st in fresh])
+
+    async def flush_checkpoints(self) -> None:
+        """Record how far the projector got through events that needed no write."""
+        await self.projector.flush_checkpoints()
+
+    @asynccontextmanager
+    async def projecting_inline(self, memory_id: UUID) -> AsyncIterator[None]:
+        """Mark a memory as being appended to and projected by this process (see ``prepare``)."""
+        self._inflight[memory_id] += 1
+        try:
+            yield
+        finally:
+            self._inflight[memory_id] -= 1
+            if self._inflight[memory_id] <= 0:
+                del self._inflight[memory_id]
+
+    # what a memory is indexed with -------------------------------------------------------
+    async def memory_vector(self, state: MemoryState) -> list[float]:
+        """The memory's dense vector; from primed sentence vectors without leaving the event loop
+        when the batch was primed, else embedded in a worker thread."""
+        texts = embedding_texts(state)
+        embedder = self.models.embedder
+        vectors = embedder.cached(texts)
+        if vectors is None:
+            vectors = await asyncio.to_thread(embedder.embed, texts)
+        return state_vector(state, vectors)
+
+    async def late_tokens(self, state: MemoryState) -> bytes | None:
+        """The memory's packed late-interaction token vectors (None without an encoder)."""
+        encoder = self.models.late_encoder
+        if encoder is None:
+            return None
+        document = late_document(state)
+        primed = encoder.cached([document])  # a primed batch: no thread hop
+        (tokens,) = primed or await asyncio.to_thread(encoder.encode_documents, [document])
+        return pack(document_matrix(tokens))
