@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from urllib.parse import urlparse
 
@@ -31,6 +31,7 @@ from kit.bus import Bus
 from kit.client import Client
 from kit.config import setup_logging
 from kit.stalls import freeze_startup_heap, watch_stalls
+from services.gateway import toolsets
 from services.gateway.adapters.token_verifier import (
     IntrospectionVerifier,
     StrictBearerBackend,
@@ -41,7 +42,7 @@ from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
 from services.gateway.operations import Operations
 from services.gateway.pin import PinMiddleware, pinned_project
-from services.gateway.principal import bearer_challenge
+from services.gateway.principal import AccessDenied, Principal, bearer_challenge
 from services.gateway.ratelimit import (
     ClientAddressMiddleware,
     PreAuthLimitMiddleware,
@@ -91,15 +92,16 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         allowed_hosts=settings.host_allowlist(),
         allowed_origins=[f"{scheme}://{h}" for h in settings.host_allowlist() for scheme in ("http", "https")],
     )
-    servers = {pinned: build_mcp(ops, verifier, settings, pinned=pinned) for pinned in (False, True)}
+    servers = {(pinned, sets): build_mcp(ops, verifier, settings, pinned=pinned, toolsets=sets)
+               for pinned in (False, True) for sets in toolsets.COMBINATIONS}
     apps = {
-        pinned: server.streamable_http_app(
+        key: server.streamable_http_app(
             streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security,
             max_request_body_size=settings.max_body_bytes,
         )
-        for pinned, server in servers.items()
+        for key, server in servers.items()
     }
-    endpoints = {pinned: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app for pinned, app in apps.items()}
+    endpoints = {key: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app for key, app in apps.items()}
 
     metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
     default_scope = " ".join(s.value for s in DEFAULT_OAUTH_SCOPES)
@@ -128,7 +130,22 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             if not isinstance(scope.get("user"), AuthenticatedUser):
                 await error_response(unauthorized(Request(scope)))(scope, receive, send)
                 return
-            await endpoints[pinned_project.get() is not None](scope, receive, send)
+            request = Request(scope)
+            try:
+                sets = toolsets.requested(request.headers.get(toolsets.HEADER),
+                                          request.query_params.get(toolsets.QUERY_PARAMETER))
+                toolsets.require(Principal.from_token(scope["user"].access_token), sets)
+            except toolsets.UnknownToolset as exc:
+                body = ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=str(exc), field="X-Engram-Toolsets")
+                await error_response(ApiError(400, body))(scope, receive, send)
+                return
+            except AccessDenied as exc:
+                body = ErrorBody(code=ErrorCode.PERMISSION_DENIED, field="X-Engram-Toolsets",
+                                 message=f"the maintenance toolset needs the 'memory:maintenance' scope: {exc}")
+                challenge = f'Bearer error="insufficient_scope", scope="{exc.scope}"'
+                await error_response(ApiError(403, body, {"WWW-Authenticate": challenge}))(scope, receive, send)
+                return
+            await endpoints[(pinned_project.get() is not None, sets)](scope, receive, send)
 
     state: dict[str, Any] = {}
 
@@ -145,7 +162,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
         freeze_startup_heap()
         try:
-            async with servers[False].session_manager.run(), servers[True].session_manager.run():
+            async with AsyncExitStack() as running:
+                for server in servers.values():
+                    await running.enter_async_context(server.session_manager.run())
                 log.info("gateway ready: MCP at %s", settings.mcp_url)
                 yield
         finally:
@@ -172,7 +191,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.include_router(build_router(ops, unauthorized))
     app.router.routes.append(Route("/mcp", endpoint=McpEndpoint()))  # every method: the endpoint answers 405
     prm_path = urlparse(metadata_url).path  # /.well-known/oauth-protected-resource/mcp: ours, not the SDK's
-    for route in apps[False].routes:
+    for route in apps[(False, toolsets.DEFAULT)].routes:
         if getattr(route, "path", None) not in ("/mcp", prm_path):
             app.router.routes.append(route)
     resource_metadata = {

@@ -55,6 +55,8 @@ from services.gateway.presentation import (
     format_save,
 )
 from services.gateway.principal import AccessDenied, Principal
+from services.gateway.toolsets import ASSISTANT
+from services.gateway.toolsets import DEFAULT as DEFAULT_TOOLSETS
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -146,8 +148,8 @@ def _success(result: BaseModel) -> dict[str, Any]:
     return {"success": True, **result.model_dump(mode="json")}
 
 
-def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations]]:
-    """(function, name, title, annotations) for every tool; docstrings are the model's manual."""
+def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
+    """(function, name, title, annotations, toolset) for every tool; docstrings are the model's manual."""
 
     @tool_errors
     async def memory(
@@ -303,21 +305,26 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         return _success(await ops.get_shared_memories(caller(), query))
 
     return [
-        (memory, "memory", "Save or forget a memory", DESTRUCTIVE),
-        (recall, "recall", "Recall memories", READ),
-        (list_projects, "listProjects", "List projects", READ),
-        (who_am_i, "whoAmI", "Who am I", READ),
-        (save_memory, "save_memory", "Save a categorised memory", WRITE),
-        (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ),
-        (recall_memory, "recall_memory", "List memories by category or keyword", READ),
-        (update_memory, "update_memory", "Update a memory", WRITE),
-        (get_memory_history, "get_memory_history", "A memory's history", READ),
-        (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE),
-        (get_shared_memories, "get_shared_memories", "Get shared memories", READ),
+        (memory, "memory", "Save or forget a memory", DESTRUCTIVE, ASSISTANT),
+        (recall, "recall", "Recall memories", READ, ASSISTANT),
+        (list_projects, "listProjects", "List projects", READ, ASSISTANT),
+        (who_am_i, "whoAmI", "Who am I", READ, ASSISTANT),
+        (save_memory, "save_memory", "Save a categorised memory", WRITE, ASSISTANT),
+        (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ, ASSISTANT),
+        (recall_memory, "recall_memory", "List memories by category or keyword", READ, ASSISTANT),
+        (update_memory, "update_memory", "Update a memory", WRITE, ASSISTANT),
+        (get_memory_history, "get_memory_history", "A memory's history", READ, ASSISTANT),
+        (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE, ASSISTANT),
+        (get_shared_memories, "get_shared_memories", "Get shared memories", READ, ASSISTANT),
     ]
 
 
-def build_mcp(ops: Operations, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False) -> MCPServer:
+def build_mcp(
+    ops: Operations, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False,
+    toolsets: frozenset[str] = DEFAULT_TOOLSETS,
+) -> MCPServer:
+    """One MCP server: the tools of ``toolsets`` (without ``containerTag`` when ``pinned``), the
+    resources and the prompt."""
     mcp = MCPServer(
         name="engram",
         title="Engram memory",
@@ -331,7 +338,9 @@ def build_mcp(ops: Operations, verifier: TokenVerifier, settings: GatewaySetting
             validate_token_resource=False,
         ),
     )
-    for fn, name, title, annotations in build_tools(ops):
+    for fn, name, title, annotations, toolset in build_tools(ops):
+        if toolset not in toolsets:
+            continue
         mcp.add_tool(without_container_tag(fn) if pinned else fn, name=name, title=title, annotations=annotations)
 
     @mcp.resource("engram://profile", name="profile", title="User profile", mime_type="text/markdown")
