@@ -38,6 +38,7 @@ from contracts.subjects import (
     Names,
     StreamSpec,
 )
+from kit.pg import redact
 
 log = logging.getLogger("engram.bus")
 
@@ -130,7 +131,7 @@ class Bus:
             )
         except Exception as exc:  # nats raises several unrelated types here
             raise BusUnavailable(
-                f"cannot connect to NATS at {url}: {exc}. Start NATS (`engram up` does) "
+                f"cannot connect to NATS at {redact(url)}: {exc}. Start NATS (`engram up` does) "
                 "or set ENGRAM_NATS_URL to a running server with JetStream enabled."
             ) from exc
         return cls(nc, names)
