@@ -65,15 +65,8 @@ def feedback_pool_limit(limit: int) -> int:
 
 
 async def search(
-    index: VectorIndex,
-    *,
-    dense: Sequence[float] | None,
-    sparse: SparseVector | None,
-    filter: SearchFilter,
-    limit: int,
-    mode: SearchMode = "hybrid",
-    prefetch_limit: int | None = None,
-    keyword_feedback: bool = False,
+    index: VectorIndex, *, dense: Sequence[float] | None, sparse: SparseVector | None, filter: SearchFilter,
+    limit: int, mode: SearchMode = "hybrid", prefetch_limit: int | None = None, keyword_feedback: bool = False,
 ) -> list[SearchHit]:
     """Stages 1–2: the index's search, with a keyword-feedback round for a hybrid search when
     ``keyword_feedback`` (both rounds take each leg's best ``prefetch_limit``, default
