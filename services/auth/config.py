@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from kit.config import CommonSettings
+from kit.edge import TrustedProxies
 from services.auth.domain import oauth as rules
 
 
@@ -44,12 +45,12 @@ class AuthSettings(CommonSettings):
     @field_validator("trusted_proxies")
     @classmethod
     def _proxies_parse(cls, value: str) -> str:
-        rules.parse_trusted_proxies(value)  # a bad entry stops the service at start, naming it
+        TrustedProxies(value)  # a bad entry stops the service at start, naming it
         return value
 
     @property
-    def trusted_proxy_networks(self) -> tuple[rules.Network, ...]:
-        return rules.parse_trusted_proxies(self.trusted_proxies)
+    def trusted_proxy_networks(self) -> TrustedProxies:
+        return TrustedProxies(self.trusted_proxies)
 
     @property
     def metadata_limits(self) -> rules.MetadataLimits:

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from kit.edge import TokenBuckets, TrustedProxies, address_key
 from services.auth.domain import oauth as rules
 from services.auth.oauth.logsafe import LogSafeFilter
 
@@ -66,23 +67,27 @@ def test_only_vetted_redirect_uris_receive_errors_without_the_user() -> None:
 
 
 def test_forwarded_for_is_believed_from_configured_proxies_only() -> None:
-    none: tuple[rules.Network, ...] = ()
-    proxies = rules.parse_trusted_proxies("10.0.0.0/8, 192.0.2.7")
+    """The auth server counts requests by kit's edge rule (the gateway's too)."""
+    none, proxies = TrustedProxies(""), TrustedProxies("10.0.0.0/8, 192.0.2.7")
+
+    def request_address(peer: str | None, forwarded: list[str], trusted: TrustedProxies) -> str:
+        return rules.client_address(trusted.client(peer, forwarded))
+
     # no proxies configured: the socket peer, whatever the header says
-    assert rules.request_address("127.0.0.1", ["1.2.3.4"], none) == "127.0.0.1"
+    assert request_address("127.0.0.1", ["1.2.3.4"], none) == "127.0.0.1"
     # from a configured proxy: the rightmost hop that is not a proxy
-    assert rules.request_address("192.0.2.7", ["198.51.100.9, 10.1.2.3"], proxies) == "198.51.100.9"
-    assert rules.request_address("192.0.2.7", ["6.6.6.6, 198.51.100.9"], proxies) == "198.51.100.9"  # forged left part ignored
-    assert rules.request_address("192.0.2.7", ["[2001:db8::1]:443"], proxies) == "2001:db8::1"
-    assert rules.request_address("192.0.2.7", ["198.51.100.9:5123"], proxies) == "198.51.100.9"
-    assert rules.request_address("192.0.2.7", ["garbage"], proxies) == "192.0.2.7"  # stops at the proxy
-    assert rules.request_address("192.0.2.7", [], proxies) == "192.0.2.7"
+    assert request_address("192.0.2.7", ["198.51.100.9, 10.1.2.3"], proxies) == "198.51.100.9"
+    assert request_address("192.0.2.7", ["6.6.6.6, 198.51.100.9"], proxies) == "198.51.100.9"  # forged left part ignored
+    assert request_address("192.0.2.7", ["[2001:db8::1]:443"], proxies) == "2001:db8::1"
+    assert request_address("192.0.2.7", ["198.51.100.9:5123"], proxies) == "198.51.100.9"
+    assert request_address("192.0.2.7", ["garbage"], proxies) == "192.0.2.7"  # stops at the proxy
+    assert request_address("192.0.2.7", [], proxies) == "192.0.2.7"
     # not from a proxy: the header is ignored
-    assert rules.request_address("203.0.113.5", ["1.2.3.4"], proxies) == "203.0.113.5"
-    assert rules.request_address(None, ["1.2.3.4"], proxies) == "unknown"
+    assert request_address("203.0.113.5", ["1.2.3.4"], proxies) == "203.0.113.5"
+    assert request_address(None, ["1.2.3.4"], proxies) == "unknown"
     with pytest.raises(ValueError, match="ENGRAM_TRUSTED_PROXIES"):
-        rules.parse_trusted_proxies("10.0.0.1, not-an-ip")
-    assert rules.parse_trusted_proxies("") == ()
+        TrustedProxies("10.0.0.1, not-an-ip")
+    assert not TrustedProxies("")
 
 
 def test_failed_sign_ins_count_per_account_whatever_the_address() -> None:
@@ -95,19 +100,19 @@ def test_failed_sign_ins_count_per_account_whatever_the_address() -> None:
 
 
 def test_token_bucket_per_address() -> None:
-    limiter = rules.RateLimiter(capacity=3, per_minute=60)  # one a second
+    limiter = TokenBuckets(per_minute=60, burst=3)  # one a second
     assert [limiter.take("a", now=100.0) for _ in range(3)] == [0.0, 0.0, 0.0]
     assert limiter.take("a", now=100.0) == pytest.approx(1.0)
     assert limiter.take("b", now=100.0) == 0.0  # another address has its own bucket
     assert limiter.take("a", now=101.0) == 0.0  # refilled
     assert limiter.take("a", now=10_000.0) == 0.0  # never more than the capacity
     assert [limiter.take("a", now=10_000.0) for _ in range(3)][-1] > 0
-    small = rules.RateLimiter(capacity=1, per_minute=1, max_keys=2)
+    small = TokenBuckets(per_minute=1, burst=1, max_keys=2)
     for key in ("x", "y", "z"):
         small.take(key, now=0.0)
     assert len(small._buckets) == 2
-    assert rules.rate_key("2001:db8:1:2:3:4:5:6") == rules.rate_key("2001:db8:1:2:ffff::1") == "2001:db8:1:2::/64"
-    assert rules.rate_key("::ffff:192.0.2.1") == "192.0.2.1" and rules.rate_key("198.51.100.1") == "198.51.100.1"
+    assert address_key("2001:db8:1:2:3:4:5:6") == address_key("2001:db8:1:2:ffff::1") == "ip:2001:db8:1:2::/64"
+    assert address_key("::ffff:192.0.2.1") == "ip:192.0.2.1" and address_key("198.51.100.1") == "ip:198.51.100.1"
 
 
 def test_client_ids_are_uuids() -> None:

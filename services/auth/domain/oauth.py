@@ -13,7 +13,6 @@ import ipaddress
 import json
 import re
 import secrets
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -341,106 +340,6 @@ def client_address(raw: str | None) -> str:
         return str(ipaddress.ip_address(raw or ""))
     except ValueError:
         return "unknown"
-
-
-# Which address a request comes from (X-Forwarded-For from configured proxies only) ------------
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_trusted_proxies(value: str | Iterable[str]) -> tuple[Network, ...]:
-    """``"10.0.0.0/8, 192.0.2.7"`` → networks; a bad entry raises ValueError naming it."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    networks = []
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(item, strict=False))
-        except ValueError as exc:
-            raise ValueError(f"ENGRAM_TRUSTED_PROXIES: {item!r} is not an IP address or network") from exc
-    return tuple(networks)
-
-
-def _hop_address(hop: str) -> str | None:
-    """One X-Forwarded-For entry (``192.0.2.1``, ``192.0.2.1:5123``, ``[2001:db8::1]:80``) → address."""
-    hop = hop.strip().strip('"')
-    if hop.startswith("["):
-        hop = hop[1:hop.find("]")] if "]" in hop else ""
-    elif hop.count(":") == 1:
-        hop = hop.split(":", 1)[0]
-    try:
-        return str(ipaddress.ip_address(hop))
-    except ValueError:
-        return None
-
-
-def _trusted(address: str, trusted: tuple[Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return any(ip.version == net.version and ip in net for net in trusted)
-
-
-def request_address(peer: str | None, forwarded_for: Iterable[str], trusted: tuple[Network, ...]) -> str:
-    """The client address a request is counted against.
-
-    The socket peer, unless it is a configured proxy: then X-Forwarded-For is walked from the
-    right, skipping configured proxies, and the first other hop is the client. With no proxies
-    configured (the default) the header is ignored, so nobody picks their own address. An
-    unreadable hop stops the walk at the proxy that added it."""
-    address = client_address(peer)
-    if not trusted or not _trusted(address, trusted):
-        return address
-    hops = [h for value in forwarded_for for h in value.split(",") if h.strip()]
-    for hop in reversed(hops):
-        hop_address = _hop_address(hop)
-        if hop_address is None:
-            return address
-        address = hop_address
-        if not _trusted(address, trusted):
-            return address
-    return address
-
-
-def rate_key(address: str) -> str:
-    """IPv6 clients are counted per /64 (one host usually holds a whole /64)."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip)
-
-
-class RateLimiter:
-    """Token buckets per key, in memory: ``capacity`` requests at once, refilled at
-    ``per_minute``. At most ``max_keys`` buckets are kept; the least recently used go first (a
-    forgotten bucket comes back full, which only ever errs toward letting a request through).
-    Time is passed in (a monotonic clock in seconds), so the rule is testable without waiting."""
-
-    def __init__(self, capacity: float, per_minute: float, max_keys: int = 50_000) -> None:
-        self.capacity = max(1.0, float(capacity))
-        self.rate = max(per_minute, 0.0) / 60.0
-        self.max_keys = max_keys
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-
-    def take(self, key: str, now: float, cost: float = 1.0) -> float:
-        """Spend ``cost`` from ``key``'s bucket: 0.0 when allowed, else the seconds to wait."""
-        tokens, stamp = self._buckets.pop(key, (self.capacity, now))
-        tokens = min(self.capacity, tokens + max(0.0, now - stamp) * self.rate)
-        wait = 0.0
-        if tokens >= cost:
-            tokens -= cost
-        else:
-            wait = (cost - tokens) / self.rate if self.rate > 0 else float("inf")
-        self._buckets[key] = (tokens, now)
-        while len(self._buckets) > self.max_keys:
-            self._buckets.popitem(last=False)
-        return wait
 
 
 # CSRF (double-submit cookie, compared in constant time) ---------------------------------------

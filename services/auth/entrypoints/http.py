@@ -9,10 +9,8 @@ In front of all of it, :class:`AddressAndLimits` decides which address a request
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
-import os
 import re
 import time
 from functools import partial
@@ -35,10 +33,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from contracts.auth import DEFAULT_OAUTH_SCOPES
+from kit.edge import TokenBuckets, TrustedProxies, address_key, header_deadline_protocol
 from services.auth.config import AuthSettings
 from services.auth.domain import oauth as rules
 from services.auth.oauth.logsafe import LogSafeFilter
@@ -235,61 +232,21 @@ def create_app(provider: EngramOAuthProvider, pages: Pages, issuer: str, setting
     ]
     return AddressAndLimits(
         Starlette(routes=routes), trusted=settings.trusted_proxy_networks,
-        requests=rules.RateLimiter(settings.auth_rate_limit_burst, settings.auth_rate_limit_per_minute),
-        registrations=rules.RateLimiter(settings.auth_register_burst, settings.auth_register_per_hour / 60),
+        requests=TokenBuckets(settings.auth_rate_limit_per_minute, settings.auth_rate_limit_burst),
+        registrations=TokenBuckets(settings.auth_register_per_hour / 60, settings.auth_register_burst),
     )
 
 
 # ---- client address and rate limits --------------------------------------------------------------
 
-def _uvicorn_trusted_peer() -> str | None:
-    """The address uvicorn's own proxy-header handling trusts (``FORWARDED_ALLOW_IPS``, default
-    127.0.0.1), as one address; None when it trusts everyone or names no single address."""
-    first = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1").split(",")[0].strip()
-    try:
-        return str(ipaddress.ip_network(first, strict=False).network_address)
-    except ValueError:
-        return None
-
-
-async def _uvicorn_client_for(forwarded: list[bytes], peer: str) -> Any:
-    """What uvicorn's ProxyHeadersMiddleware makes of these X-Forwarded-For headers from ``peer``."""
-    seen: dict[str, Any] = {}
-
-    async def capture(scope: Scope, receive: Receive, send: Send) -> None:
-        seen["client"] = scope.get("client")
-
-    middleware = ProxyHeadersMiddleware(capture, os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1"))  # type: ignore[arg-type]
-    scope = {"type": "http", "client": (peer, 1), "scheme": "http", "headers": [(b"x-forwarded-for", v) for v in forwarded]}
-    await middleware(scope, None, None)  # type: ignore[arg-type]
-    return seen.get("client")
-
-
-async def socket_peer(scope: Scope) -> str | None:
-    """The address of the TCP peer. uvicorn run with ``proxy_headers=True`` (as
-    services/auth/main.py does today) has already replaced ``scope["client"]`` with an
-    X-Forwarded-For value when the peer was in its FORWARDED_ALLOW_IPS (loopback); that rewrite
-    is recognised and undone here, so only ENGRAM_TRUSTED_PROXIES decides whom to believe."""
-    client = scope.get("client")
-    if not client:
-        return None
-    forwarded = [v for k, v in scope.get("headers", []) if k == b"x-forwarded-for"]
-    uvicorn_peer = _uvicorn_trusted_peer()
-    if forwarded and uvicorn_peer is not None:
-        rewritten = await _uvicorn_client_for(forwarded, uvicorn_peer)
-        if rewritten is not None and tuple(rewritten) == tuple(client) and tuple(rewritten) != (uvicorn_peer, 1):
-            return uvicorn_peer
-    return str(client[0])
-
-
 class AddressAndLimits:
     """ASGI middleware in front of the whole authorization server: sets ``scope["client"]`` to
-    the address the request is counted against (``rules.request_address``), then spends one
+    the address the request is counted against (kit's trusted-proxy rule), then spends one
     token of that address's bucket (IPv6 per /64) — and one of its registration bucket for
     ``POST /register``. Over the limit: 429 with Retry-After, before any database work."""
 
-    def __init__(self, app: ASGIApp, *, trusted: tuple[rules.Network, ...], requests: rules.RateLimiter,
-                 registrations: rules.RateLimiter) -> None:
+    def __init__(self, app: ASGIApp, *, trusted: TrustedProxies, requests: TokenBuckets,
+                 registrations: TokenBuckets) -> None:
         self.app = app
         self.trusted = trusted
         self.requests = requests
@@ -300,11 +257,11 @@ class AddressAndLimits:
             await self.app(scope, receive, send)
             return
         forwarded = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"x-forwarded-for"]
-        address = rules.request_address(await socket_peer(scope), forwarded, self.trusted)
+        address = rules.client_address(self.trusted.client((scope.get("client") or (None, 0))[0], forwarded))
         scope["client"] = (address, 0)
         path = scope.get("path", "")
         if path != "/healthz":
-            key, now = rules.rate_key(address), time.monotonic()
+            key, now = address_key(address), time.monotonic()
             wait = self.requests.take(key, now)
             if not wait and path == "/register" and scope.get("method") == "POST":
                 wait = self.registrations.take(key, now)
@@ -328,49 +285,7 @@ def _too_many(path: str, wait: float) -> Response:
 
 # ---- header-read timeout ------------------------------------------------------------------------
 
-class HeaderTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol plus a header-read timeout, which uvicorn lacks: a
-    connection must deliver each request's headers within ``header_timeout_s`` of connecting
-    (or of the request's first byte on a kept-alive connection), or it is closed. Idle
-    kept-alive connections are closed by uvicorn's ``timeout_keep_alive``. Use it as
-    ``uvicorn.Config(http=header_timeout_protocol(10))``."""
-
-    header_timeout_s: float = 10.0
-    _header_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm_header_timer()
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._arm_header_timer()
-
-    def on_headers_complete(self) -> None:
-        self._disarm_header_timer()
-        super().on_headers_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_header_timer()
-        super().connection_lost(exc)
-
-    def _arm_header_timer(self) -> None:
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
-
-    def _disarm_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _header_timeout(self) -> None:
-        self._header_timer = None
-        if not self.transport.is_closing():
-            log.warning("closed a connection that did not send its request headers within %.0f s",
-                        self.header_timeout_s)
-            self.transport.close()
-
-
-def header_timeout_protocol(seconds: float) -> type[HeaderTimeoutProtocol]:
-    """The protocol class to pass as ``uvicorn.Config(http=…)``, with this header-read timeout."""
-    return type("HeaderTimeoutProtocol", (HeaderTimeoutProtocol,), {"header_timeout_s": float(seconds)})
+def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
+    """The protocol class to pass as ``uvicorn.Config(http=…)``: kit's, with this header-read timeout
+    (a connection must deliver each request's headers within it, or it is closed)."""
+    return header_deadline_protocol(seconds)
