@@ -196,8 +196,9 @@ def users_disable(user_id: Annotated[str, typer.Argument(help="the user id shown
 
 @app.command()
 def status() -> None:
-    """Show what runs: streams, consumers (pending, redelivered, lag) and the dead-letter count."""
-    from deploy.status import collect, render
+    """Show what runs: the processes `engram up` supervises (state, pid, restarts, uptime, last exit),
+    streams, consumers (pending, redelivered, lag) and the dead-letter count."""
+    from deploy.status import collect, read_processes, render, render_processes
 
     async def go():  # type: ignore[no-untyped-def]
         from deploy.client import connect
@@ -208,6 +209,7 @@ def status() -> None:
         finally:
             await bus.close()
 
+    render_processes(console, read_processes(default_home()))
     render(console, _run(go))
 
 

@@ -6,6 +6,12 @@ NATS. Prints the MCP URL (all an OAuth-capable client needs), the sign-in server
 the first start only, or with `--new-key`) and a ready-to-paste client config. SIGINT/SIGTERM stop
 everything in order: services first, then Postgres and NATS.
 
+While it runs, `engram up` supervises what it started (:meth:`Stack.supervise`): a service, or the
+embedded NATS or Postgres, that exits unexpectedly is restarted with exponential backoff, and a
+crash-looping one is left down while the others keep serving. The decisions are made by
+deploy/supervisor.py (pure); this module only notices exits, writes the log lines and restarts the
+processes. The state is written to ENGRAM_HOME/supervisor.json (0600) for `engram status`.
+
 The servers it starts require credentials generated once per home (deploy/credentials.py), which
 the services receive in their URLs; ENGRAM_HOME is private to its owner (0700, files 0600). URLs
 given by the user are used as they are.
@@ -20,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,11 +41,13 @@ from contracts.envelope import QueryEnvelope
 from contracts.errors import ErrorCode
 from contracts.subjects import MEMORY, Names
 from deploy.client import StackInfo, admin_command, admin_query
-from deploy.credentials import StackCredentials, private_home, redact_url
+from deploy.credentials import StackCredentials, private_home, redact_url, write_private
 from deploy.embedded.ports import pick_port
+from deploy.supervisor import CRASH_LOOPING, RUNNING, RestartPolicy, Supervised
 from kit.bus import Bus, BusUnavailable
 
 SERVICES = ("auth", "memory", "gateway")
+SUPERVISOR_FILE = "supervisor.json"
 _NOT_READY = (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.INTERNAL)
 
 
@@ -67,25 +76,66 @@ class StackOptions:
     auth_public_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     new_key: bool = False  # `engram up --new-key`: mint an API key even if one was made before
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # supervision (deploy/supervisor.py)
 
 
 class ServiceProcess:
+    """One service (`engram serve <name>`) as a child process, logging to ``log_path``."""
+
     def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
         self.name = name
+        self.env = env
         self.log_path = log_path
+        self.stopped_on_purpose = False
         log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy", "serve", name],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        self._log = self._open_log()
+        self.proc = self._spawn()
+
+    def _open_log(self) -> Any:
+        return os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        self.spawned_at = time.time()
+        return subprocess.Popen(
+            [sys.executable, "-m", "deploy", "serve", self.name],
+            env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=_terminate_with_parent if sys.platform == "linux" else None,
             umask=0o077,  # what a service writes (the vector store: memory payloads) is the owner's only
         )
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def exit_status(self) -> int | None:
+        """The exit status once the process has exited (reaped), else None."""
+        return self.proc.poll()
+
+    def reap(self) -> None:
+        """Nothing left to collect: `exit_status` reaped it, and a service starts no children."""
+
+    def restart(self) -> None:
+        """Start the service again (after it exited), appending to the same log."""
+        if self.alive():
+            raise RuntimeError(f"the {self.name} service is still running")
+        if self._log.closed:
+            self._log = self._open_log()
+        self.stopped_on_purpose = False
+        self.proc = self._spawn()
+
+    def note(self, line: str) -> None:
+        """Append a line of `engram up`'s own to the service's log."""
+        try:
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(f"--- engram up {time.strftime('%Y-%m-%d %H:%M:%S')}: {line} ---\n")
+        except OSError:
+            pass
+
     def stop(self, timeout: float = 15.0) -> None:
+        self.stopped_on_purpose = True
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -94,6 +144,45 @@ class ServiceProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class ServerChild:
+    """An embedded server (NATS or Postgres) seen by the supervisor: restarted on the same port,
+    data folder and credentials; its stragglers swept before."""
+
+    def __init__(self, name: str, server: Any) -> None:
+        self.name = name
+        self.server = server
+        server.preferred_port = server.port  # a restart must keep the URL the services were given
+        server.strict_port = True
+        self.log_path: Path = server.log_file
+
+    @property
+    def pid(self) -> int | None:
+        proc = self.server._proc
+        return proc.pid if proc is not None else None
+
+    def exit_status(self) -> int | None:
+        return self.server.exit_status()
+
+    def reap(self) -> None:
+        self.server.stop(timeout=5.0)  # the leader is gone: sweeps what is left of its group
+
+    def restart(self) -> None:
+        self.server.start()
+
+    def note(self, line: str) -> None:
+        try:
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(f"--- engram up {time.strftime('%Y-%m-%d %H:%M:%S')}: {line} ---\n")
+        except OSError:
+            pass
 
     def tail(self, lines: int = 25) -> str:
         try:
@@ -115,6 +204,13 @@ class Stack:
         self.database_url = options.database_url or ""
         self.gateway_url = ""
         self.auth_url = ""
+        self.supervised: dict[str, Supervised] = {}
+        self._children: dict[str, ServiceProcess | ServerChild] = {}
+        self._lock = threading.RLock()
+        self._stopping = False
+        self._watcher: threading.Thread | None = None
+        self._watch_stop = threading.Event()
+        self.nats_started_at = self.postgres_started_at = 0.0
 
     def start(self, timeout: float = 120.0) -> None:
         home = self.o.home
@@ -130,6 +226,7 @@ class Stack:
             self.nats = EmbeddedNats(
                 home / "nats", port=4222, user=credentials.nats_user, password=credentials.nats_password
             )
+            self.nats_started_at = time.time()
             self.nats_url = self.nats.start()
             self.say(f"NATS JetStream   {redact_url(self.nats_url)} (data in {home / 'nats'}; password in "
                      f"{home / 'credentials.json'})")
@@ -140,6 +237,7 @@ class Stack:
 
             assert credentials is not None
             self.postgres = EmbeddedPostgres(home / "postgres", port=5432, password=credentials.postgres_password)
+            self.postgres_started_at = time.time()
             self.database_url = self.postgres.start()
             self.say(f"PostgreSQL       {redact_url(self.database_url)} (data in {home / 'postgres'})")
         else:
@@ -167,6 +265,17 @@ class Stack:
         for name in SERVICES:
             self.services[name] = ServiceProcess(name, env, home / "logs" / f"{name}.log")
         self._wait_ready(timeout)
+        started_at = {"nats": self.nats_started_at, "postgres": self.postgres_started_at}
+        if self.nats is not None:
+            self._children["nats"] = ServerChild("nats", self.nats)
+        if self.postgres is not None:
+            self._children["postgres"] = ServerChild("postgres", self.postgres)
+        self._children.update(self.services)
+        for name, child in self._children.items():
+            self.supervised[name] = Supervised(name, self.o.restart_policy)
+            spawned = getattr(child, "spawned_at", None) or started_at.get(name) or time.time()
+            self.supervised[name].started(spawned, child.pid)
+        self.write_state()
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -207,12 +316,79 @@ class Stack:
             await bus.close()
 
     def check_alive(self) -> None:
+        """While starting: a service that exits is an error (its log says why)."""
         for svc in self.services.values():
             if not svc.alive():
                 raise RuntimeError(
                     f"the {svc.name} service exited (code {svc.proc.returncode}); last lines of {svc.log_path}:\n"
                     + svc.tail()
                 )
+
+    # --- supervision ------------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        """One round of supervision: notice what exited, restart what is due (NATS and Postgres
+        before the services). Called every quarter second by `engram up` (or a watcher thread)."""
+        with self._lock:
+            if self._stopping:
+                return
+            changed = False
+            for name, child in self._children.items():
+                sup = self.supervised[name]
+                if getattr(child, "stopped_on_purpose", False):
+                    sup.stopped()  # e.g. stopped by a benchmark or a maintenance step, not a crash
+                    continue
+                if sup.state == RUNNING:
+                    code = child.exit_status()
+                    if code is not None:
+                        tail = child.tail(10).splitlines()
+                        child.reap()
+                        decision = sup.exited(time.time(), code, tail)
+                        child.note(decision.message)
+                        if decision.restart:
+                            self.say(f"engram up: {decision.message}; last lines of {child.log_path}:\n"
+                                     + "\n".join(f"    {line}" for line in tail))
+                        else:
+                            self.say(f"engram up: ERROR {decision.message}\n    log: {child.log_path}")
+                        changed = True
+                if sup.due(time.time()):
+                    changed = True
+                    try:
+                        child.restart()
+                    except Exception as exc:  # noqa: BLE001 - any failure to start is a failed restart
+                        decision = sup.start_failed(time.time(), str(exc))
+                        child.note(f"restart of the {name} failed: {exc}")
+                        self.say(f"engram up: {'ERROR ' if sup.state == CRASH_LOOPING else ''}{decision.message}")
+                        continue
+                    sup.started(time.time(), child.pid)
+                    line = f"restarted the {name} (pid {child.pid}, restart {sup.restarts}); it died: {sup.last_exit}"
+                    child.note(line)
+                    self.say(f"engram up: {line}")
+            if changed:
+                self.write_state()
+
+    def supervise_in_background(self, interval: float = 0.25) -> None:
+        """Supervise from a thread (tests, embedders); `stop()` ends it."""
+
+        def loop() -> None:
+            while not self._watch_stop.wait(interval):
+                self.supervise()
+
+        self._watcher = threading.Thread(target=loop, name="engram-supervisor", daemon=True)
+        self._watcher.start()
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "engram_up_pid": os.getpid(), "updated_at": time.time(),
+            "processes": [sup.to_json() for sup in self.supervised.values()],
+        }
+
+    def write_state(self) -> None:
+        """ENGRAM_HOME/supervisor.json (0600, replaced atomically), read by `engram status`."""
+        try:
+            write_private(self.o.home / SUPERVISOR_FILE, json.dumps(self.state(), indent=2))
+        except OSError as exc:
+            self.say(f"engram up: could not write {self.o.home / SUPERVISOR_FILE}: {exc}")
 
     def create_key(self, user_id: str | None, name: str, scopes: list[str] | None = None) -> dict[str, Any]:
         payload: dict[str, Any] = {"name": name}
@@ -262,14 +438,24 @@ class Stack:
         return asyncio.run(go())
 
     def stop(self) -> None:
-        for name in reversed(SERVICES):
-            svc = self.services.get(name)
-            if svc:
-                svc.stop()
-        if self.postgres:
-            self.postgres.stop()
-        if self.nats:
-            self.nats.stop()
+        """Services first, then Postgres and NATS; supervision ends first (nothing restarts)."""
+        with self._lock:
+            self._stopping = True
+            for name in reversed(SERVICES):
+                svc = self.services.get(name)
+                if svc:
+                    svc.stop()
+            if self.postgres:
+                self.postgres.stop()
+            if self.nats:
+                self.nats.stop()
+            if self.supervised:
+                for sup in self.supervised.values():
+                    sup.stopped()
+                self.write_state()
+        self._watch_stop.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=5)
 
     def __enter__(self) -> Stack:
         self.start()
@@ -408,8 +594,8 @@ def run_up(options: StackOptions) -> int:
             flush=True,
         )
         while not stop_requested:
-            stack.check_alive()
-            time.sleep(0.5)
+            stack.supervise()
+            time.sleep(0.25)
         print("\nStopping Engram…", flush=True)
         return 0
     except RuntimeError as exc:

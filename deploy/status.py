@@ -1,8 +1,13 @@
-"""`engram status`: streams, consumers, lag and dead letters, read from JetStream."""
+"""`engram status`: the processes `engram up` supervises (from ENGRAM_HOME/supervisor.json), and
+streams, consumers, lag and dead letters, read from JetStream."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,8 +17,59 @@ from rich.table import Table
 
 from contracts.subjects import AUTH, MEMORY
 from deploy.client import StackInfo
+from deploy.embedded.ports import pid_is_alive
+from deploy.supervisor import STOPPED, uptime_text
 from kit.bus import Bus
 from kit.config import default_home
+
+SUPERVISOR_FILE = "supervisor.json"
+
+
+@dataclass
+class Processes:
+    """What supervisor.json says; ``live`` is False when the `engram up` that wrote it is gone."""
+
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    live: bool = False
+    updated_at: float | None = None
+    path: Path | None = None
+
+
+def read_processes(home: Path) -> Processes | None:
+    path = home / SUPERVISOR_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(doc.get("engram_up_pid") or 0)
+    live = pid > 0 and pid != os.getpid() and pid_is_alive(pid)
+    processes = list(doc.get("processes") or [])
+    if not live:  # the `engram up` that wrote it is gone (killed): so are its children
+        processes = [{**p, "state": STOPPED, "pid": None} for p in processes]
+    return Processes(processes, live, doc.get("updated_at"), path)
+
+
+def render_processes(console: Console, found: Processes | None, now: float | None = None) -> None:
+    if found is None:
+        console.print("Processes: unknown (no supervisor.json: not started by `engram up`)")
+        return
+    now = now if now is not None else time.time()
+    title = "Processes (engram up)" if found.live else "Processes (engram up is not running; last known)"
+    table = Table("process", "state", "pid", "restarts", "uptime", "last exit", title=title)
+    for p in found.processes:
+        last = p.get("last_exit") or "-"
+        if p.get("last_exit_at"):
+            last += f" ({time.strftime('%H:%M:%S', time.localtime(float(p['last_exit_at'])))})"
+        state = str(p.get("state", "?"))
+        if state == "restarting" and p.get("next_start_at"):
+            state += f" (in {max(0.0, float(p['next_start_at']) - now):.1f} s)"
+        table.add_row(str(p.get("name")), state, str(p.get("pid") or "-"), str(p.get("restarts", 0)),
+                      uptime_text(p, now), last)
+    console.print(table)
+    for p in found.processes:
+        if p.get("state") == "crash-looping" and p.get("last_log"):
+            console.print(f"[red]{p['name']} is crash-looping[/red]; its last lines:\n" + "\n".join(
+                f"    {line}" for line in p["last_log"]), highlight=False)
 
 
 @dataclass

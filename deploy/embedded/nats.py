@@ -175,7 +175,7 @@ class EmbeddedNats(ChildServer):
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._check_previous_server()
 
-        port = listen_port(self.preferred_port, self.host)
+        port = listen_port(self.preferred_port, self.host, strict=self.strict_port)
         if self.preferred_port and port != self.preferred_port:
             log.info("port %s is taken on %s; NATS uses port %s", self.preferred_port, self.host, port)
         cmd = [

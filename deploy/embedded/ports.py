@@ -71,8 +71,15 @@ def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-def listen_port(preferred: int | None, host: str) -> int:
-    """:func:`pick_port` for a launcher: an unusable ``host`` becomes an EmbeddedStartError."""
+def listen_port(preferred: int | None, host: str, *, strict: bool = False) -> int:
+    """:func:`pick_port` for a launcher: an unusable ``host`` becomes an EmbeddedStartError.
+
+    ``strict``: ``preferred`` or nothing (a restart must keep the port its clients know)."""
+    if strict and preferred and not port_is_free(preferred, host):
+        raise EmbeddedStartError(
+            f"port {preferred} on {host} is taken (by what is left of the previous server, or another program)",
+            hint="wait for it to be released; `ss -ltnp` shows who holds it.",
+        )
     try:
         return pick_port(preferred, host)
     except OSError as exc:

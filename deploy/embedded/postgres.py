@@ -348,7 +348,7 @@ class EmbeddedPostgres(ChildServer):
                 self._check_version()
             if self.password is not None:
                 initdb_output += self._require_password(launch, account, deadline)
-            port = listen_port(self.preferred_port, self.host)
+            port = listen_port(self.preferred_port, self.host, strict=self.strict_port)
             if self.preferred_port and port != self.preferred_port:
                 log.info(
                     "port %s is taken on %s; PostgreSQL uses port %s", self.preferred_port, self.host, port

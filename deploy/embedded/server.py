@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from types import TracebackType
 from typing import IO, Self
@@ -15,6 +16,30 @@ class ChildServer:
 
     _proc: subprocess.Popen[bytes] | None = None
     _log_fh: IO[bytes] | None = None
+    strict_port = False
+    """Whether ``start()`` must listen on ``preferred_port`` (a restart under `engram up`, whose
+    services know that port) rather than fall back to a free one."""
+
+    def exit_status(self) -> int | None:
+        """The exit status if the server process exited on its own, else ``None``.
+
+        The process is *not* reaped (``waitid`` with ``WNOWAIT``): while it is a zombie its
+        process-group id stays ours, so ``stop()`` can still sweep what it left behind (PostgreSQL
+        backends outlive a killed postmaster and hold its shared memory)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.returncode is not None:
+            return proc.returncode
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return proc.poll()
+        if info is None:
+            return None
+        if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+            return -info.si_status
+        return info.si_status
 
     @property
     def pid(self) -> int | None:
