@@ -20,6 +20,7 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     IDEMPOTENCY_KEY_IN_FLIGHT = "idempotency_key_in_flight"
+    ACCEPTED = "accepted"  # not a failure: queued while the owning service is down (HTTP 202)
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -33,6 +34,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.INTERNAL: 500,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
     ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT: 409,
+    ErrorCode.ACCEPTED: 202,
 }
 
 

@@ -43,6 +43,9 @@ from kit.pg import redact
 log = logging.getLogger("engram.bus")
 
 OUTCOME_QUERY = "command_outcome"
+#: a command with no outcome after this long is checked: when its service is down, the caller is
+#: told at once that it is queued (it waits in the stream and is applied when the service is back)
+QUEUED_AFTER_S = 2.0
 WRONG_LAST_SEQUENCE = 10071
 PIPELINE_MIN_BATCH = 8
 STREAM_NAME_IN_USE = 10058
@@ -262,8 +265,16 @@ class Bus:
                 self.names.commands_stream,
             )
             if not ack.duplicate:
+                quick = min(timeout, QUEUED_AFTER_S)
                 try:
-                    msg = await sub.next_msg(timeout=timeout)
+                    msg = await sub.next_msg(timeout=quick)
+                    return Reply[Any].model_validate_json(msg.data)
+                except nats.errors.TimeoutError:
+                    pass
+                if not await self.service_alive(service):
+                    return queued(service, command.command_id)
+                try:
+                    msg = await sub.next_msg(timeout=max(0.01, timeout - quick))
                     return Reply[Any].model_validate_json(msg.data)
                 except nats.errors.TimeoutError:
                     pass
@@ -283,11 +294,15 @@ class Bus:
             type=OUTCOME_QUERY, tenant=command.tenant,
             payload=OutcomeQuery(operation=name, key=command.command_id, fingerprint=fingerprint).model_dump(),
         )
+        unanswered = 0
         while True:
             try:
                 reply = await self.query(service, OUTCOME_QUERY, query, timeout=2.0)
             except BusUnavailable:
                 reply = None
+                unanswered += 1
+                if unanswered >= 2:  # the service is down: the accepted command waits in the stream
+                    return queued(service, command.command_id)
             if reply is not None and (reply.ok or (reply.error and reply.error.code != ErrorCode.NOT_FOUND)):
                 result = reply.result if reply.ok else None
                 if reply.ok and isinstance(result, dict) and "outcome" in result:
@@ -309,6 +324,18 @@ class Bus:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    async def service_alive(self, service: str, timeout: float = 1.0) -> bool:
+        """Whether any replica of ``service`` answers on the bus (core NATS says at once when no
+        subscriber listens: no waiting out a timeout)."""
+        probe = QueryEnvelope(type=OUTCOME_QUERY, payload={})
+        try:
+            await self.nc.request(self.names.query(service, OUTCOME_QUERY), dumps(probe), timeout=timeout)
+        except nats.errors.NoRespondersError:
+            return False
+        except nats.errors.TimeoutError:
+            return True  # subscribed but busy: alive
+        return True
 
     # queries ------------------------------------------------------------------------------
     async def query(self, service: str, name: str, query: QueryEnvelope, *, timeout: float = 10.0) -> Reply[Any]:
@@ -519,3 +546,14 @@ def request_fingerprint(service: str, name: str, payload: dict[str, Any]) -> str
         return fingerprint(spec.model.model_validate(payload))
     except ValidationError:
         return None
+
+
+def queued(service: str, key: str) -> Reply[Any]:
+    """The honest answer for a command accepted while its service is down."""
+    return Reply.failure(
+        ErrorCode.ACCEPTED,
+        f"accepted and queued: the {service} service is not running right now, so the write waits in the "
+        f"durable command stream and is applied exactly once when it is back. Retry the same request with "
+        f"the idempotency key {key!r} to get its outcome",
+        "idempotency_key",
+    )

@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
+from contracts.subjects import AUTH, MEMORY
 from kit.bus import Bus
 from kit.client import Client
 from kit.config import setup_logging
@@ -233,10 +234,18 @@ def create_app(settings: GatewaySettings) -> FastAPI:
 
     @app.get("/readyz", tags=["ops"])
     async def readyz() -> JSONResponse:
+        """Ready when connected to NATS (503 otherwise). ``services`` says which services answer on
+        the bus: while one is down the gateway still serves — its writes are queued (202), its
+        reads answer 503 with Retry-After — so it stays ready ("degraded") rather than leaving
+        the load balancer."""
         bus = state.get("bus")
         connected = bool(bus and bus.nc.is_connected)
-        return JSONResponse({"status": "ready" if connected else "not ready", "nats": connected},
-                            status_code=200 if connected else 503)
+        if not connected:
+            return JSONResponse({"status": "not ready", "nats": False, "services": {}}, status_code=503)
+        alive = await asyncio.gather(*(bus.service_alive(name, timeout=0.5) for name in (AUTH, MEMORY)))
+        services = {name: "up" if up else "down" for name, up in zip((AUTH, MEMORY), alive, strict=True)}
+        status = "ready" if all(alive) else "degraded"
+        return JSONResponse({"status": status, "nats": True, "services": services})
 
     @app.exception_handler(ApiError)
     async def on_api_error(_: Request, exc: ApiError) -> JSONResponse:

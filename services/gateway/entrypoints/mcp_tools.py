@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from contracts.errors import ErrorCode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_CONTEXT_CHARS,
@@ -122,8 +123,12 @@ def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
         except AccessDenied as exc:
             raise ToolError(f"permission denied: {exc}") from exc
         except ServiceFailure as exc:
+            if exc.error.code is ErrorCode.ACCEPTED:  # queued while the service is down: not an error
+                return exc.error.message if returns_text else {"success": False, "queued": True,
+                                                                "message": exc.error.message}
             raise ToolError(str(exc.error)) from exc
 
+    returns_text = fn.__annotations__.get("return") is str
     return wrapper
 
 
