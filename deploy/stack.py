@@ -51,6 +51,10 @@ SUPERVISOR_FILE = "supervisor.json"
 _NOT_READY = (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.INTERNAL)
 
 
+def _stamp() -> str:
+    return f"engram up {time.strftime('%H:%M:%S')}:"
+
+
 def _terminate_with_parent() -> None:
     """In the child, before exec: ask Linux for SIGTERM when the process that started it dies.
 
@@ -346,10 +350,10 @@ class Stack:
                         decision = sup.exited(time.time(), code, tail)
                         child.note(decision.message)
                         if decision.restart:
-                            self.say(f"engram up: {decision.message}; last lines of {child.log_path}:\n"
+                            self.say(f"{_stamp()} {decision.message}; last lines of {child.log_path}:\n"
                                      + "\n".join(f"    {line}" for line in tail))
                         else:
-                            self.say(f"engram up: ERROR {decision.message}\n    log: {child.log_path}")
+                            self.say(f"{_stamp()} ERROR {decision.message}\n    log: {child.log_path}")
                         changed = True
                 if sup.due(time.time()):
                     changed = True
@@ -358,12 +362,12 @@ class Stack:
                     except Exception as exc:  # noqa: BLE001 - any failure to start is a failed restart
                         decision = sup.start_failed(time.time(), str(exc))
                         child.note(f"restart of the {name} failed: {exc}")
-                        self.say(f"engram up: {'ERROR ' if sup.state == CRASH_LOOPING else ''}{decision.message}")
+                        self.say(f"{_stamp()} {'ERROR ' if sup.state == CRASH_LOOPING else ''}{decision.message}")
                         continue
                     sup.started(time.time(), child.pid)
-                    line = f"restarted the {name} (pid {child.pid}, restart {sup.restarts}); it died: {sup.last_exit}"
+                    line = f"restarted the {name} (pid {child.pid}, restart {sup.restarts}; last exit: {sup.last_exit})"
                     child.note(line)
-                    self.say(f"engram up: {line}")
+                    self.say(f"{_stamp()} {line}")
             if changed:
                 self.write_state()
 
@@ -384,10 +388,17 @@ class Stack:
         }
 
     def write_state(self) -> None:
-        """ENGRAM_HOME/supervisor.json (0600, replaced atomically), read by `engram status`."""
+        """ENGRAM_HOME/supervisor.json (0600, replaced atomically), read by `engram status`; the
+        services' pids in stack.json follow their restarts."""
         try:
             write_private(self.o.home / SUPERVISOR_FILE, json.dumps(self.state(), indent=2))
-        except OSError as exc:
+            info = StackInfo.load(self.o.home)
+            if info is not None and info.gateway_url == self.gateway_url:
+                pids = {n: s.pid for n, s in self.services.items() if s.alive()}
+                if pids != info.pids:
+                    info.pids = pids
+                    info.save(self.o.home)
+        except (OSError, ValueError) as exc:
             self.say(f"engram up: could not write {self.o.home / SUPERVISOR_FILE}: {exc}")
 
     def create_key(self, user_id: str | None, name: str, scopes: list[str] | None = None) -> dict[str, Any]:

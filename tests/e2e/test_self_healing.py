@@ -166,6 +166,24 @@ def _wait_back(stack: Stack, name: str, restarts_before: int, deadline: float) -
     raise AssertionError(f"the {name} was not restarted within {BOUND_S:.0f} s: {sup.to_json()}")
 
 
+def _auth_works_end_to_end(stack: Stack, marker: str) -> None:
+    """A new key (auth writes to Postgres) is accepted by the gateway (auth reads it): every
+    service, not only the write path the clients used, works after the restart."""
+    deadline = time.time() + BOUND_S
+    while True:
+        try:
+            fresh = str(stack.create_key(None, f"after {marker}")["key"])
+            r = httpx.post(stack.gateway_url + "/v1/memories", json={"content": f"{marker} fresh key"},
+                           headers={"Authorization": f"Bearer {fresh}", "Idempotency-Key": marker}, timeout=20)
+            if r.status_code in (200, 201, 202):
+                return
+            problem = f"{r.status_code} {r.text[:200]}"
+        except (RuntimeError, httpx.HTTPError) as exc:
+            problem = str(exc)
+        assert time.time() < deadline, f"a new key did not work after the restart: {problem}"
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize("component", ["memory", "gateway", "auth", "nats", "postgres"])
 def test_kill_9_then_the_stack_heals(stack: Stack, api_key: str, component: str) -> None:
     assert component in stack.supervised, f"{component} is not supervised (not started by this stack?)"
@@ -228,6 +246,7 @@ def test_kill_9_then_the_stack_heals(stack: Stack, api_key: str, component: str)
         assert not missing, f"lost {len(missing)} acknowledged writes: {missing[:5]}"
         assert not duplicated, f"duplicated: {duplicated[:5]}"
         assert set(unexpected) <= given_up, unexpected
+        _auth_works_end_to_end(stack, marker)
         figures = {"back_s": back_at - killed_at, "first_write_s": first_write, "longest_wait_s": longest,
                    "writes": float(len(acked)), "lost": float(len(missing)), "duplicated": float(len(duplicated))}
         RESULTS.setdefault(component, []).append(figures)
