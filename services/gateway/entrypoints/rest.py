@@ -1,24 +1,43 @@
 """REST under /v1: the same operations as the MCP tools, with OpenAPI docs."""
 
 
+import copy
+import types
 from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, create_model, model_validator
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import Receive, Send
+from starlette.types import Scope as ASGIScope
 
-from contracts.auth import ApiKeyList, ApiKeyView, CreateApiKey, CreatedApiKey, ListApiKeys, RevokeApiKey
+from contracts.auth import (
+    ApiKeyList,
+    ApiKeyView,
+    CreateApiKey,
+    CreatedApiKey,
+    ListApiKeys,
+    RevokeApiKey,
+    Scope,
+)
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_KEYWORD_CHARS,
     MAX_RECALL_LIMIT,
+    MAX_STRUCTURED_CONTENT_CHARS,
     MAX_TITLE_CHARS,
     MEMORY_KEY_PATTERN,
+    NAMESPACE_FOR_CATEGORY,
     PROJECT_PATTERN,
     Category,
     ForgetMemory,
@@ -49,6 +68,7 @@ from services.gateway.pin import pinned_project
 from services.gateway.principal import AccessDenied, Principal
 
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(Exception):
@@ -63,19 +83,158 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse({"error": exc.body.model_dump(mode="json")}, status_code=exc.status, headers=exc.headers)
 
 
-class SaveRequest(SaveMemory):
+class ErrorResponse(BaseModel):
+    """Every refusal of the REST API: a stable code, a message, and the field at fault (if one is)."""
+
+    error: ErrorBody
+
+
+class RateLimitedBody(BaseModel):
+    code: Literal["rate_limited"]
+    message: str
+    field: None = None
+
+
+class RateLimitedResponse(BaseModel):
+    """Too many requests for this credential (or address, before authentication); see Retry-After."""
+
+    error: RateLimitedBody
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "The body is not JSON (invalid_argument)"},
+    401: {"model": ErrorResponse, "description": "No valid bearer token (unauthenticated; see WWW-Authenticate)"},
+    403: {"model": ErrorResponse, "description": "The credential lacks the scope, or may not reach the project "
+          "(permission_denied)"},
+    404: {"model": ErrorResponse, "description": "Nothing found by that id or key (not_found)"},
+    409: {"model": ErrorResponse, "description": "A conflict, or the idempotency key's first request is still being "
+          "handled (conflict, idempotency_key_in_flight)"},
+    422: {"model": ErrorResponse, "description": "A field breaks a rule (invalid_argument, naming the field), or the "
+          "idempotency key was used for another request (idempotency_key_reused)"},
+    429: {"model": RateLimitedResponse, "description": "Rate limited: retry after Retry-After seconds"},
+    503: {"model": ErrorResponse, "description": "A service is unavailable; retry later (unavailable)"},
+    504: {"model": ErrorResponse, "description": "Accepted, but its outcome did not arrive in time: retry with the "
+          "same idempotency key (timeout)"},
+}
+
+
+def _scalar(annotation: Any) -> type | None:
+    """bool, int or float for such a field (optional or not), else None."""
+    if annotation in (bool, int, float):
+        return annotation  # type: ignore[no-any-return]
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if len(members) == 1 and members[0] in (bool, int, float):
+            return members[0]  # type: ignore[no-any-return]
+    return None
+
+
+def _json_number(value: Any) -> Any:
+    """A number field takes a JSON number (``5.0`` is an integer, as in JSON Schema), never a
+    string or a boolean (pydantic's lax mode would take ``"5"`` and ``true``)."""
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("number_type", "Input should be a JSON number, not {kind}",
+                                  {"kind": type(value).__name__.replace("str", "a string").replace("bool", "a boolean")})
+    return value
+
+
+def strict_body(model: type[M], name: str) -> type[M]:
+    """The contract model as a REST body: booleans and numbers must be JSON booleans and numbers
+    (``0`` is not ``false``, ``"3"`` not ``3``). The bus keeps the contract's lax parsing: its
+    messages come from trusted services. docs/architecture.md, "REST bodies: strict types"."""
+    fields: dict[str, Any] = {}
+    for field_name, info in model.model_fields.items():
+        kind = _scalar(info.annotation)
+        if kind is not None:
+            strict = copy.copy(info)
+            strict.metadata = [*info.metadata, Strict() if kind is bool else BeforeValidator(_json_number)]
+            fields[field_name] = (info.annotation, strict)
+    made: type[M] = create_model(name, __base__=model, __doc__=model.__doc__, **fields)
+    return made
+
+
+class MethodNotAllowed:
+    """405 for a method a resource does not offer, with every method it does offer in ``Allow``
+    (Starlette's own answer lists only the methods of the first route matching the path)."""
+
+    def __init__(self, allow: list[str]) -> None:
+        self.allow = ", ".join(allow)
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        await JSONResponse({"detail": "Method Not Allowed"}, status_code=405,
+                           headers={"Allow": self.allow})(scope, receive, send)
+
+
+class RestRoute(APIRoute):
+    """A route whose refusals all have the documented error body: FastAPI's own (a body it cannot
+    even decode, e.g. bytes that are not UTF-8) included."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Any:
+            try:
+                return await handler(request)
+            except HTTPException as exc:
+                if exc.status_code != 400:
+                    raise
+                raise ApiError(400, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, field="body",
+                                              message=f"the body could not be read: {exc.detail}")) from exc
+
+        return handle
+
+
+RecallRequest = strict_body(Recall, "RecallRequest")
+SaveSharedMemoryRequest = strict_body(SaveSharedMemory, "SaveSharedMemoryRequest")
+
+
+def _given(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """JSON Schema: ``name`` is present and not null (or matches ``schema``)."""
+    return {"required": [name], "properties": {name: schema or {"not": {"type": "null"}}}}
+
+
+def _exactly_one(*names: str) -> dict[str, Any]:
+    return {"oneOf": [_given(n) for n in names]}
+
+
+# The rules across fields, in the OpenAPI document too (clients and fuzzers read them there).
+_SAVE_RULES: dict[str, Any] = {"allOf": [
+    {"if": _given("memory_key"), "then": _given("category")},
+    {"if": _given("category"), "then": {"properties": {"content": {"maxLength": MAX_STRUCTURED_CONTENT_CHARS}}}},
+    *({"if": _given("category", {"const": category.value}),
+       "then": {"properties": {"memory_key": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": rf"^{ns}\.[a-z0-9_]{{1,64}}$"}]}}}}
+      for category, ns in NAMESPACE_FOR_CATEGORY.items()),
+]}
+_UPDATE_RULES: dict[str, Any] = {"allOf": [
+    _exactly_one("id", "memory_key"),
+    {"anyOf": [_given(n) for n in ("content", "context", "category", "importance", "confidence", "source")]},
+    {"properties": {"memory_key": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": MEMORY_KEY_PATTERN}]}}},
+]}
+_KEY_RULES: dict[str, Any] = {"not": {"required": ["project", "scopes"], "properties": {
+    "project": {"type": "string"}, "scopes": {"type": "array", "contains": {"const": Scope.ADMIN.value}}}}}
+
+
+class CreateApiKeyRequest(strict_body(CreateApiKey, "StrictCreateApiKey")):  # type: ignore[misc]
+    model_config = ConfigDict(json_schema_extra=_KEY_RULES)
+
+
+class SaveRequest(strict_body(SaveMemory, "StrictSaveMemory")):  # type: ignore[misc]
     """Free-form (content only) or categorised (category, optional memory_key) memory."""
+
+    model_config = ConfigDict(json_schema_extra=_SAVE_RULES)
 
     project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
     source: str = Field("api", min_length=1, max_length=64)
 
 
-class UpdateRequest(UpdateMemory):
+class UpdateRequest(strict_body(UpdateMemory, "StrictUpdateMemory")):  # type: ignore[misc]
+    model_config = ConfigDict(json_schema_extra=_UPDATE_RULES)
+
     project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
 
 
 class ForgetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_exactly_one("content", "memory_id"))
     content: str | None = Field(None, min_length=1, max_length=MAX_CONTENT_CHARS)
     memory_id: UUID | None = None
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
@@ -89,7 +248,7 @@ class ForgetRequest(BaseModel):
 
 
 def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["memory"])
+    router = APIRouter(prefix="/v1", tags=["memory"], responses=ERROR_RESPONSES, route_class=RestRoute)
 
     def caller(request: Request) -> OpCaller:
         user = request.scope.get("user")
@@ -99,8 +258,8 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
 
     Caller = Annotated[OpCaller, Depends(caller)]
     IdempotencyKey = Annotated[
-        str | None,
-        Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
+        Annotated[str, Field(pattern=IDEMPOTENCY_KEY_PATTERN)] | SkipJsonSchema[None],  # a header is never null
+        Header(alias="Idempotency-Key",
                description="Retrying with the same key has exactly one effect; the same key with a different "
                "request is refused (422 idempotency_key_reused), and while its first request is still being "
                "handled the answer is 409 idempotency_key_in_flight."),
@@ -157,9 +316,10 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         return await call(ops.memory_history(who, MemoryHistoryQuery(memory_id=memory_id)))
 
     @router.post("/shared-memories", response_model=SaveSharedMemoryResult, summary="Save a shared memory")
-    async def save_shared(body: SaveSharedMemory, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+    async def save_shared(body: SaveSharedMemoryRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Idempotent per title: the same title again updates it."""
-        return await call(ops.save_shared_memory(who, body, key=idempotency_key))
+        cmd = SaveSharedMemory.model_validate(body.model_dump())
+        return await call(ops.save_shared_memory(who, cmd, key=idempotency_key))
 
     @router.get("/shared-memories", response_model=SharedMemoryList, summary="Find shared memories")
     async def get_shared(
@@ -185,19 +345,20 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         return await call(ops.forget_memory(who, cmd, project=body.project, key=idempotency_key))
 
     @router.post("/recall", response_model=RecallResult, summary="Recall memories")
-    async def recall(body: Recall, who: Caller) -> Any:
+    async def recall(body: RecallRequest, who: Caller) -> Any:
         """Hybrid search (dense + keyword, RRF; its best candidates re-ordered by late interaction) over the caller's memories."""
-        return await call(ops.recall(who, body))
+        return await call(ops.recall(who, Recall.model_validate(body.model_dump())))
 
     @router.get("/whoami", response_model=WhoAmI, summary="Who am I")
     async def whoami(who: Caller) -> WhoAmI:
         return await call(ops.who_am_i(who))
 
     @router.post("/keys", status_code=201, response_model=CreatedApiKey, tags=["admin"], summary="Create an API key")
-    async def create_key(body: CreateApiKey, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+    async def create_key(body: CreateApiKeyRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Create an API key (the secret is in this response only). Needs the `admin` scope: the install
         operator's role, never restricted to a project."""
-        return await call(ops.create_api_key(who, body, key=idempotency_key))
+        cmd = CreateApiKey.model_validate(body.model_dump())
+        return await call(ops.create_api_key(who, cmd, key=idempotency_key))
 
     @router.get("/keys", response_model=ApiKeyList, tags=["admin"], summary="List API keys")
     async def list_keys(who: Caller, user_id: Annotated[str | None, Query(max_length=128)] = None) -> Any:
@@ -209,5 +370,12 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         """Revoke a key; every gateway refuses it at once. Needs the `admin` scope."""
         return await call(ops.revoke_api_key(who, RevokeApiKey(key_id=key_id), key=idempotency_key))
 
+    # Last: any other method on a resource is a 405 naming all of the resource's methods.
+    allowed: dict[str, set[str]] = {}
+    for route in router.routes:
+        if isinstance(route, Route) and route.methods:
+            allowed.setdefault(route.path, set()).update(route.methods)
+    for path, methods in allowed.items():
+        router.routes.append(Route(path, MethodNotAllowed(sorted(methods)), include_in_schema=False))
     return router
 
