@@ -74,6 +74,20 @@ def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory")
     importlib.import_module(module).main()
 
 
+@app.command()
+def probe(
+    service: Annotated[str, typer.Argument(help="gateway | auth | memory")],
+    live: Annotated[bool, typer.Option("--live", help="liveness: fail only when NATS is up and the service is not connected")] = False,
+    http: Annotated[str | None, typer.Option(help="readiness: this URL must answer 2xx too")] = None,
+) -> None:
+    """Container probe: is this container's service process connected to NATS? (exit 0 = yes).
+    Manifests call the lighter `python -m deploy.probe`, which this runs."""
+    from deploy.probe import main as probe_main
+
+    args = [service] + (["--live"] if live else []) + (["--http", http] if http else [])
+    raise typer.Exit(probe_main(args))
+
+
 def _run(coro_factory):  # type: ignore[no-untyped-def]
     from kit.bus import BusUnavailable
 

@@ -76,6 +76,7 @@ ALLOWED_ENV = {
     "ENGRAM_AUTH_METADATA_URL",
     "ENGRAM_RATE_LIMIT_BYTES_PER_TOKEN",
     "ENGRAM_HEADER_TIMEOUT_S",
+    "ENGRAM_BODY_IDLE_TIMEOUT_S",
     "ENGRAM_KEEP_ALIVE_TIMEOUT_S",
     "ENGRAM_TRUSTED_PROXIES",  # auth too
     # auth (ENGRAM_AUTH_PUBLIC_URL is read by the gateway too)
@@ -392,7 +393,62 @@ def test_compose_postgres_and_gateway_health(compose: dict[str, Any]) -> None:
     assert "gateway:8080" in compose["configs"]["proxy-conf"]["content"]
     auth = compose["services"]["auth"]
     assert "ports" not in auth and str(AUTH_PORT) in [str(p) for p in auth["expose"]]
-    assert f"http://127.0.0.1:{AUTH_PORT}{AS_METADATA_PATH}" in " ".join(auth["healthcheck"]["test"])
+    assert auth["healthcheck"]["test"] == ["CMD", "python", "-m", "deploy.probe", "auth", "--http",
+                                           f"http://127.0.0.1:{AUTH_PORT}/healthz"]
+
+
+def auth_http_paths() -> set[str]:
+    """Every path of the auth app, /healthz included (it is exempt from the sign-in rate limit)."""
+    from services.auth.entrypoints.http import create_app
+    from services.auth.oauth.pages import Pages
+
+    class NoProvider:
+        def configure(self, **_: object) -> None:
+            return None
+
+    app = create_app(NoProvider(), Pages(None, issuer="https://e.example", allow_signup=True), "https://e.example")  # type: ignore[arg-type]
+    while not hasattr(app, "routes"):
+        app = app.app  # type: ignore[attr-defined]
+    return {getattr(route, "path", "") for route in app.routes}
+
+
+def gateway_http_paths() -> set[str]:
+    source = (ROOT / "services" / "gateway" / "main.py").read_text()
+    return set(re.findall(r'@app\.get\("(/[a-z]+z)"', source))
+
+
+def check_probe_command(command: list[str], service: str, port: int | None = None) -> None:
+    """An exec probe runs deploy/probe.py for the container's own service, with arguments its
+    parser accepts, and any --http URL is one of the service's own health paths on its port."""
+    from deploy import probe
+
+    assert command[:4] == ["python", "-m", "deploy.probe", service], command
+    args = probe.parser().parse_args(command[3:])  # exits (SystemExit) on an argument it does not take
+    assert args.service == service
+    if args.http:
+        url = urlparse(args.http)
+        assert url.hostname == "127.0.0.1" and url.port == port, args.http
+        assert url.path in auth_http_paths() | gateway_http_paths(), url.path
+
+
+def test_compose_every_engram_service_restarts_and_has_a_truthful_healthcheck(compose: dict[str, Any]) -> None:
+    """Issue 20: Docker restarts a service that exits, and each healthcheck says whether this
+    container's process can work: the gateway's /readyz (its NATS connection), auth's and memory's
+    NATS connection (deploy/probe.py), auth's HTTP server too."""
+    services = engram_compose_services(compose)
+    assert set(services) == SERVICES
+    for name, svc in services.items():
+        assert svc["restart"] == "unless-stopped", name
+        assert svc.get("init") is True, name  # signals reach the service; zombies are reaped
+        check = svc["healthcheck"]
+        assert check["test"][0] == "CMD" and check["retries"] >= 3 and check["start_period"], name
+        if name == "gateway":
+            assert "http://127.0.0.1:8080/readyz" in " ".join(check["test"])
+            assert "/readyz" in gateway_http_paths()
+        else:
+            check_probe_command(check["test"][1:], name, AUTH_PORT if name == "auth" else None)
+    for name in ("nats-1", "nats-2", "nats-3", "postgres", "qdrant", "proxy"):
+        assert compose["services"][name]["restart"] == "unless-stopped", name
 
 
 def test_compose_gateway_and_auth_agree_on_one_public_origin(compose: dict[str, Any]) -> None:
@@ -546,10 +602,30 @@ def test_k8s_gateway_probes_and_service(base_objects: list[dict[str, Any]]) -> N
     service = by_kind(base_objects, "Service")["gateway"]
     (port,) = service["spec"]["ports"]
     assert port["port"] == 80 and ports.get(port["targetPort"], port["targetPort"]) == 8080
-    memory = by_kind(base_objects, "Deployment")["memory"]["spec"]["template"]["spec"]["containers"][0]
-    assert "ports" not in memory and "livenessProbe" not in memory and "readinessProbe" not in memory, (
-        "memory has no HTTP port: no HTTP probe"
-    )
+    assert {"/readyz", "/healthz"} <= gateway_http_paths()
+
+
+def test_k8s_memory_probes_run_the_probe_of_its_own_service(base_objects: list[dict[str, Any]]) -> None:
+    memory = by_kind(base_objects, "Deployment")["memory"]["spec"]["template"]["spec"]
+    container = memory["containers"][0]
+    assert "ports" not in container, "memory has no HTTP port: exec probes"
+    assert memory.get("restartPolicy", "Always") == "Always"
+    check_probe_command(container["readinessProbe"]["exec"]["command"], "memory")
+    check_probe_command(container["startupProbe"]["exec"]["command"], "memory")
+    live = container["livenessProbe"]["exec"]["command"]
+    check_probe_command(live, "memory")
+    assert "--live" in live, "liveness must not fail a pod because NATS itself is down"
+    assert "--live" not in container["readinessProbe"]["exec"]["command"]
+
+
+def test_k8s_every_engram_deployment_declares_readiness_and_liveness(base_objects: list[dict[str, Any]]) -> None:
+    for name in SERVICES:
+        spec = by_kind(base_objects, "Deployment")[name]["spec"]["template"]["spec"]
+        assert spec.get("restartPolicy", "Always") == "Always", name
+        container = spec["containers"][0]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert probe in container, (name, probe)
+            assert container[probe].get("timeoutSeconds", 1) >= 1
 
 
 def test_k8s_auth_probes_and_service(base_objects: list[dict[str, Any]], oauth_paths: set[str]) -> None:
@@ -557,11 +633,14 @@ def test_k8s_auth_probes_and_service(base_objects: list[dict[str, Any]], oauth_p
     container = auth["spec"]["template"]["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert list(ports.values()) == [AUTH_PORT]
-    assert AS_METADATA_PATH in oauth_paths  # a GET that answers 200 once the server is up
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    assert "/healthz" in auth_http_paths()  # a GET exempt from the sign-in rate limit
+    for probe in ("startupProbe", "livenessProbe"):
         get = container[probe]["httpGet"]
-        assert get["path"] == AS_METADATA_PATH, probe
+        assert get["path"] == "/healthz", probe
         assert ports.get(get["port"], get["port"]) == AUTH_PORT, probe
+    ready = container["readinessProbe"]["exec"]["command"]
+    check_probe_command(ready, "auth", AUTH_PORT)
+    assert "--http" in ready and "--live" not in ready
     service = by_kind(base_objects, "Service")["auth"]
     assert service["spec"]["selector"] == auth["spec"]["selector"]["matchLabels"]
     (port,) = service["spec"]["ports"]

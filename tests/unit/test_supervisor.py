@@ -3,9 +3,16 @@ run, the crash-loop rule, exit reasons, and the state `engram status` shows. The
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+
 import pytest
 from rich.console import Console
 
+from deploy import probe
 from deploy.status import Processes, render_processes
 from deploy.supervisor import (
     CRASH_LOOPING,
@@ -132,3 +139,44 @@ def test_status_table_shows_state_pid_restarts_uptime_and_last_exit() -> None:
     assert "memory" in text and "running" in text and "43" in text and "20s" in text
     assert "killed by SIGKILL (signal 9)" in text
     assert "crash-looping" in text and "exited with code 3" in text and "ImportError: no module named x" in text
+
+
+# --- the container probe (deploy/probe.py), on real sockets and processes -------------------------
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_probe_sees_an_established_connection_of_the_process_only() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        nats_url = f"nats://u:p@127.0.0.1:{port}"
+        ok, why = probe.check("memory", live=False, http=None, nats_url=nats_url, pid=os.getpid())
+        assert not ok and "not connected to NATS" in why
+        ok, why = probe.check("memory", live=True, http=None, nats_url=nats_url, pid=os.getpid())
+        assert not ok and "stuck" in why  # the bus is up and this process holds no connection
+        with socket.create_connection(("127.0.0.1", port)):
+            peer, _ = server.accept()
+            with peer:
+                assert probe.connected_to(os.getpid(), {port})
+                assert not probe.connected_to(os.getpid(), {port + 1 if port < 65535 else port - 1})
+                assert probe.check("memory", live=False, http=None, nats_url=nats_url, pid=os.getpid())[0]
+                assert probe.check("memory", live=True, http=None, nats_url=nats_url, pid=os.getpid())[0]
+    # NATS down (nothing listens any more): liveness does not blame the process
+    ok, why = probe.check("memory", live=True, http=None, nats_url=nats_url, pid=os.getpid())
+    assert ok and "unreachable" in why
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_probe_finds_the_serve_process_of_its_service() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", "memory"])
+    try:
+        deadline = time.monotonic() + 5
+        while child.pid not in probe.service_pids("memory"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert child.pid not in probe.service_pids("auth")
+    finally:
+        child.kill()
+        child.wait()
+    assert probe.nats_endpoints("nats://a:b@nats-1:4223, nats://nats-2") == [("nats-1", 4223), ("nats-2", 4222)]
