@@ -58,6 +58,24 @@ def rest(url: str, key: str, path: str, body: dict) -> httpx.Response:  # type: 
     return httpx.post(base + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
+def kill_and_wait_for_restart(home: Path, service: str) -> int:
+    """kill -9 a service of the running `engram up`; returns the pid of its restarted process."""
+    def entry() -> dict:  # type: ignore[type-arg]
+        return {p["name"]: p for p in json.loads((home / "supervisor.json").read_text())["processes"]}[service]
+
+    before = entry()
+    assert before["state"] == "running" and before["pid"], before
+    os.kill(before["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        now = entry()
+        if now["state"] == "running" and now["restarts"] == before["restarts"] + 1:
+            assert oct((home / "supervisor.json").stat().st_mode & 0o777) == "0o600"
+            return int(now["pid"])
+        assert time.monotonic() < deadline, now
+        time.sleep(0.1)
+
+
 def assert_locked_down(home: Path, elsewhere: Path) -> None:
     """Issue 21 finding 1: the home is its owner's alone, and the port alone opens nothing."""
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
@@ -85,9 +103,16 @@ def test_up_save_restart_recall(tmp_path: Path) -> None:
         assert '"mcpServers"' in output and url in output and "Bearer egm_" in output
         assert rest(url, key, "/v1/memories", {"content": "My first car was a red Fiat 500"}).status_code == 201
         assert_locked_down(home, tmp_path)
+        restarted_pid = kill_and_wait_for_restart(home, "memory")
+        assert json.loads((home / "stack.json").read_text())["pids"]["memory"] == restarted_pid
+        saved = rest(url, key, "/v1/memories", {"content": "I was born in Lyon"})
+        assert saved.status_code in (201, 202), saved.text
     finally:
         stopped = stop_up(proc)
     assert "Engram stopped." in stopped
+    # issue 20: the crash was reported (why, and when it came back), and the rest kept running
+    assert "the memory service killed by SIGKILL (signal 9)" in stopped, stopped
+    assert "restarted the memory" in stopped and "Stopping Engram" in stopped, stopped
     assert (home / "stack.json").exists()
 
     proc, url, _, lines = start_up(home, expect_key=False)
@@ -108,6 +133,7 @@ def test_up_save_restart_recall(tmp_path: Path) -> None:
         status = subprocess.run([sys.executable, "-m", "deploy", "status"], env=env | {"COLUMNS": "200"}, capture_output=True,
                                 text=True, timeout=60)
         assert status.returncode == 0 and "memory-projector" in status.stdout, status.stdout + status.stderr
+        assert "Processes (engram up)" in status.stdout and "running" in status.stdout, status.stdout
     finally:
         stop_up(proc)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")} | {"ENGRAM_HOME": str(home)}
