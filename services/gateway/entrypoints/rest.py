@@ -68,6 +68,7 @@ from services.gateway.pin import pinned_project
 from services.gateway.principal import AccessDenied, Principal
 
 R = TypeVar("R")
+RETRY_AFTER_S = 5
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -270,7 +271,11 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         try:
             return await coro
         except ServiceFailure as exc:
-            raise ApiError(HTTP_STATUS[exc.error.code], exc.error) from exc
+            status = HTTP_STATUS[exc.error.code]
+            # 202: accepted while the owning service is down (applied when it is back); 503: nothing
+            # could be done now. Either way the client learns when to try again.
+            retry = {"Retry-After": str(RETRY_AFTER_S)} if status in (202, 503) else None
+            raise ApiError(status, exc.error, retry) from exc
         except AccessDenied as exc:
             if exc.scope is None:  # outside the credential's project
                 raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc), field="project")) from exc
