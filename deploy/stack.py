@@ -372,7 +372,11 @@ class Stack:
                 self.write_state()
 
     def supervise_in_background(self, interval: float = 0.25) -> None:
-        """Supervise from a thread (tests, embedders); `stop()` ends it."""
+        """Supervise from a thread (tests, embedders); `stop()` ends it.
+
+        A service restarted from this thread is tied to it (Linux's parent-death signal follows
+        the thread that started the child), which is why `stop()` stops every process before it
+        ends the thread. `engram up` itself supervises from its main thread."""
 
         def loop() -> None:
             while not self._watch_stop.wait(interval):

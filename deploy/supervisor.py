@@ -120,7 +120,9 @@ class Supervised:
         ))
 
     def start_failed(self, now: float, error: str) -> Decision:
-        """A restart attempt itself failed (the process never came up): counts as an exit."""
+        """A restart attempt itself failed (the process never came up): counts as an exit, and the
+        attempt as a restart for the crash-loop rule (a server that cannot start is given up on)."""
+        self.restart_times.append(now)
         decision = self.exited(now, None, error.splitlines()[-5:])
         self.last_exit = f"did not start: {error.splitlines()[0] if error else 'unknown error'}"
         return decision

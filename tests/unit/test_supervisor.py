@@ -109,6 +109,9 @@ def test_a_failed_restart_counts_as_an_exit_and_backs_off() -> None:
     assert decision.restart and decision.delay_s == 1.0
     assert sup.last_exit == "did not start: port 5432 on 127.0.0.1 is taken"
     assert "server" in decision.message
+    for _ in range(4):  # a server that cannot start at all ends as a crash loop, not an endless retry
+        decision = sup.start_failed(2.0, "port 5432 on 127.0.0.1 is taken")
+    assert not decision.restart and sup.state == CRASH_LOOPING and sup.restarts == 0
 
 
 def test_stopped_on_purpose_is_not_restarted() -> None:
