@@ -135,13 +135,14 @@ def api_key(stack: Stack) -> str:
 def _report() -> None:
     if not RESULTS:
         return
-    lines = ["component   trials  back (med/max s)  first write (med/max s)  longest wait (s)  lost  dup"]
+    lines = ["component   trials  back (med/max s)  first write (med/max s)  longest wait (s)  queued  lost  dup"]
     for name, trials in RESULTS.items():
         def col(key: str, trials: list[dict[str, float]] = trials) -> str:
             values = [t[key] for t in trials]
             return f"{statistics.median(values):.2f}/{max(values):.2f}"
         lines.append(f"{name:<11} {len(trials):>6}  {col('back_s'):>16}  {col('first_write_s'):>23}  "
-                     f"{max(t['longest_wait_s'] for t in trials):>16.2f}  {sum(t['lost'] for t in trials):>4.0f}  "
+                     f"{max(t['longest_wait_s'] for t in trials):>16.2f}  {sum(t['queued'] for t in trials):>6.0f}  "
+                     f"{sum(t['lost'] for t in trials):>4.0f}  "
                      f"{sum(t['duplicated'] for t in trials):>3.0f}")
     print("\n" + "\n".join(lines), flush=True)
     out = os.environ.get("ENGRAM_RELIABILITY_OUT")
@@ -248,7 +249,8 @@ def test_kill_9_then_the_stack_heals(stack: Stack, api_key: str, component: str)
         assert set(unexpected) <= given_up, unexpected
         _auth_works_end_to_end(stack, marker)
         figures = {"back_s": back_at - killed_at, "first_write_s": first_write, "longest_wait_s": longest,
-                   "writes": float(len(acked)), "lost": float(len(missing)), "duplicated": float(len(duplicated))}
+                   "writes": float(len(acked)), "queued": float(sum(1 for x in acked if x.status == 202)),
+                   "lost": float(len(missing)), "duplicated": float(len(duplicated))}
         RESULTS.setdefault(component, []).append(figures)
         print(f"{component} trial {trial}: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()), flush=True)
 
