@@ -1,0 +1,264 @@
+"""The built-in extraction engine: a day's conversation → atomic, classified facts, offline.
+
+Per turn of a person (assistant turns are context only): split into sentences; drop questions,
+greetings, thanks, reactions and filler; strip leading interjections; keep statements the speaker
+makes about themselves (first person) or short subject-less reports ("Been to Rome once"); resolve
+the first person to the speaker and "you" to the person spoken to; classify; drop near-duplicates
+within the log. One sentence → at most one fact; each fact names the turn it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from services.extractor.domain.classify import classify
+from services.extractor.domain.model import Fact, Turn
+from services.extractor.domain.text import (
+    FIRST_PERSON,
+    SECOND_PERSON,
+    content_words,
+    is_filler,
+    is_question,
+    resolve_first_person,
+    resolve_second_person,
+    sentences,
+    strip_interjections,
+    third_person,
+)
+
+ASSISTANT_SPEAKERS = frozenset({"assistant", "ai", "bot", "system", "model", "engram", "claude", "chatgpt", "gpt"})
+USER_SPEAKERS = frozenset({"user", "me", "human", "i", "you"})
+MAX_FACT_CHARS = 600
+CONTEXT_CHARS = 400
+
+#: Subject-less reports the speaker makes about themselves ("Been to Rome once", "Just got back").
+_SUBJECTLESS = re.compile(
+    r"^(?:just |finally |recently |also |still )*(?:been|went|got|started|finished|bought|visited|moved|"
+    r"joined|signed up|tried|learned|made|took|had|spent|working|trying|planning|thinking|going|heading|"
+    r"loving|enjoying|feeling|feel|love|can't wait|gonna|hoping|looking forward)\b",
+    re.IGNORECASE,
+)
+_CONTINUATION = re.compile(r"^(?:it|it's|its|that|that's|this|this is|they|they're|which|plus|and|but|so|"
+                           r"there|there's|he|she|he's|she's)\b", re.IGNORECASE)
+_ABOUT_OTHER_ONLY = re.compile(r"^(?:you|your|you're|you've|u|ur)\b", re.IGNORECASE)
+_EMPTY_STATEMENT = re.compile(
+    r"^(?:i (?:know|see|agree|understand|hear you|feel you|get it|bet|hope so|think so|mean|guess)|"
+    r"i'm (?:glad|happy|sorry|so happy|so glad|so sorry) (?:to hear|for you|you)|i can't wait to (?:see|hear)|"
+    r"i'll (?:keep that in mind|let you know|do that|try)|let me know|me too|i'm here for you|"
+    r"i'm (?:sure|positive)|i'd love to (?:see|hear))\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    min_content_words: int = 3
+    duplicate_overlap: float = 0.8
+
+
+def display_name(speaker: str) -> str:
+    """How a fact names its subject: "The user" for the user, else the speaker's own name."""
+    clean = speaker.strip()
+    if clean.lower() in USER_SPEAKERS or not clean:
+        return "The user"
+    return clean[:1].upper() + clean[1:]
+
+
+def is_assistant(speaker: str) -> bool:
+    return speaker.strip().lower() in ASSISTANT_SPEAKERS
+
+
+def _listener(turns: Sequence[Turn], index: int) -> str | None:
+    """The person a turn speaks to: the nearest other speaker around it."""
+    me = turns[index].speaker
+    for j in (index - 1, index + 1, index - 2, index + 2):
+        if 0 <= j < len(turns) and turns[j].speaker != me:
+            return turns[j].speaker
+    return None
+
+
+def statement_of(sentence: str, speaker: str, listener: str | None) -> str | None:
+    """The sentence as an atomic statement about the speaker, or None when it states nothing."""
+    if is_question(sentence) or is_filler(sentence):
+        return None
+    said = strip_interjections(sentence).strip()
+    if not said or is_filler(said) or _EMPTY_STATEMENT.match(said):
+        return None
+    if _ABOUT_OTHER_ONLY.match(said) and not FIRST_PERSON.search(said):
+        return None
+    name = display_name(speaker)
+    if _SUBJECTLESS.match(said):
+        text = resolve_first_person(subjectless(said, name), name)
+    elif FIRST_PERSON.search(said):
+        text = resolve_first_person(said, name)
+    else:
+        return None
+    if SECOND_PERSON.search(text):
+        if listener is None or is_assistant(listener):
+            return None
+        text = resolve_second_person(text, display_name(listener))
+    text = text.rstrip(" ,;:-")
+    if not text.endswith((".", "!")):
+        text += "."
+    text = re.sub(r"!+$", ".", text)
+    return text[:MAX_FACT_CHARS]
+
+
+def subjectless(said: str, name: str) -> str:
+    """A report without its subject, given one: "Been to Rome once" → "Ana has been to Rome once"."""
+    first, _, rest = said.partition(" ")
+    low = first.lower()
+    if low == "been":
+        verb = "has been"
+    elif low == "gonna":
+        verb = "is going to"
+    elif low.endswith("ing"):
+        verb = f"is {low}"
+    elif low in ("just", "finally", "recently", "also", "still"):
+        return f"{name} {low} {subjectless(rest, name).removeprefix(name + ' ')}" if rest else f"{name} {low}"
+    else:
+        verb = third_person(low)
+    return f"{name} {verb} {rest}".strip()
+
+
+def continuation(sentence: str) -> bool:
+    """A sentence that only goes on about the one before it ("It was my first time")."""
+    return bool(_CONTINUATION.match(strip_interjections(sentence)))
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+class BuiltinEngine:
+    """Rules only: no model, no network, deterministic (the same log always gives the same facts)."""
+
+    name = "builtin"
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+
+    def extract(self, turns: Sequence[Turn]) -> list[Fact]:
+        """Every fact the turns state about their speakers, in conversation order."""
+        facts: list[Fact] = []
+        seen: dict[str, list[set[str]]] = {}
+        for index, turn in enumerate(turns):
+            if is_assistant(turn.speaker) or not turn.text.strip():
+                continue
+            listener = _listener(turns, index)
+            context = self._context(turns, index)
+            name = display_name(turn.speaker)
+            last: int | None = None
+            for sentence in sentences(turn.text):
+                if last is not None and continuation(sentence) and not is_question(sentence):
+                    merged = self._continue(facts[last], sentence, turn.speaker, listener)
+                    if merged is not None:
+                        facts[last] = merged
+                        seen[name][-1] |= set(content_words(merged.content))
+                        continue
+                text = statement_of(sentence, turn.speaker, listener)
+                if text is None:
+                    last = None
+                    continue
+                tokens = set(content_words(text)) - set(content_words(name))
+                if len(tokens) < self.settings.min_content_words:
+                    continue
+                earlier = seen.setdefault(name, [])
+                if any(_overlap(tokens, other) >= self.settings.duplicate_overlap for other in earlier):
+                    continue
+                earlier.append(tokens)
+                kind = classify(strip_interjections(sentence))
+                facts.append(Fact(
+                    content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
+                    turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
+                ))
+                last = len(facts) - 1
+        return facts
+
+    def _continue(self, fact: Fact, sentence: str, speaker: str, listener: str | None) -> Fact | None:
+        """The fact with the sentence that goes on about it appended, when that says something."""
+        said = strip_interjections(sentence).rstrip(" .!")
+        if is_filler(said) or len(content_words(said)) < 2:
+            return None
+        text = resolve_first_person(said, display_name(speaker))
+        if SECOND_PERSON.search(text):
+            if listener is None or is_assistant(listener):
+                return None
+            text = resolve_second_person(text, display_name(listener))
+        joined = f"{fact.content.rstrip('.')}; {text[:1].lower()}{text[1:]}."
+        if len(joined) > MAX_FACT_CHARS:
+            return None
+        return replace(fact, content=joined)
+
+    @staticmethod
+    def _context(turns: Sequence[Turn], index: int) -> str | None:
+        if index == 0:
+            return None
+        before = turns[index - 1]
+        text = f"{display_name(before.speaker)}: {before.text.strip()}"
+        return text[-CONTEXT_CHARS:] if before.text.strip() else None
+
+
+# input shapes ------------------------------------------------------------------------------------
+_LINE = re.compile(r"^\s*([^:\n]{1,40}):\s+(.+)$")
+
+
+def turns_from_text(text: str, default_speaker: str = "user") -> list[Turn]:
+    """Plain text as turns: "Name: message" lines become that speaker's turns; other lines continue
+    the previous turn (or are the user's when no speaker was named)."""
+    out: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _LINE.match(line)
+        if match and len(match.group(1).split()) <= 3:
+            out.append((match.group(1).strip(), match.group(2).strip()))
+        elif out:
+            out[-1] = (out[-1][0], out[-1][1] + "\n" + line.strip())
+        else:
+            out.append((default_speaker, line.strip()))
+    return [Turn(speaker=s, text=t, ref=f"turn:{i}") for i, (s, t) in enumerate(out)]
+
+
+def turns_from_fields(fields: Iterable[tuple[str, str | None]], speaker: str = "user") -> list[Turn]:
+    """A log's structured fields (events, user_state, …) as the user's own turns, one per field."""
+    return [Turn(speaker=speaker, text=value, ref=f"field:{name}") for name, value in fields if value and value.strip()]
+
+
+def split_turns(turns: Sequence[Turn], max_chars: int) -> list[list[Turn]]:
+    """Pieces of at most ``max_chars`` characters each, cut between turns (an overlong turn is cut
+    between its sentences, each piece keeping the turn's ref): nothing is dropped."""
+    pieces: list[list[Turn]] = []
+    current: list[Turn] = []
+    size = 0
+    for turn in turns:
+        parts = [turn] if len(turn.text) <= max_chars else _cut(turn, max_chars)
+        for part in parts:
+            if current and size + len(part.text) > max_chars:
+                pieces.append(current)
+                current, size = [], 0
+            current.append(part)
+            size += len(part.text)
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _cut(turn: Turn, max_chars: int) -> list[Turn]:
+    chunks: list[str] = []
+    buffer = ""
+    for sentence in sentences(turn.text) or [turn.text]:
+        while len(sentence) > max_chars:
+            chunks.append(sentence[:max_chars])
+            sentence = sentence[max_chars:]
+        if buffer and len(buffer) + 1 + len(sentence) > max_chars:
+            chunks.append(buffer)
+            buffer = ""
+        buffer = f"{buffer} {sentence}".strip()
+    if buffer:
+        chunks.append(buffer)
+    return [Turn(speaker=turn.speaker, text=c, ref=turn.ref, at=turn.at) for c in chunks]
