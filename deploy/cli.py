@@ -172,7 +172,7 @@ def users_create(
     """Create a user who signs in with a password (OAuth clients), or give an existing user a login.
 
     The password is hashed (scrypt) here; only the hash travels to the auth service."""
-    from services.auth.domain.passwords import WeakPassword, hash_password
+    from services.auth.main import WeakPassword, hash_password
 
     if password is None:
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
@@ -242,8 +242,8 @@ def replay_command(
     from kit.config import run_service
     from kit.pg import DatabaseUnavailable
     from services.memory.config import MemorySettings
-    from services.memory.replay import ServiceRunning
-    from services.memory.replay import replay as run_replay
+    from services.memory.main import ServiceRunning
+    from services.memory.main import replay as run_replay
 
     if not yes:
         typer.confirm("Drop the memory read models (Postgres tables, vectors) and rebuild them from events?", abort=True)

@@ -25,11 +25,16 @@ from services.auth.application.events import AuthEvents
 from services.auth.application.maintenance import run_purge_loop
 from services.auth.application.service import AuthService
 from services.auth.config import AuthSettings
+from services.auth.domain.passwords import WeakPassword, hash_password
 from services.auth.entrypoints.http import create_app, header_timeout_protocol
 from services.auth.oauth.pages import Pages
 from services.auth.oauth.provider import EngramOAuthProvider
 
 log = logging.getLogger("engram.auth")
+
+# The auth service's public entry for the deployment layer: run it, and hash a password the way it
+# expects a new login's password (the CLI hashes before the password travels).
+__all__ = ["AuthSettings", "WeakPassword", "hash_password", "main", "run"]
 
 
 class _EmbeddedServer(uvicorn.Server):
