@@ -432,7 +432,7 @@ class Stack:
 
     def create_user(self, username: str, password: str, user_id: str | None = None) -> dict[str, Any]:
         """Give a user a password sign-in (a new user unless ``user_id`` is given)."""
-        from services.auth.domain.passwords import hash_password
+        from services.auth.main import hash_password
 
         payload: dict[str, Any] = {"username": username, "password_hash": hash_password(password)}
         if user_id:
