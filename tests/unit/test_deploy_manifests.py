@@ -464,7 +464,7 @@ def test_compose_gateway_and_auth_agree_on_one_public_origin(compose: dict[str, 
         "the gateway fetches the metadata inside the network"
     )
     for env in (gateway, auth):  # per-address limits need the client address the proxy saw
-        assert env["FORWARDED_ALLOW_IPS"]
+        assert env["ENGRAM_TRUSTED_PROXIES"]
 
 
 def test_compose_proxy_routes_oauth_to_auth_and_the_rest_to_the_gateway(
@@ -568,7 +568,7 @@ def test_k8s_gateway_and_auth_agree_on_the_urls(base_objects: list[dict[str, Any
     assert metadata.port in {p["port"] for p in service["spec"]["ports"]}
     assert auth["ENGRAM_AUTH_HOST"] == "0.0.0.0" and auth["ENGRAM_AUTH_PORT"] == str(AUTH_PORT)
     for env in (gateway, auth):  # per-address limits need the client address the Ingress saw
-        assert env["FORWARDED_ALLOW_IPS"]
+        assert env["ENGRAM_TRUSTED_PROXIES"]
 
 
 def test_k8s_nats_cluster_routes_use_pod_dns(base_objects: list[dict[str, Any]]) -> None:
