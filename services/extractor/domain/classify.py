@@ -56,7 +56,7 @@ _SLOTS: list[tuple[re.Pattern[str], Category, str, int]] = [
     (_rx(r"\b(?:talk to me|answer|reply|respond) in (\w+)\b"), C.CONVERSATION_STYLE, "language", 4),
     (_rx(r"\bi(?:'m| am) (?:an? )?(introvert|extrovert|ambivert|introverted|extroverted|perfectionist|"
          r"night owl|early bird|morning person)\b"), C.PERSONALITY, "{0}", 3),
-    (_rx(r"\bmy " + _RELATIONS + r"(?:'s name is| is (?:called|named))\b"), C.RELATIONSHIP, "{0}_name", 4),
+    (_rx(r"\bmy (" + _RELATIONS + r")(?:'s name is| is (?:called|named))\b"), C.RELATIONSHIP, "{0}_name", 4),
 ]
 
 _PREFERENCE = _rx(r"\bi (?:\w+ )?(?:love|like|enjoy|adore|prefer|hate|dislike|can't stand|am into|'m into|"
@@ -90,7 +90,7 @@ def classify(said: str) -> Classification:
         match = pattern.search(said)
         if match:
             groups = [g for g in match.groups() if g]
-            name = topic.format(*[slug(g, 3) or "x" for g in groups]) if "{" in topic else topic
+            name = topic.format(*[slug(g, 3) or "x" for g in groups]) if "{" in topic and groups else topic
             return Classification(category, _clean_topic(name), importance, _confidence(said, 0.85))
     for pattern, category, importance, keyed in (
         (_STYLE, C.CONVERSATION_STYLE, 3, False),

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from contracts.memory import Category
 from services.extractor.domain.classify import classify
 from services.extractor.domain.model import Fact, Turn
 from services.extractor.domain.text import (
@@ -128,6 +129,28 @@ def continuation(sentence: str) -> bool:
     return bool(_CONTINUATION.match(strip_interjections(sentence)))
 
 
+_CLAUSE = re.compile(r",?\s+(?:and|but|so|plus)\s+(?=(?:I|I'm|I've|I'll|I'd|my)\b)")
+_STYLE_REQUEST = re.compile(
+    r"^(?:please\s+)?((?:keep|make|be|use|don't use|do not use|answer|reply|respond|talk|explain|write|call me|"
+    r"stop|avoid)\b.*)$", re.IGNORECASE)
+
+
+def clauses(sentence: str) -> list[str]:
+    """A sentence cut where a new first-person clause begins ("I live in Lyon and I work as a nurse")."""
+    return [c.strip() for c in _CLAUSE.split(sentence) if c.strip()]
+
+
+def style_request(sentence: str, speaker: str, listener: str | None) -> str | None:
+    """A request about how the assistant should talk, as a fact about the user's preferred style."""
+    if listener is None or not is_assistant(listener) or is_question(sentence):
+        return None
+    match = _STYLE_REQUEST.match(strip_interjections(sentence).rstrip(" .!"))
+    if not match:
+        return None
+    wish = resolve_second_person(resolve_first_person(match.group(1), display_name(speaker)), "the assistant")
+    return f"{display_name(speaker)} asked the assistant to {wish[:1].lower()}{wish[1:]}."
+
+
 def _overlap(a: set[str], b: set[str]) -> float:
     if not a or not b:
         return 0.0
@@ -153,7 +176,7 @@ class BuiltinEngine:
             context = self._context(turns, index)
             name = display_name(turn.speaker)
             last: int | None = None
-            for sentence in sentences(turn.text):
+            for sentence in (c for s in sentences(turn.text) for c in clauses(s)):
                 if last is not None and continuation(sentence) and not is_question(sentence):
                     merged = self._continue(facts[last], sentence, turn.speaker, listener)
                     if merged is not None:
@@ -161,17 +184,23 @@ class BuiltinEngine:
                         seen[name][-1] |= set(content_words(merged.content))
                         continue
                 text = statement_of(sentence, turn.speaker, listener)
-                if text is None:
+                request = style_request(sentence, turn.speaker, listener) if text is None else None
+                if text is None and request is None:
                     last = None
                     continue
+                kind = classify(strip_interjections(sentence))
+                if request is not None:
+                    text = request
+                    kind = replace(kind, category=Category.CONVERSATION_STYLE,
+                                   topic=kind.topic if kind.category is Category.CONVERSATION_STYLE else None)
+                assert text is not None
                 tokens = set(content_words(text)) - set(content_words(name))
-                if len(tokens) < self.settings.min_content_words:
+                if len(tokens) < (1 if kind.topic else self.settings.min_content_words):
                     continue
                 earlier = seen.setdefault(name, [])
                 if any(_overlap(tokens, other) >= self.settings.duplicate_overlap for other in earlier):
                     continue
                 earlier.append(tokens)
-                kind = classify(strip_interjections(sentence))
                 facts.append(Fact(
                     content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
                     turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,

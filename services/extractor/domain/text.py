@@ -199,6 +199,7 @@ def resolve_second_person(sentence: str, listener: str) -> str:
 
 def _tidy(text: str) -> str:
     text = re.sub(r"(\w+)'s's\b", r"\1's", text)
+    text = re.sub(r"(?<=\S )The (user|assistant)\b", r"the \1", text)
     text = re.sub(r"\s{2,}", " ", text).strip()
     text = re.sub(r"\s+([,.!?])", r"\1", text)
     return text[:1].upper() + text[1:] if text else text

@@ -1,0 +1,171 @@
+"""The LLM engine: any OpenAI-compatible chat endpoint (Ollama, llama.cpp server, vLLM, a hosted API).
+
+One ``POST {url}/chat/completions`` per piece of a log, asking for JSON that follows a schema
+(``response_format: json_schema``); timeouts per request; transient failures (connection errors,
+timeouts, 429 and 5xx) retried with exponential backoff by tenacity; tokens taken from ``usage``.
+What the model answers is checked like any input: an unknown category drops the fact, a key that
+does not fit its category is dropped (the fact is kept), turn numbers outside the piece are ignored.
+Never constructed unless ``ENGRAM_EXTRACTOR_LLM_URL`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field, ValidationError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from contracts.memory import Category, memory_key_problem
+from services.extractor.domain.model import Extraction, Fact, Turn
+
+log = logging.getLogger("engram.extractor.llm")
+
+SYSTEM_PROMPT = """You extract durable facts about the people in a conversation for a long-term memory.
+Return JSON only, following the schema. Rules:
+- One atomic fact per item, written in the third person with the person's name ("Ana lives in Lyon"),
+  never "I" or "you". Drop greetings, questions, thanks, small talk and anything the assistant says.
+- category: one of user_profile, preference, personality, goal, skill, relationship, emotional_pattern,
+  conversation_style.
+- memory_key: only when the fact fills a slot a later fact would replace (where they live, their job,
+  a favourite): "<namespace>.<topic>" with namespace profile, preference, personality, goal, skill,
+  relationship, emotion or style (matching the category) and topic of [a-z0-9_]; else null.
+- importance 1-5 (5 = identity, lasting), confidence 0-1, turns: the numbers of the turns it comes from."""
+
+FACTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["facts"],
+    "properties": {
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["content", "category", "memory_key", "importance", "confidence", "turns", "speaker"],
+                "properties": {
+                    "content": {"type": "string"},
+                    "category": {"type": "string", "enum": [c.value for c in Category]},
+                    "memory_key": {"type": ["string", "null"]},
+                    "importance": {"type": "integer", "minimum": 1, "maximum": 5},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "turns": {"type": "array", "items": {"type": "integer"}},
+                    "speaker": {"type": "string"},
+                },
+            },
+        }
+    },
+}
+
+
+class _LlmFact(BaseModel):
+    content: str = Field(min_length=1, max_length=4000)
+    category: Category
+    memory_key: str | None = None
+    importance: int = Field(3, ge=1, le=5)
+    confidence: float = Field(0.7, ge=0.0, le=1.0)
+    turns: list[int] = Field(default_factory=list)
+    speaker: str = ""
+
+
+class LlmError(RuntimeError):
+    """The endpoint failed or answered something that is not the facts' JSON."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, httpx.TransportError | httpx.TimeoutException):
+        return True
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code == 429 or exc.response.status_code >= 500
+    return False
+
+
+def render(turns: Sequence[Turn]) -> str:
+    """The piece as numbered lines the model cites back."""
+    return "\n".join(f"[{i}] {t.speaker}: {t.text}" for i, t in enumerate(turns))
+
+
+def parse_facts(content: str, turns: Sequence[Turn]) -> list[Fact]:
+    """The model's JSON as facts; invalid items are dropped, never guessed at."""
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise LlmError(f"the model's answer is not JSON: {exc}") from exc
+    items = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise LlmError("the model's answer has no 'facts' list")
+    facts = []
+    for item in items:
+        try:
+            parsed = _LlmFact.model_validate(item)
+        except ValidationError:
+            continue
+        key = parsed.memory_key
+        if key is not None and memory_key_problem(parsed.category, key):
+            key = None
+        refs = tuple(dict.fromkeys(turns[i].ref for i in parsed.turns if 0 <= i < len(turns)))
+        speaker = parsed.speaker or (turns[parsed.turns[0]].speaker if refs else "user")
+        facts.append(Fact(
+            content=parsed.content.strip(), category=parsed.category, importance=parsed.importance,
+            confidence=round(parsed.confidence, 3), turn_refs=refs, speaker=speaker, memory_key=key,
+        ))
+    return facts
+
+
+class LlmExtraction:
+    """The engine port over an OpenAI-compatible chat endpoint."""
+
+    name = "llm"
+
+    def __init__(
+        self, url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0, attempts: int = 3,
+        max_chars: int = 24_000, backoff_s: float = 1.0, client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.max_chars = max_chars
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def extract(self, turns: Sequence[Turn]) -> Extraction:
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": render(turns)},
+            ],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "facts", "strict": True, "schema": FACTS_SCHEMA}},
+        }
+        answer = await self._post(body)
+        try:
+            content = answer["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise LlmError("the endpoint's answer has no choices[0].message.content") from exc
+        usage = answer.get("usage") or {}
+        return Extraction(
+            facts=parse_facts(content or "", turns), engine=self.name,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.attempts), retry=retry_if_exception(_transient), reraise=True,
+            wait=wait_exponential(multiplier=self.backoff_s, max=30),
+        )
+        async for attempt in retrying:
+            with attempt:
+                response = await self.client.post(f"{self.url}/chat/completions", json=body)
+                response.raise_for_status()
+                result: dict[str, Any] = response.json()
+                return result
+        raise LlmError("unreachable")  # pragma: no cover

@@ -1,0 +1,152 @@
+"""One extraction task on one log, exactly once per ``(log_id, task_id)``.
+
+    ledger row (running) → claim (ClaimDailyLog: same lifecycle as an external agent) → engine over
+    the log's pieces → per fact: by key → keep | update | save (idempotent keys) → extraction result
+    → mark processed → ledger row done.
+
+A failure marks the log failed with its reason (the memory service sends it back to pending below
+3 tries); a crash leaves the ledger row running and the event unacknowledged, and the redelivered
+event replays the same keys, so nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from uuid import UUID
+
+from services.extractor.application.ports import (
+    ClaimedLog,
+    ExtractionEngine,
+    LogNotice,
+    LogSource,
+    MemoryWriter,
+    TaskLedger,
+    TaskRecord,
+)
+from services.extractor.domain.engine import split_turns
+from services.extractor.domain.merge import Action, decide, fact_key, memory_key_of, step_key
+from services.extractor.domain.model import Extraction, Fact
+
+log = logging.getLogger("engram.extractor")
+
+
+class Outcome(StrEnum):
+    DONE = "done"
+    ALREADY_DONE = "already_done"
+    NOT_CLAIMED = "not_claimed"
+    FAILED = "failed"
+    IGNORED = "ignored"
+
+
+class ExtractionFailed(Exception):
+    """The engine could not extract this log (the reason is recorded on the log)."""
+
+
+@dataclass
+class TaskReport:
+    outcome: Outcome
+    facts: int = 0
+    saved: int = 0
+    updated: int = 0
+    kept: int = 0
+    memory_ids: tuple[UUID, ...] = ()
+    error: str | None = None
+
+
+@dataclass
+class Extractor:
+    """The extractor's use case: handle one daily-log notice under one task id."""
+
+    engine: ExtractionEngine
+    logs: LogSource
+    memories: MemoryWriter
+    ledger: TaskLedger
+    task_id: str
+
+    async def handle(self, notice: LogNotice) -> TaskReport:
+        """Extract a pending log once for this task; anything else is ignored."""
+        if notice.status != "pending":
+            return TaskReport(Outcome.IGNORED)
+        existing = await self.ledger.get(notice.log_id, self.task_id)
+        if existing is not None and existing.status == "done":
+            return TaskReport(Outcome.ALREADY_DONE, memory_ids=tuple(UUID(m) for m in existing.memory_ids))
+        claimed = await self.logs.claim(notice, self.task_id, key=step_key("claim", notice.log_id, self.task_id,
+                                                                         notice.version))
+        if claimed is None:
+            return TaskReport(Outcome.NOT_CLAIMED)
+        record = await self.ledger.start(notice.tenant, notice.log_id, self.task_id)
+        if record.status == "done":
+            return TaskReport(Outcome.ALREADY_DONE)
+        try:
+            extraction = await self.extract(claimed)
+        except ExtractionFailed as exc:
+            return await self._fail(claimed, notice, str(exc))
+        report = await self.write(claimed, extraction.facts)
+        await self.logs.record_result(claimed.tenant, claimed.log_id, self.task_id, report.memory_ids,
+                                      key=step_key("result", claimed.log_id, self.task_id))
+        await self.logs.mark_processed(claimed.tenant, claimed.log_id,
+                                       key=step_key("processed", claimed.log_id, self.task_id, notice.version))
+        record.status = "done"
+        record.memory_ids = [str(m) for m in report.memory_ids]
+        record.facts = len(extraction.facts)
+        record.prompt_tokens += extraction.prompt_tokens
+        record.completion_tokens += extraction.completion_tokens
+        await self.ledger.finish(record)
+        return report
+
+    async def extract(self, claimed: ClaimedLog) -> Extraction:
+        """Every piece of the log through the engine (a log too large for one call is split)."""
+        total = Extraction(engine=self.engine.name)
+        for piece in split_turns(claimed.turns, self.engine.max_chars):
+            try:
+                part = await self.engine.extract(piece)
+            except Exception as exc:  # the engine's own errors, an endpoint down after its retries
+                raise ExtractionFailed(f"{self.engine.name} engine: {type(exc).__name__}: {exc}"[:1000]) from exc
+            total.facts.extend(part.facts)
+            total.prompt_tokens += part.prompt_tokens
+            total.completion_tokens += part.completion_tokens
+        return total
+
+    async def write(self, claimed: ClaimedLog, facts: list[Fact]) -> TaskReport:
+        """Merge each fact with what is known, through the memory service's commands."""
+        report = TaskReport(Outcome.DONE, facts=len(facts))
+        ids: list[UUID] = []
+        for fact in facts:
+            key = memory_key_of(fact)
+            known = await self.memories.by_key(claimed.tenant, claimed.project, key)
+            action = decide(fact, known.content if known else None)
+            if action is Action.KEEP and known is not None:
+                report.kept += 1
+                ids.append(known.memory_id)
+                continue
+            idem = fact_key(claimed.log_id, self.task_id, fact, action.value)
+            if action is Action.UPDATE:
+                written = await self.memories.update(claimed.tenant, claimed.project, fact, key, key=idem)
+                report.updated += 1
+            else:
+                written = await self.memories.save(claimed.tenant, claimed.project, fact, key, key=idem)
+                report.saved += written.created
+                report.updated += written.updated
+            ids.append(written.memory_id)
+        report.memory_ids = tuple(dict.fromkeys(ids))
+        return report
+
+    async def _fail(self, claimed: ClaimedLog, notice: LogNotice, reason: str) -> TaskReport:
+        log.warning("log %s (task %s) failed: %s", claimed.log_id, self.task_id, reason)
+        await self.logs.mark_failed(claimed.tenant, claimed.log_id, reason,
+                                    key=step_key("failed", claimed.log_id, self.task_id, notice.version))
+        await self.ledger.fail(claimed.log_id, self.task_id, reason)
+        return TaskReport(Outcome.FAILED, error=reason)
+
+
+async def run_maintenance(logs: LogSource, *, stuck_minutes: int, retention_days: int, round_id: str) -> tuple[int, int]:
+    """One round of the schedules: logs stuck in processing go back to pending (or failed), processed
+    logs past retention are deleted. ``round_id`` makes each round's commands idempotent."""
+    recovered = await logs.recover_stuck(stuck_minutes, key=f"x:recover:{round_id}")
+    deleted = await logs.delete_processed(retention_days, key=f"x:retention:{round_id}")
+    return recovered, deleted
+
+
+__all__ = ["Extractor", "ExtractionFailed", "Outcome", "TaskRecord", "TaskReport", "run_maintenance"]

@@ -1,0 +1,117 @@
+"""What the extractor's application needs from the world, as protocols (adapters implement them).
+
+- :class:`ExtractionEngine` — turns → facts (built-in rules, an LLM endpoint…).
+- :class:`LogSource` — the memory service's daily-log lifecycle (claim, mark, result), the same
+  commands an external agent uses through the maintenance tools.
+- :class:`MemoryWriter` — the memory service's memory commands and the lookup by key.
+- :class:`TaskLedger` — the extractor's own table: one row per ``(log_id, task_id)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+from uuid import UUID
+
+from services.extractor.domain.model import Extraction, Fact, Turn
+
+
+class ExtractionEngine(Protocol):
+    name: str
+    #: the largest piece of a log handed to one call (a larger log is split between turns)
+    max_chars: int
+
+    async def extract(self, turns: Sequence[Turn]) -> Extraction: ...
+
+
+@dataclass(frozen=True)
+class LogNotice:
+    """A daily-log event as the extractor reads it: which log, and where its lifecycle stands."""
+
+    tenant: str
+    log_id: str
+    status: str  # pending | processing | processed | failed
+    version: int  # the log aggregate's version (stream sequence of the event) — new claim per version
+    project: str = "default"
+
+
+@dataclass(frozen=True)
+class ClaimedLog:
+    """A log this worker holds (status processing), with what extraction reads."""
+
+    tenant: str
+    log_id: str
+    project: str
+    log_date: str
+    turns: list[Turn]
+    retry_count: int = 0
+
+
+@dataclass(frozen=True)
+class KnownMemory:
+    memory_id: UUID
+    content: str
+    memory_key: str | None
+    version: int
+
+
+@dataclass(frozen=True)
+class Written:
+    memory_id: UUID
+    created: bool
+    updated: bool
+
+
+@dataclass
+class TaskRecord:
+    log_id: str
+    task_id: str
+    tenant: str
+    status: str  # running | done | failed
+    attempts: int = 0
+    memory_ids: list[str] = field(default_factory=list)
+    facts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+    updated_at: datetime | None = None
+
+
+class LogSource(Protocol):
+    async def claim(self, notice: LogNotice, task_id: str, *, key: str) -> ClaimedLog | None:
+        """Claim the log (pending → processing); None when another worker holds it or it is done."""
+        ...
+
+    async def record_result(self, tenant: str, log_id: str, task_id: str, memory_ids: Sequence[UUID], *,
+                            key: str) -> None: ...
+
+    async def mark_processed(self, tenant: str, log_id: str, *, key: str) -> None: ...
+
+    async def mark_failed(self, tenant: str, log_id: str, reason: str, *, key: str) -> None: ...
+
+    async def recover_stuck(self, timeout_minutes: int, *, key: str) -> int: ...
+
+    async def delete_processed(self, retention_days: int, *, key: str) -> int: ...
+
+
+class MemoryWriter(Protocol):
+    async def by_key(self, tenant: str, project: str, memory_key: str) -> KnownMemory | None: ...
+
+    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written: ...
+
+    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written: ...
+
+
+class TaskLedger(Protocol):
+    async def start(self, tenant: str, log_id: str, task_id: str) -> TaskRecord:
+        """The row of (log_id, task_id), created as running or marked running again (attempts + 1)
+        unless it is done."""
+        ...
+
+    async def finish(self, record: TaskRecord) -> None: ...
+
+    async def fail(self, log_id: str, task_id: str, error: str) -> None: ...
+
+    async def get(self, log_id: str, task_id: str) -> TaskRecord | None: ...

@@ -1,0 +1,54 @@
+"""The extractor's consumer of daily-log events: a named durable pull consumer on the event stream,
+filtered to the daily-log aggregate; each event → a notice → the application (ack on success, nak
+with backoff on a transient failure, dead-letter after max_deliver)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from nats.aio.msg import Msg
+
+from contracts.envelope import EventEnvelope
+from contracts.subjects import ConsumerSpec, Names
+from kit.bus import Bus
+from services.extractor.application.extraction import Extractor
+from services.extractor.application.ports import LogNotice
+
+log = logging.getLogger("engram.extractor")
+
+EXTRACTOR = "extractor"
+
+
+def consumer_spec(names: Names, aggregate: str, *, ack_wait_s: float = 120.0, max_deliver: int = 5) -> ConsumerSpec:
+    """The durable consumer every extractor replica shares (JetStream hands each event to one)."""
+    return ConsumerSpec(
+        stream=names.events_stream, durable=f"{EXTRACTOR}-logs", filter_subject=names.events_of(aggregate),
+        ack_wait_s=ack_wait_s, max_deliver=max_deliver,
+        description="extractor: extracts memories from daily logs (exactly once per log and task)",
+    )
+
+
+def notice_from_event(event: EventEnvelope, seq: int) -> LogNotice:
+    """Where the log stands after the event (its ``data`` is the log's new state)."""
+    data: dict[str, Any] = event.data
+    status = str(data.get("processing_status") or data.get("status") or "pending")
+    return LogNotice(
+        tenant=event.tenant, log_id=event.aggregate_id, status=status,
+        version=int(data.get("version") or seq), project=str(data.get("project") or "default"),
+    )
+
+
+def start(bus: Bus, extractor: Extractor, spec: ConsumerSpec, stop: asyncio.Event, *,
+          concurrency: int = 2) -> asyncio.Task[None]:
+    """Consume daily-log events until ``stop`` is set."""
+
+    async def on_event(msg: Msg) -> None:
+        event = EventEnvelope.model_validate_json(msg.data)
+        report = await extractor.handle(notice_from_event(event, msg.metadata.sequence.stream))
+        if report.outcome.value not in ("ignored",):
+            log.info("log %s: %s (%s facts, %s saved, %s updated, %s kept)", event.aggregate_id,
+                     report.outcome.value, report.facts, report.saved, report.updated, report.kept)
+
+    return asyncio.create_task(bus.consume(spec, on_event, stop, batch=16, concurrency=concurrency))
