@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Literal
 from uuid import UUID
@@ -73,6 +73,29 @@ class MemoryStatus(StrEnum):
     FORGOTTEN = "forgotten"
 
 
+class Provenance(BaseModel):
+    """Where an extracted memory came from: the daily log, the extraction task, and the turns
+    (indices into the log's ``turns``) that say it. ``log_date`` is filled in by the service."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log_id: UUID
+    task_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    turns: list[int] = Field(default_factory=list, max_length=1_000,
+                             description="indices into the log's turns (0-based)")
+    log_date: date | None = Field(None, description="the log's date (set by the service)")
+
+    @field_validator("turns")
+    @classmethod
+    def _indices(cls, value: list[int]) -> list[int]:
+        if any(i < 0 for i in value):
+            raise ValueError("turn indices are 0-based and never negative")
+        return value
+
+
+_PROVENANCE_DESCRIPTION = "for a memory extracted from a daily log: the log, the task and the turns it came from"
+
+
 class MemoryState(BaseModel):
     """A memory as it stands after an event: the `data` of every memory event."""
 
@@ -93,6 +116,7 @@ class MemoryState(BaseModel):
     forget_reason: str | None = None
     created_at: datetime
     updated_at: datetime
+    provenance: Provenance | None = Field(None, exclude_if=lambda v: v is None)  # absent in older events
 
 
 # commands ---------------------------------------------------------------------------------
@@ -117,6 +141,7 @@ class SaveMemory(BaseModel):
     importance: int = Field(3, ge=1, le=5)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     source: str = Field("mcp", min_length=1, max_length=64)
+    provenance: Provenance | None = Field(None, description=_PROVENANCE_DESCRIPTION, exclude_if=lambda v: v is None)
 
     @field_validator("memory_key")
     @classmethod
@@ -154,6 +179,9 @@ class UpdateMemory(BaseModel):
     importance: int | None = Field(None, ge=1, le=5)
     confidence: float | None = Field(None, ge=0.0, le=1.0)
     source: str | None = Field(None, min_length=1, max_length=64)
+    provenance: Provenance | None = Field(
+        None, description=_PROVENANCE_DESCRIPTION + "; omitted = kept", exclude_if=lambda v: v is None,
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> UpdateMemory:
@@ -270,6 +298,7 @@ class MemoryView(BaseModel):
     status: MemoryStatus
     created_at: datetime
     updated_at: datetime
+    provenance: Provenance | None = None
 
 
 class MemoryLookup(BaseModel):
@@ -297,6 +326,7 @@ class MemoryVersion(BaseModel):
     confidence: float
     forget_reason: str | None = None
     valid_until: datetime | None = Field(None, description="when a later version superseded this one")
+    provenance: Provenance | None = None
 
 
 class MemoryHistory(BaseModel):

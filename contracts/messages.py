@@ -74,6 +74,7 @@ def spec_of(message: BaseModel | type[BaseModel]) -> MessageSpec:
 def load_all() -> None:
     """Import every contract module, so that the registry knows every message."""
     import contracts.auth  # noqa: F401
+    import contracts.daily_logs  # noqa: F401
     import contracts.memory  # noqa: F401
 
 

@@ -1,0 +1,547 @@
+"""Daily logs, their lifecycle, extraction tasks and extraction results (memory service contracts).
+
+A **daily log** is one day's conversation of one user in one project: the structured fields of the
+design (events, user_state, mood_changes, topics, relationship_state, mood) and, optionally, the
+raw ``turns``. One log per (tenant, project, log_date): its id is derived from them
+(:func:`daily_log_id`), and the log is an aggregate on the event log (``DAILY_LOG_AGGREGATE``)
+whose every event carries the log's full state (:class:`DailyLogState`).
+
+Lifecycle (every transition is an event)::
+
+    pending --claim (retry_count+1)--> processing --mark_processed--> processed (retry_count=0, processed_at)
+    processing --mark_failed, retry_count<3--> pending   processing --mark_failed, retry_count>=3--> failed
+    processing stuck longer than timeout --recover--> pending (<3) / failed (>=3)
+    processed without an extraction result --reconcile--> pending
+    failed --claim--> processing (one more try: a failed log stays claimable, it is kept for retry)
+
+Consumers of the event log (the extractor) see a log that wants extraction as any ``dailylog``
+event whose ``data.processing_status`` is ``pending`` (saved, requeued, recovered, retried).
+
+An **extraction task** is the metadata of one extraction run (never the extracted text); an
+**extraction result** links one log to the memories one task produced, unique per
+``(log_id, task_id)``: recording it again replaces it (a new version), never duplicates, and never
+deletes a memory.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+from uuid import UUID, uuid5
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from contracts.memory import MAX_RECALL_LIMIT, PROJECT_PATTERN, Project
+from contracts.messages import command, query
+from contracts.subjects import MEMORY
+
+#: Aggregates of the event log (subject ``<ns>.evt.<tenant>.<aggregate>.<id>``).
+DAILY_LOG_AGGREGATE = "dailylog"
+EXTRACTION_TASK_AGGREGATE = "extractiontask"
+EXTRACTION_RESULT_AGGREGATE = "extractionresult"
+
+#: Tries a log gets: a failure below this sends it back to pending, at it to failed.
+MAX_TRIES = 3
+DEFAULT_STUCK_TIMEOUT_MINUTES = 30
+DEFAULT_LOG_RETENTION_DAYS = 14  # ENGRAM_LOG_RETENTION_DAYS overrides it in the memory service
+MAX_LOG_FIELD_CHARS = 20_000
+MAX_TOPICS = 50
+MAX_TOPIC_CHARS = 200
+MAX_TURNS = 2_000
+MAX_TURN_CHARS = 20_000
+MAX_TURNS_TOTAL_CHARS = 200_000
+MAX_SPEAKER_CHARS = 128
+MAX_ERROR_REASON_CHARS = 2_000
+MAX_IDS = 1_000
+TASK_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+TEXT_NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
+
+_NS = UUID("5d0b8f4a-7c2e-4b61-9e3f-2a8d6c1b4e70")
+
+
+def daily_log_id(tenant: str, project: str, log_date: date) -> UUID:
+    """The identity of the log of one (tenant, project, date): every save of that day lands on it."""
+    return uuid5(_NS, f"dailylog:{tenant}:{project}:{log_date.isoformat()}")
+
+
+def extraction_task_uuid(tenant: str, task_id: str) -> UUID:
+    """The identity (``id``) of the extraction task ``task_id`` of a tenant."""
+    return uuid5(_NS, f"extractiontask:{tenant}:{task_id}")
+
+
+def extraction_result_id(tenant: str, log_id: UUID, task_id: str) -> UUID:
+    """The identity of the result of one task on one log: unique per (log_id, task_id)."""
+    return uuid5(_NS, f"extractionresult:{tenant}:{log_id}:{task_id}")
+
+
+class ProcessingStatus(StrEnum):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    PROCESSED = "processed"
+    FAILED = "failed"
+
+
+class TaskStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+class Turn(BaseModel):
+    """One utterance of the day's conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS, pattern=TEXT_NO_NUL,
+                         description="who spoke, e.g. 'user', 'assistant' or a name")
+    text: str = Field(min_length=1, max_length=MAX_TURN_CHARS, pattern=TEXT_NO_NUL)
+    at: datetime | None = Field(None, description="when it was said (optional)")
+
+
+_SPEAKER_LINE = re.compile(r"^\s*([^:\n]{1,64}?)\s*[:：]\s*(\S.*)$")
+
+
+def turns_from_text(text: str) -> list[Turn]:
+    """Plain chat text as turns: a line ``Speaker: words`` starts a turn of that speaker; any other
+    non-empty line continues the turn before it (or starts one of speaker ``user``)."""
+    turns: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        found = _SPEAKER_LINE.match(line)
+        if found and not found.group(1).startswith(("http", "https")):
+            turns.append({"speaker": found.group(1).strip(), "text": found.group(2).strip()})
+        elif turns:
+            turns[-1]["text"] += "\n" + line.strip()
+        else:
+            turns.append({"speaker": "user", "text": line.strip()})
+    return [Turn.model_validate(t) for t in turns]
+
+
+def _turns(value: Any) -> Any:
+    return turns_from_text(value) if isinstance(value, str) else value
+
+
+def _topics(value: Any) -> Any:
+    if isinstance(value, str):
+        return [t.strip() for t in re.split(r"[,，、\n]", value) if t.strip()]
+    return value
+
+
+LogText = Annotated[str | None, Field(None, min_length=1, max_length=MAX_LOG_FIELD_CHARS, pattern=TEXT_NO_NUL)]
+Topics = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=MAX_TOPIC_CHARS, pattern=TEXT_NO_NUL)]] | None,
+    BeforeValidator(_topics),
+    Field(None, max_length=MAX_TOPICS, description="the day's topics: a list, or one comma-separated string"),
+]
+Turns = Annotated[
+    list[Turn] | None,
+    BeforeValidator(_turns),
+    Field(None, max_length=MAX_TURNS,
+          description="the day's conversation: [{speaker, text, at?}], or plain text whose 'Speaker: words' "
+          "lines start turns"),
+]
+Mood = Annotated[int | None, Field(None, ge=-2, le=2, description="the day's mood, an integer from -2 to 2")]
+
+
+def _turns_total(turns: list[Turn] | None) -> None:
+    if turns and sum(len(t.text) for t in turns) > MAX_TURNS_TOTAL_CHARS:
+        raise ValueError(f"turns hold more than {MAX_TURNS_TOTAL_CHARS} characters in all; save the day in parts "
+                         "(one log per project and day) or leave out what need not be remembered")
+
+
+# state --------------------------------------------------------------------------------------------
+class DailyLogState(BaseModel):
+    """A daily log as it stands after an event: the ``data`` of every daily-log event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    tenant: str
+    project: str
+    log_date: date
+    events: str | None = None
+    user_state: str | None = None
+    mood_changes: str | None = None
+    topics: list[str] | None = None
+    relationship_state: str | None = None
+    mood: int | None = Field(None, ge=-2, le=2)
+    turns: list[Turn] | None = None
+    processing_status: ProcessingStatus = ProcessingStatus.PENDING
+    retry_count: int = Field(0, ge=0)
+    error_reason: str | None = None
+    claimed_at: datetime | None = Field(None, description="when the current processing attempt began")
+    processed_at: datetime | None = None
+    deleted: bool = Field(False, description="true on the event that deleted the log (retention)")
+    version: int = Field(1, ge=1)
+    created_at: datetime
+    updated_at: datetime
+
+
+class DailyLogView(BaseModel):
+    id: UUID
+    project: str
+    log_date: date
+    events: str | None = None
+    user_state: str | None = None
+    mood_changes: str | None = None
+    topics: list[str] | None = None
+    relationship_state: str | None = None
+    mood: int | None = None
+    turns: list[Turn] | None = None
+    processing_status: ProcessingStatus
+    retry_count: int
+    error_reason: str | None = None
+    claimed_at: datetime | None = None
+    processed_at: datetime | None = None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class DailyLogEventType(StrEnum):
+    SAVED = "DailyLogSaved"  # the first save of a day
+    UPDATED = "DailyLogUpdated"  # a later save of the same day (status untouched)
+    CLAIMED = "DailyLogClaimed"  # -> processing, retry_count + 1
+    PROCESSED = "DailyLogProcessed"  # -> processed
+    ATTEMPT_FAILED = "DailyLogAttemptFailed"  # -> pending (< MAX_TRIES) or failed
+    RECOVERED = "DailyLogRecovered"  # stuck in processing -> pending or failed
+    REQUEUED = "DailyLogRequeued"  # processed without a result -> pending (reconcile)
+    STATUS_CHANGED = "DailyLogStatusChanged"  # update_log_status
+    DELETED = "DailyLogDeleted"  # retention: the read model drops it
+
+
+# commands -----------------------------------------------------------------------------------------
+class SaveDailyLog(BaseModel):
+    """Save the day's log (one per user, project and date; the date defaults to today, UTC).
+
+    Saving the same date again updates the fields given (omitted ones are kept; ``turns``, when
+    given, replace the stored turns) and never changes ``processing_status``: a processed log is
+    not queued again. A date more than a day in the future is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    log_date: date | None = Field(None, description="YYYY-MM-DD; default today (UTC)")
+    events: LogText = None
+    user_state: LogText = None
+    mood_changes: LogText = None
+    topics: Topics = None
+    relationship_state: LogText = None
+    mood: Mood = None
+    turns: Turns = None
+
+    @field_validator("turns")
+    @classmethod
+    def _turns_limit(cls, value: list[Turn] | None) -> list[Turn] | None:
+        _turns_total(value)
+        return value
+
+
+class SaveDailyLogResult(BaseModel):
+    id: UUID
+    project: str
+    log_date: date
+    processing_status: ProcessingStatus
+    version: int
+    created: bool = Field(description="true when this save started the day's log")
+    updated: bool = Field(description="true when an existing log's fields changed")
+
+
+class ClaimDailyLog(BaseModel):
+    """Claim a pending (or failed) log for processing: atomic, exactly one of many claimers wins."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+
+
+class ClaimResult(BaseModel):
+    claimed: bool = Field(description="false when another worker holds the log (it is processing)")
+    log: DailyLogView | None = Field(None, description="the log as it stands (the claimed log when claimed)")
+    message: str = ""
+
+
+class MarkLogProcessed(BaseModel):
+    """Mark a processing log processed (retry_count back to 0, processed_at set)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+
+
+class MarkLogFailed(BaseModel):
+    """Record a failed attempt: back to pending below 3 tries, failed at 3, with the reason."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    error_reason: str = Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS, pattern=TEXT_NO_NUL)
+
+
+class UpdateLogStatus(BaseModel):
+    """Move a log to another status, along the lifecycle's legal transitions only; ``processed``
+    with an ``error_reason`` is refused (a failure cannot be marked a success)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    processing_status: ProcessingStatus
+    error_reason: str | None = Field(None, min_length=1, max_length=MAX_ERROR_REASON_CHARS, pattern=TEXT_NO_NUL)
+
+    @model_validator(mode="after")
+    def _no_reason_with_success(self) -> UpdateLogStatus:
+        if self.processing_status is ProcessingStatus.PROCESSED and self.error_reason is not None:
+            raise ValueError("error_reason: a log with an error_reason cannot be marked processed; "
+                             "mark it failed (or pending) instead")
+        return self
+
+
+class DailyLogResult(BaseModel):
+    changed: bool = Field(description="false when the log already stood so (nothing was written)")
+    log: DailyLogView
+
+
+class RecoverStuckLogs(BaseModel):
+    """Send logs stuck in processing longer than ``timeout_minutes`` back to pending (below 3 tries)
+    or to failed (at 3)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_minutes: int = Field(DEFAULT_STUCK_TIMEOUT_MINUTES, ge=1, le=7 * 24 * 60)
+    project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
+
+
+class ReconcileLogStatuses(BaseModel):
+    """Send processed logs that have no extraction result back to pending."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
+
+
+class DeleteLogs(BaseModel):
+    """Delete processed logs last updated before the cut-off: ``older_than`` when given, else now
+    minus ``retention_days`` (default ENGRAM_LOG_RETENTION_DAYS, 14). Failed logs are kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retention_days: int | None = Field(None, ge=0, le=36_500)
+    older_than: datetime | None = Field(None, description="cut-off (ISO 8601); overrides retention_days")
+    project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
+
+
+class LogBatchResult(BaseModel):
+    """What a batch operation (recover, reconcile, delete) changed."""
+
+    count: int
+    ids: list[UUID]
+    requeued: int = Field(0, description="recover: logs sent back to pending")
+    failed: int = Field(0, description="recover: logs that ran out of tries")
+    cutoff: datetime | None = Field(None, description="delete: logs last updated before this were deleted")
+
+
+# extraction tasks and results ---------------------------------------------------------------------
+class ExtractionTaskState(BaseModel):
+    """An extraction task as it stands: the ``data`` of every extraction-task event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    tenant: str
+    task_id: str
+    project: str | None = None
+    log_ids: list[UUID] = Field(default_factory=list)
+    status: TaskStatus = TaskStatus.PENDING
+    engine: str | None = None
+    error: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    version: int = Field(1, ge=1)
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class ExtractionTaskView(BaseModel):
+    id: UUID
+    task_id: str
+    project: str | None = None
+    log_ids: list[UUID]
+    status: TaskStatus
+    engine: str | None = None
+    error: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class RecordExtractionTask(BaseModel):
+    """Record (or update) the metadata of an extraction run: its id, the logs it covers, its status.
+
+    Address an existing task by ``id`` or ``task_id``; with neither, a new task is recorded (its
+    task_id derived from the request's idempotency key). Fields omitted are kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID | None = None
+    task_id: str | None = Field(None, pattern=TASK_ID_PATTERN)
+    log_ids: list[UUID] | None = Field(None, max_length=MAX_IDS)
+    status: TaskStatus | None = None
+    project: str | None = Field(None, pattern=PROJECT_PATTERN,
+                                description="the project whose logs it covers (default: none, tenant-wide)")
+    engine: str | None = Field(None, min_length=1, max_length=64, pattern=TEXT_NO_NUL,
+                               description="which extraction engine ran it (builtin, llm, agent, …)")
+    error: str | None = Field(None, min_length=1, max_length=MAX_ERROR_REASON_CHARS, pattern=TEXT_NO_NUL)
+    metrics: dict[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")], float] | None = Field(
+        None, max_length=32, description="numbers of the run, e.g. prompt_tokens, completion_tokens, cost_usd"
+    )
+
+
+class RecordExtractionTaskResult(BaseModel):
+    task: ExtractionTaskView
+    created: bool
+    updated: bool
+
+
+class ExtractionResultState(BaseModel):
+    """The result of one task on one log: the ``data`` of every extraction-result event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+    tenant: str
+    project: str
+    log_id: UUID
+    task_id: str
+    memory_ids: list[UUID] = Field(default_factory=list)
+    shared_memory_ids: list[UUID] = Field(default_factory=list)
+    version: int = Field(1, ge=1)
+    created_at: datetime
+    updated_at: datetime
+
+
+class ExtractionResultView(BaseModel):
+    id: UUID
+    project: str
+    log_id: UUID
+    task_id: str
+    memory_ids: list[UUID]
+    shared_memory_ids: list[UUID]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RecordExtractionResult(BaseModel):
+    """Link a log to the memories (and shared memories) one task produced. Unique per
+    (log_id, task_id): recording it again replaces the lists (never a duplicate), and no memory is
+    ever deleted by it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log_id: UUID
+    task_id: str = Field(pattern=TASK_ID_PATTERN)
+    memory_ids: list[UUID] = Field(default_factory=list, max_length=MAX_IDS)
+    shared_memory_ids: list[UUID] = Field(default_factory=list, max_length=MAX_IDS)
+
+
+class RecordExtractionResultResult(BaseModel):
+    result: ExtractionResultView
+    created: bool
+    replaced: bool = Field(description="true when an earlier result of the same (log_id, task_id) was replaced")
+
+
+class ExtractionTaskEventType(StrEnum):
+    RECORDED = "ExtractionTaskRecorded"
+
+
+class ExtractionResultEventType(StrEnum):
+    RECORDED = "ExtractionResultRecorded"
+
+
+# queries ------------------------------------------------------------------------------------------
+class GetUnprocessedLogs(BaseModel):
+    """Logs waiting for extraction, oldest day first: pending, and failed (retryable) unless
+    ``include_failed`` is false."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+    include_failed: bool = True
+    project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
+
+
+class GetDailyLog(BaseModel):
+    """One log by id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: UUID
+
+
+class DailyLogList(BaseModel):
+    logs: list[DailyLogView]
+
+
+class DailyLogLookup(BaseModel):
+    found: bool
+    log: DailyLogView | None = None
+
+
+class GetExtractionTasks(BaseModel):
+    """Extraction tasks, newest first, by status and/or task_id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: TaskStatus | None = None
+    task_id: str | None = Field(None, pattern=TASK_ID_PATTERN)
+    limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+
+
+class ExtractionTaskList(BaseModel):
+    tasks: list[ExtractionTaskView]
+
+
+class GetExtractionResults(BaseModel):
+    """Extraction results by log and/or task, newest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log_id: UUID | None = None
+    task_id: str | None = Field(None, pattern=TASK_ID_PATTERN)
+    limit: int = Field(100, ge=1, le=MAX_IDS)
+
+
+class ExtractionResultList(BaseModel):
+    results: list[ExtractionResultView]
+
+
+for _name, _model, _result in (
+    ("save_daily_log", SaveDailyLog, SaveDailyLogResult),
+    ("claim_daily_log", ClaimDailyLog, ClaimResult),
+    ("mark_log_processed", MarkLogProcessed, DailyLogResult),
+    ("mark_log_failed", MarkLogFailed, DailyLogResult),
+    ("update_log_status", UpdateLogStatus, DailyLogResult),
+    ("recover_stuck_logs", RecoverStuckLogs, LogBatchResult),
+    ("reconcile_log_statuses", ReconcileLogStatuses, LogBatchResult),
+    ("delete_logs", DeleteLogs, LogBatchResult),
+    ("record_extraction_task", RecordExtractionTask, RecordExtractionTaskResult),
+    ("record_extraction_result", RecordExtractionResult, RecordExtractionResultResult),
+):
+    command(MEMORY, _name, result=_result)(_model)
+for _name, _model, _result in (
+    ("get_unprocessed_logs", GetUnprocessedLogs, DailyLogList),
+    ("get_daily_log", GetDailyLog, DailyLogLookup),
+    ("get_extraction_tasks", GetExtractionTasks, ExtractionTaskList),
+    ("get_extraction_results", GetExtractionResults, ExtractionResultList),
+):
+    query(MEMORY, _name, result=_result)(_model)
+
+del _name, _model, _result
