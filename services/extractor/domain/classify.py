@@ -59,13 +59,13 @@ _SLOTS: list[tuple[re.Pattern[str], Category, str, int]] = [
     (_rx(r"\bmy (" + _RELATIONS + r")(?:'s name is| is (?:called|named))\b"), C.RELATIONSHIP, "{0}_name", 4),
 ]
 
-_PREFERENCE = _rx(r"\bi (?:\w+ )?(?:love|like|enjoy|adore|prefer|hate|dislike|can't stand|am into|'m into|"
-                  r"am a (?:big |huge )?fan of|'m a (?:big |huge )?fan of)\b(?:\s+(?:to|the|a|an|my))?\s+([\w' -]+)")
-_GOAL = _rx(r"\bi (?:\w+ )?(?:want|plan|hope|intend|aim|wish|dream|'m planning|am planning|'m going|am going|'m hoping|"
-            r"am hoping|'m thinking about|am thinking about|'m looking to|'ve decided|decided|'m trying|am trying)"
+_PREFERENCE = _rx(r"\bi(?:'m| am)? (?:\w+ )?(?:love|like|enjoy|adore|prefer|hate|dislike|can't stand|into|"
+                  r"a (?:big |huge )?fan of)\b(?:\s+(?:to|the|a|an|my))?\s+([\w' -]+)")
+_GOAL = _rx(r"\bi(?:'m| am|'ve| have)? (?:\w+ )?(?:want|plan|planning|hope|hoping|intend|aim|wish|dream|going|"
+            r"thinking about|looking to|decided|trying)"
             r" (?:to |of |on )?([\w' -]+)|\bmy (?:goal|dream|plan)\b")
-_SKILL = _rx(r"\bi (?:\w+ )?(?:can|know how to|learned|learnt|taught myself|'m learning|am learning|practice|"
-             r"'m good at|am good at|'m great at|'m skilled|trained|'ve been learning|have been learning|speak)"
+_SKILL = _rx(r"\bi(?:'m| am|'ve| have)? (?:\w+ )?(?:can|know how to|learned|learnt|taught myself|learning|practice|"
+             r"good at|great at|skilled|trained|speak)"
              r" (?:to |how to )?([\w' -]+)")
 _EMOTION = _rx(r"\b(?:feel|feeling|felt|stressed|anxious|anxiety|overwhelm\w*|nervous|scared|afraid|lonely|"
                r"depress\w*|sad|upset|angry|frustrat\w*|excited|happy|grateful|thankful|proud|relieved|"
@@ -76,6 +76,7 @@ _PERSONALITY = _rx(r"\bi(?:'m| am) (?:a |an |very |pretty |quite |so )?(?:\w+ )?
                    r"\bi (?:always|never|tend to|usually)\b|\bi believe\b|\bi value\b|\bi(?:'m| am) "
                    r"(?:shy|outgoing|patient|impatient|stubborn|curious|creative|organized|messy|optimistic|"
                    r"pessimistic|independent|competitive|ambitious|introverted|extroverted)\b")
+_HABIT = _rx(r"\bi (?:always|never|tend to|usually)\b")
 _STYLE = _rx(r"\b(?:bullet points|be (?:brief|concise|direct|blunt)|no emojis|use emojis|formal|casual tone|"
              r"step by step|explain like)\b")
 _DURABLE = _rx(r"\b(?:always|never|every (?:day|week|morning|night)|for (?:\d+|many|a few) years|since i was)\b")
@@ -94,6 +95,7 @@ def classify(said: str) -> Classification:
             return Classification(category, _clean_topic(name), importance, _confidence(said, 0.85))
     for pattern, category, importance, keyed in (
         (_STYLE, C.CONVERSATION_STYLE, 3, False),
+        (_HABIT, C.PERSONALITY, 3, False),
         (_GOAL, C.GOAL, 4, True),
         (_PREFERENCE, C.PREFERENCE, 3, True),
         (_SKILL, C.SKILL, 3, True),
