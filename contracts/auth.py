@@ -9,7 +9,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contracts.memory import PROJECT_PATTERN
+from contracts.memory import PROJECT_PATTERN, TEXT_PATTERN
 from contracts.messages import command, messages_of, query
 from contracts.subjects import AUTH
 
@@ -40,8 +40,8 @@ class CreateApiKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,128}$")
-    user_name: str | None = Field(None, min_length=1, max_length=200)
-    name: str = Field("default", min_length=1, max_length=200)
+    user_name: str | None = Field(None, min_length=1, max_length=200, pattern=TEXT_PATTERN)
+    name: str = Field("default", min_length=1, max_length=200, pattern=TEXT_PATTERN)
     scopes: list[Scope] = Field(default_factory=lambda: list(DEFAULT_KEY_SCOPES), min_length=1)
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     expires_in_days: int | None = Field(None, ge=1, le=3650)

@@ -23,6 +23,9 @@ MAX_STRUCTURED_CONTENT_CHARS = 4_000
 MAX_CONTEXT_CHARS = 2_000
 MEMORY_KEY_PATTERN = r"^[a-z]+\.[a-z0-9_]{1,64}$"
 TOPIC_PATTERN = r"^[a-z0-9_]{1,64}$"
+# Text that is stored or searched in Postgres, which cannot hold NUL: refused at the door (a NUL
+# saved would fail its projection on every retry; one searched for, the query).
+TEXT_PATTERN = r"^[^\x00]*$"
 
 _CONTEXT_DESCRIPTION = (
     "where the memory came from, e.g. the message it answers; helps recall find it "
@@ -132,15 +135,15 @@ class SaveMemory(BaseModel):
 
     project: str = Project
     category: Category | None = None
-    memory_key: str | None = Field(None, max_length=80)
-    content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    memory_key: str | None = Field(None, pattern=TEXT_PATTERN, max_length=80)
+    content: str = Field(min_length=1, pattern=TEXT_PATTERN, max_length=MAX_CONTENT_CHARS)
     context: str | None = Field(
-        None, min_length=1, max_length=MAX_CONTEXT_CHARS,
+        None, min_length=1, max_length=MAX_CONTEXT_CHARS, pattern=TEXT_PATTERN,
         description=_CONTEXT_DESCRIPTION,
     )
     importance: int = Field(3, ge=1, le=5)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
-    source: str = Field("mcp", min_length=1, max_length=64)
+    source: str = Field("mcp", min_length=1, pattern=TEXT_PATTERN, max_length=64)
     provenance: Provenance | None = Field(None, description=_PROVENANCE_DESCRIPTION, exclude_if=lambda v: v is None)
 
     @field_validator("memory_key")
@@ -169,16 +172,16 @@ class UpdateMemory(BaseModel):
 
     project: str = Project
     id: UUID | None = None
-    memory_key: str | None = Field(None, max_length=80)
-    content: str | None = Field(None, min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    memory_key: str | None = Field(None, pattern=TEXT_PATTERN, max_length=80)
+    content: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_STRUCTURED_CONTENT_CHARS)
     context: str | None = Field(
-        None, min_length=1, max_length=MAX_CONTEXT_CHARS,
+        None, min_length=1, max_length=MAX_CONTEXT_CHARS, pattern=TEXT_PATTERN,
         description=_CONTEXT_DESCRIPTION + "; omitted = kept",
     )
     category: Category | None = None
     importance: int | None = Field(None, ge=1, le=5)
     confidence: float | None = Field(None, ge=0.0, le=1.0)
-    source: str | None = Field(None, min_length=1, max_length=64)
+    source: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=64)
     provenance: Provenance | None = Field(
         None, description=_PROVENANCE_DESCRIPTION + "; omitted = kept", exclude_if=lambda v: v is None,
     )
@@ -199,9 +202,9 @@ class ForgetMemory(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project: str = Project
-    content: str | None = Field(None, min_length=1, max_length=MAX_CONTENT_CHARS)
+    content: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_CONTENT_CHARS)
     memory_id: UUID | None = None
-    reason: str | None = Field(None, max_length=1_000)
+    reason: str | None = Field(None, pattern=TEXT_PATTERN, max_length=1_000)
 
 
 class SaveMemoryResult(BaseModel):
@@ -244,7 +247,7 @@ class Recall(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: str = Field(min_length=1, pattern=TEXT_PATTERN, max_length=MAX_QUERY_CHARS)
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     limit: int = Field(10, ge=1, le=MAX_RECALL_LIMIT)
     mode: RecallMode = RecallMode.HYBRID
@@ -274,7 +277,7 @@ class RecallMemory(BaseModel):
 
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     category: Category | None = None
-    keyword: str | None = Field(None, min_length=1, max_length=MAX_KEYWORD_CHARS)
+    keyword: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_KEYWORD_CHARS)
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 
@@ -353,8 +356,8 @@ class SaveSharedMemory(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
-    event: str = Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS)
+    title: str = Field(min_length=1, pattern=TEXT_PATTERN, max_length=MAX_TITLE_CHARS)
+    event: str = Field(min_length=1, pattern=TEXT_PATTERN, max_length=MAX_STRUCTURED_CONTENT_CHARS)
     importance: int = Field(3, ge=1, le=5)
 
 
@@ -394,8 +397,8 @@ class GetSharedMemories(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    title: str | None = Field(None, min_length=1, max_length=MAX_TITLE_CHARS)
-    keyword: str | None = Field(None, min_length=1, max_length=MAX_KEYWORD_CHARS)
+    title: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_TITLE_CHARS)
+    keyword: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_KEYWORD_CHARS)
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 

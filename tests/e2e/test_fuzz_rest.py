@@ -10,8 +10,9 @@ What the run leaves out, and why:
 - the stateful phase (chains of calls through links): the document declares no links, and the
   project's own e2e tests cover the workflows (save → update → history → forget);
 - ``max_response_time`` (opt-in, not set): no timing assertions on a shared 2-core machine;
-- the fuzzer's own key is never revoked (``DELETE /v1/keys/{its id}``): the rest of the run would
-  only see 401s. It finds the id through ``GET /v1/keys``, which lists every key;
+- no key that existed before the run is revoked (``DELETE /v1/keys/{id}``): the fuzzer finds every
+  key id through ``GET /v1/keys`` and would revoke its own (the rest of the run: 401s) and the
+  other tests' keys (the stack is shared by the session). Keys it made itself it may revoke;
 - a valid ``Idempotency-Key`` is made unique per request: schemathesis draws the same few keys
   over and over, and a key reused with another body is refused (``422 idempotency_key_reused``) by
   design, which ``positive_data_acceptance`` would report. The refusal has its own tests
@@ -55,7 +56,14 @@ class FuzzReport:
         return "\n".join(lines)
 
 
-def fuzz(base_url: str, token: str, *, protect_key_id: str | None = None) -> FuzzReport:
+def existing_key_ids(base_url: str, admin_token: str) -> set[str]:
+    """Every API key of the install: the fuzz (an admin) must not revoke the other tests' keys."""
+    listed = httpx.get(base_url + "/v1/keys", headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
+    assert listed.status_code == 200, listed.text
+    return {k["key_id"] for k in listed.json()["keys"]}
+
+
+def fuzz(base_url: str, token: str, *, protected: set[str]) -> FuzzReport:
     config = schemathesis.Config.from_dict({
         "seed": SEED,
         "headers": {"Authorization": f"Bearer {token}"},
@@ -71,7 +79,7 @@ def fuzz(base_url: str, token: str, *, protect_key_id: str | None = None) -> Fuz
 
     @schema.hook("filter_path_parameters")
     def keep_own_key(_: Any, parameters: dict[str, Any] | None) -> bool:
-        return not parameters or str(parameters.get("key_id")) != protect_key_id
+        return not parameters or str(parameters.get("key_id")) not in protected
 
     valid_key = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
@@ -111,7 +119,7 @@ def fuzz(base_url: str, token: str, *, protect_key_id: str | None = None) -> Fuz
 def test_rest_api_fuzzed_with_an_admin_key_finds_nothing(running) -> None:  # type: ignore[no-untyped-def]
     """A tenant of its own (the fuzz saves and forgets a lot), with every scope."""
     created = running.stack.create_key(None, "fuzz admin", ["memory:read", "memory:write", "admin"])
-    report = fuzz(running.base_url, created["key"], protect_key_id=created["view"]["key_id"])
+    report = fuzz(running.base_url, created["key"], protected=existing_key_ids(running.base_url, created["key"]))
     assert not report.failures and not report.errors, report.explain()
     assert report.requests > 500 and not any(s >= 500 for s in report.statuses), report.explain()
     assert report.statuses[201] and report.statuses[200], report.explain()  # valid requests got through
@@ -125,7 +133,7 @@ def test_rest_api_fuzzed_with_a_project_key_finds_nothing(running) -> None:  # t
         "project": "fuzzed",
     }, timeout=30)
     assert made.status_code == 201, made.text
-    report = fuzz(running.base_url, made.json()["key"], protect_key_id=made.json()["view"]["key_id"])
+    report = fuzz(running.base_url, made.json()["key"], protected=existing_key_ids(running.base_url, admin["key"]))
     assert not report.failures and not report.errors, report.explain()
     assert report.requests > 500 and not any(s >= 500 for s in report.statuses), report.explain()
     assert report.statuses[403], report.explain()  # the other projects were tried, and refused

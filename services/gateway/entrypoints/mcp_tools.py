@@ -16,7 +16,8 @@ from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from contracts.errors import ErrorCode
@@ -324,13 +325,29 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
     ]
 
 
+class EngramMCPServer(MCPServer):
+    """The SDK's server, with a wrong prompt request answered as one: an unknown prompt or argument
+    is -32602 invalid params naming it (the SDK turns both into -32603 "Internal server error")."""
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        prompt = next((p for p in await self.list_prompts() if p.name == name), None)
+        if prompt is None:
+            raise MCPError(INVALID_PARAMS, f"unknown prompt '{name}'")
+        known = {a.name for a in prompt.arguments or []}
+        unknown = sorted(set(arguments or {}) - known)
+        if unknown:
+            raise MCPError(INVALID_PARAMS, f"prompt '{name}' has no argument {', '.join(repr(u) for u in unknown)}"
+                           f" (it takes {', '.join(sorted(known)) or 'none'})")
+        return await super().get_prompt(name, arguments, context)
+
+
 def build_mcp(
     ops: Operations, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False,
     toolsets: frozenset[str] = DEFAULT_TOOLSETS,
 ) -> MCPServer:
     """One MCP server: the tools of ``toolsets`` (without ``containerTag`` when ``pinned``), the
     resources and the prompt."""
-    mcp = MCPServer(
+    mcp = EngramMCPServer(
         name="engram",
         title="Engram memory",
         instructions=INSTRUCTIONS,

@@ -39,6 +39,7 @@ from contracts.memory import (
     MEMORY_KEY_PATTERN,
     NAMESPACE_FOR_CATEGORY,
     PROJECT_PATTERN,
+    TEXT_PATTERN,
     Category,
     ForgetMemory,
     ForgetMemoryResult,
@@ -308,7 +309,7 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
     async def list_memories(
         who: Caller,
         category: Category | None = None,
-        keyword: Annotated[str | None, Query(min_length=1, max_length=MAX_KEYWORD_CHARS)] = None,
+        keyword: Annotated[str | None, Query(min_length=1, max_length=MAX_KEYWORD_CHARS, pattern=TEXT_PATTERN)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
         project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
     ) -> Any:
@@ -329,8 +330,8 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
     @router.get("/shared-memories", response_model=SharedMemoryList, summary="Find shared memories")
     async def get_shared(
         who: Caller,
-        title: Annotated[str | None, Query(min_length=1, max_length=MAX_TITLE_CHARS)] = None,
-        keyword: Annotated[str | None, Query(min_length=1, max_length=MAX_KEYWORD_CHARS)] = None,
+        title: Annotated[str | None, Query(min_length=1, max_length=MAX_TITLE_CHARS, pattern=TEXT_PATTERN)] = None,
+        keyword: Annotated[str | None, Query(min_length=1, max_length=MAX_KEYWORD_CHARS, pattern=TEXT_PATTERN)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
     ) -> Any:
         return await call(ops.get_shared_memories(who, GetSharedMemories(title=title, keyword=keyword, limit=limit)))
