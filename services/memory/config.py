@@ -10,6 +10,9 @@ from kit.config import CommonSettings
 
 
 class MemorySettings(CommonSettings):
+    log_retention_days: int = Field(
+        14, ge=0, le=36_500, description="delete_logs' default: processed daily logs older than this many days go",
+    )
     qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
     qdrant_collection: str = "memories"
     qdrant_api_key: str | None = None

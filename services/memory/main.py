@@ -94,6 +94,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         service = MemoryService(
             store, index, models, bus, settings.names, rerank_candidates=settings.rerank_candidates,
             late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
+            log_retention_days=settings.log_retention_days,
         )
         service.bind(ServiceRuntime(MEMORY, service.command_handlers(), service.query_handlers(), command_log))
         yield MemoryApp(settings, bus, store, index, service)

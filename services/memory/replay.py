@@ -17,6 +17,7 @@ from kit import replay as runner
 from kit.replay import ReplayReport, ServiceRunning
 from services.memory.application.projection import PROJECTOR
 from services.memory.application.service import MemoryService
+from services.memory.entrypoints.nats import RECORD_PROJECTORS
 
 if TYPE_CHECKING:
     from services.memory.config import MemorySettings
@@ -44,7 +45,9 @@ class _ReadModels:
 
 async def ensure_service_stopped(app: MemoryApp) -> None:
     names = app.bus.names
-    await runner.ensure_stopped(app.bus, "memory", [names.command_consumer(MEMORY), names.projector(MEMORY, "memory")])
+    consumers = [names.command_consumer(MEMORY), names.projector(MEMORY, "memory")]
+    consumers += [names.projector(MEMORY, aggregate, name=name) for aggregate, name in RECORD_PROJECTORS.items()]
+    await runner.ensure_stopped(app.bus, "memory", consumers)
 
 
 async def rebuild(

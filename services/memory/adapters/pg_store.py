@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
 import asyncpg
 
+from contracts.daily_logs import DailyLogState, ExtractionResultState, ExtractionTaskState, ProcessingStatus
 from contracts.memory import (
     MemoryState,
     MemoryView,
@@ -19,13 +22,16 @@ from contracts.memory import (
 )
 from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
-from services.memory.application.ports import ReadModel, ReadModelTx
+from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = (
     "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
-    "forget_reason, created_at, updated_at, last_seq, context"
+    "forget_reason, created_at, updated_at, last_seq, context, provenance"
 )
+#: log, task, result -> (table, lock key space)
+_RECORDS: dict[str, tuple[str, int]] = {"log": ("daily_logs", 2), "task": ("extraction_tasks", 3),
+                                        "result": ("extraction_results", 4)}
 
 
 def _like(keyword: str) -> str:
@@ -34,7 +40,19 @@ def _like(keyword: str) -> str:
 
 
 def _state(row: asyncpg.Record) -> MemoryState:
-    return MemoryState.model_validate({k: row[k] for k in MemoryState.model_fields})
+    return MemoryState.model_validate(_memory_fields(row))
+
+
+def _memory_fields(row: asyncpg.Record) -> dict[str, object]:
+    """A memory row's fields (its provenance, stored as JSON text, parsed)."""
+    fields = dict(row)
+    if fields.get("provenance") is not None:
+        fields["provenance"] = json.loads(fields["provenance"])
+    return {k: v for k, v in fields.items() if k in MemoryState.model_fields}
+
+
+def _view(row: asyncpg.Record) -> MemoryView:
+    return MemoryView.model_validate(_memory_fields(row))
 
 
 class Tx(ReadModelTx):
@@ -59,10 +77,11 @@ class Tx(ReadModelTx):
             state.id, state.tenant, state.project, state.content,
             state.category.value if state.category else None, state.memory_key, state.importance,
             state.confidence, state.source, state.version, state.status.value, state.forget_reason,
-            state.created_at, state.updated_at, seq, state.context, content_hash, late_tokens,
+            state.created_at, state.updated_at, seq, state.context,
+            state.provenance.model_dump_json() if state.provenance else None, content_hash, late_tokens,
         )
         upsert = f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18,$19)
                 ON CONFLICT (id) DO UPDATE SET
                   project=EXCLUDED.project, content=EXCLUDED.content, category=EXCLUDED.category,
                   memory_key=EXCLUDED.memory_key, importance=EXCLUDED.importance,
@@ -70,7 +89,7 @@ class Tx(ReadModelTx):
                   status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
-                  late_tokens=EXCLUDED.late_tokens
+                  late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq"""
         if outcome is None:
             await self.conn.execute(upsert, *memory_args)
@@ -99,6 +118,47 @@ class Tx(ReadModelTx):
                 WHERE {self.s}.shared_memories.last_seq < EXCLUDED.last_seq""",
             state.id, state.tenant, state.title, state.event, state.importance, state.version,
             state.created_at, state.updated_at, seq,
+        )
+
+    async def lock_record(self, kind: LogRecord, record_id: UUID) -> int | None:
+        table, space = _RECORDS[kind]
+        return await self.conn.fetchval(
+            f"SELECT {self.s}.lock_aggregate('{self.s}.{table}', {space}, $1)", record_id
+        )
+
+    async def upsert_log(self, state: DailyLogState, seq: int) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.daily_logs (id, tenant, project, log_date, processing_status, retry_count,
+                  claimed_at, deleted, updated_at, last_seq, state)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb)
+                ON CONFLICT (id) DO UPDATE SET processing_status=EXCLUDED.processing_status,
+                  retry_count=EXCLUDED.retry_count, claimed_at=EXCLUDED.claimed_at, deleted=EXCLUDED.deleted,
+                  updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq, state=EXCLUDED.state
+                WHERE {self.s}.daily_logs.last_seq < EXCLUDED.last_seq""",
+            state.id, state.tenant, state.project, state.log_date, state.processing_status.value, state.retry_count,
+            state.claimed_at, state.deleted, state.updated_at, seq, state.model_dump_json(),
+        )
+
+    async def upsert_task(self, state: ExtractionTaskState, seq: int) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.extraction_tasks (id, tenant, task_id, project, status, updated_at, last_seq, state)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb)
+                ON CONFLICT (id) DO UPDATE SET project=EXCLUDED.project, status=EXCLUDED.status,
+                  updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq, state=EXCLUDED.state
+                WHERE {self.s}.extraction_tasks.last_seq < EXCLUDED.last_seq""",
+            state.id, state.tenant, state.task_id, state.project, state.status.value, state.updated_at, seq,
+            state.model_dump_json(),
+        )
+
+    async def upsert_result(self, state: ExtractionResultState, seq: int) -> None:
+        await self.conn.execute(
+            f"""INSERT INTO {self.s}.extraction_results (id, tenant, project, log_id, task_id, updated_at, last_seq, state)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb)
+                ON CONFLICT (id) DO UPDATE SET updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
+                  state=EXCLUDED.state
+                WHERE {self.s}.extraction_results.last_seq < EXCLUDED.last_seq""",
+            state.id, state.tenant, state.project, state.log_id, state.task_id, state.updated_at, seq,
+            state.model_dump_json(),
         )
 
     async def advance_checkpoint(self, projection: str, seq: int) -> None:
@@ -163,7 +223,7 @@ class MemoryStore(ReadModel):
                 WHERE tenant = $1 AND id = ANY($2::uuid[]) AND status = 'active'""",
             tenant, list(ids),
         )
-        return {r["id"]: MemoryView.model_validate(dict(r)) for r in rows}
+        return {r["id"]: _view(r) for r in rows}
 
     async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]:
         """The packed late-interaction token vectors of the tenant's active memories among ``ids``
@@ -189,7 +249,7 @@ class MemoryStore(ReadModel):
                 ORDER BY importance DESC, updated_at DESC LIMIT $5""",
             tenant, project, category, pattern, limit,
         )
-        return [MemoryView.model_validate(dict(r)) for r in rows]
+        return [_view(r) for r in rows]
 
     async def shared_memories(
         self, tenant: str, title: str | None, keyword: str | None, limit: int
@@ -231,8 +291,8 @@ class MemoryStore(ReadModel):
             tenant, project, dynamic_limit, static_ids,
         )
         return Profile(
-            static=[MemoryView.model_validate(dict(r)) for r in static],
-            dynamic=[MemoryView.model_validate(dict(r)) for r in dynamic],
+            static=[_view(r) for r in static],
+            dynamic=[_view(r) for r in dynamic],
         )
 
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]:
@@ -240,6 +300,91 @@ class MemoryStore(ReadModel):
             f"SELECT id, last_seq FROM {self.s}.memories WHERE id = ANY($1::uuid[])", list(ids)
         )
         return {r["id"]: r["last_seq"] for r in rows}
+
+    # daily logs, extraction tasks and results ------------------------------------------------
+    async def get_log(self, tenant: str, log_id: UUID) -> DailyLogState | None:
+        raw = await self.pool.fetchval(
+            f"SELECT state FROM {self.s}.daily_logs WHERE tenant = $1 AND id = $2 AND NOT deleted", tenant, log_id
+        )
+        return DailyLogState.model_validate_json(raw) if raw else None
+
+    async def waiting_logs(
+        self, tenant: str, project: str | None, include_failed: bool, limit: int
+    ) -> list[DailyLogState]:
+        statuses = [ProcessingStatus.PENDING.value] + ([ProcessingStatus.FAILED.value] if include_failed else [])
+        rows = await self.pool.fetch(
+            f"""SELECT state FROM {self.s}.daily_logs
+                WHERE tenant = $1 AND NOT deleted AND processing_status = ANY($2::text[])
+                  AND ($3::text IS NULL OR project = $3)
+                ORDER BY log_date, updated_at LIMIT $4""",
+            tenant, statuses, project, limit,
+        )
+        return [DailyLogState.model_validate_json(r["state"]) for r in rows]
+
+    async def _log_ids(self, where: str, tenant: str, project: str | None, limit: int, *args: object) -> list[UUID]:
+        rows = await self.pool.fetch(
+            f"""SELECT id FROM {self.s}.daily_logs l
+                WHERE tenant = $1 AND NOT deleted AND ($2::text IS NULL OR project = $2) AND {where}
+                ORDER BY log_date, id LIMIT $3""",
+            tenant, project, limit, *args,
+        )
+        return [r["id"] for r in rows]
+
+    async def stuck_log_ids(self, tenant: str, project: str | None, started_before: datetime, limit: int) -> list[UUID]:
+        return await self._log_ids("processing_status = 'processing' AND coalesce(claimed_at, updated_at) <= $4",
+                                   tenant, project, limit, started_before)
+
+    async def unreconciled_log_ids(self, tenant: str, project: str | None, limit: int) -> list[UUID]:
+        return await self._log_ids(
+            f"""processing_status = 'processed' AND NOT EXISTS (
+                  SELECT 1 FROM {self.s}.extraction_results r WHERE r.tenant = l.tenant AND r.log_id = l.id)""",
+            tenant, project, limit,
+        )
+
+    async def expired_log_ids(self, tenant: str, project: str | None, cutoff: datetime, limit: int) -> list[UUID]:
+        return await self._log_ids("processing_status = 'processed' AND updated_at < $4", tenant, project, limit, cutoff)
+
+    async def get_task(self, tenant: str, task_uuid: UUID) -> ExtractionTaskState | None:
+        raw = await self.pool.fetchval(
+            f"SELECT state FROM {self.s}.extraction_tasks WHERE tenant = $1 AND id = $2", tenant, task_uuid
+        )
+        return ExtractionTaskState.model_validate_json(raw) if raw else None
+
+    async def tasks(
+        self, tenant: str, project: str | None, status: str | None, task_id: str | None, limit: int
+    ) -> list[ExtractionTaskState]:
+        rows = await self.pool.fetch(
+            f"""SELECT state FROM {self.s}.extraction_tasks
+                WHERE tenant = $1 AND ($2::text IS NULL OR project = $2) AND ($3::text IS NULL OR status = $3)
+                  AND ($4::text IS NULL OR task_id = $4)
+                ORDER BY updated_at DESC, id LIMIT $5""",
+            tenant, project, status, task_id, limit,
+        )
+        return [ExtractionTaskState.model_validate_json(r["state"]) for r in rows]
+
+    async def results(
+        self, tenant: str, project: str | None, log_id: UUID | None, task_id: str | None, limit: int
+    ) -> list[ExtractionResultState]:
+        rows = await self.pool.fetch(
+            f"""SELECT state FROM {self.s}.extraction_results
+                WHERE tenant = $1 AND ($2::text IS NULL OR project = $2) AND ($3::uuid IS NULL OR log_id = $3)
+                  AND ($4::text IS NULL OR task_id = $4)
+                ORDER BY updated_at DESC, id LIMIT $5""",
+            tenant, project, log_id, task_id, limit,
+        )
+        return [ExtractionResultState.model_validate_json(r["state"]) for r in rows]
+
+    async def existing_memory_ids(self, tenant: str, ids: Sequence[UUID]) -> set[UUID]:
+        rows = await self.pool.fetch(
+            f"SELECT id FROM {self.s}.memories WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids)
+        )
+        return {r["id"] for r in rows}
+
+    async def existing_shared_ids(self, tenant: str, ids: Sequence[UUID]) -> set[UUID]:
+        rows = await self.pool.fetch(
+            f"SELECT id FROM {self.s}.shared_memories WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids)
+        )
+        return {r["id"] for r in rows}
 
     async def checkpoint(self, projection: str) -> int:
         return await self.pool.fetchval(
@@ -253,4 +398,7 @@ class MemoryStore(ReadModel):
     async def drop_read_model(self) -> None:
         """Empty every projected table (the command log stays: it is idempotency, not a projection)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"TRUNCATE {self.s}.memories, {self.s}.shared_memories, {self.s}.checkpoints")
+            await conn.execute(
+                f"TRUNCATE {self.s}.memories, {self.s}.shared_memories, {self.s}.daily_logs, "
+                f"{self.s}.extraction_tasks, {self.s}.extraction_results, {self.s}.checkpoints"
+            )

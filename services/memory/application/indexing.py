@@ -243,13 +243,14 @@ def point_for(state: MemoryState, dense: Sequence[float]) -> VectorPoint:
             "source": state.source,
             "version": state.version,
             "updated_at": state.updated_at.isoformat(),
+            "provenance": state.provenance.model_dump(mode="json") if state.provenance else None,
         },
     )
 
 
 _VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id"}
 #: View fields added after points first carried views: a point without them takes their default.
-_LATER_VIEW_FIELDS = frozenset({"context"})
+_LATER_VIEW_FIELDS = frozenset({"context", "provenance"})
 
 
 def view_of(point_id: str, payload: Mapping[str, Any]) -> MemoryView | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -48,6 +49,7 @@ from services.memory.domain import model
 from services.memory.domain.errors import InvalidArgument, NotFound
 
 Content = tuple[str, str, str]  # (tenant, project, content hash)
+C = TypeVar("C", SaveMemory, UpdateMemory)
 
 
 class Memories:
@@ -76,6 +78,7 @@ class Memories:
         """Save a memory: by content (the same content again is not duplicated) or by memory_key."""
         self.activity.touch()
         env.require_project(cmd.project)
+        cmd = await self._with_provenance(env, cmd)
         key = model.resolve_key(cmd)
         if key is not None:
             return await self._save_keyed(env, cmd, key)
@@ -92,6 +95,21 @@ class Memories:
                 return _unchanged(existing)
             state = model.new_memory(env.tenant, env.command_id, cmd, self.clock())
             return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
+
+    async def _with_provenance(self, env: CommandCall, cmd: C) -> C:
+        """The command with its provenance's log date filled in; a provenance naming a log the
+        caller cannot see (unknown, another user's, deleted) or turns it does not have is refused."""
+        prov = cmd.provenance
+        if prov is None:
+            return cmd
+        log = await self.store.get_log(env.tenant, prov.log_id)
+        if log is None or not env.sees(log.project):
+            raise NotFound(f"no daily log with id {prov.log_id}", "provenance.log_id")
+        beyond = [i for i in prov.turns if i >= len(log.turns or [])]
+        if beyond:
+            raise InvalidArgument(f"daily log {prov.log_id} has {len(log.turns or [])} turns; no turn {beyond[0]}",
+                                  "provenance.turns")
+        return cmd.model_copy(update={"provenance": prov.model_copy(update={"log_date": log.log_date})})
 
     async def _save_keyed(self, env: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
         """Save by memory_key: the first save creates, every later save writes a new version."""
@@ -117,6 +135,7 @@ class Memories:
     async def update(self, env: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
         """A new version of an existing memory, addressed by id or memory_key."""
         self.activity.touch()
+        cmd = await self._with_provenance(env, cmd)
         if cmd.id is not None:
             found = await self.store.get(env.tenant, cmd.id)
             if found is None or not env.sees(found.project):

@@ -17,11 +17,13 @@ import uuid
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
 import numpy as np
 
+from contracts.daily_logs import DailyLogState, ExtractionResultState, ExtractionTaskState
 from contracts.envelope import EventEnvelope
 from contracts.memory import (
     MemoryState,
@@ -41,6 +43,7 @@ __all__ = [
     "EventLog",
     "LateEncoder",
     "Models",
+    "LogRecord",
     "ReadModel",
     "ReadModelTx",
     "Reranker",
@@ -243,6 +246,10 @@ class Models:
     reranker: Reranker | None = None
 
 
+#: The daily-log aggregates' read models (each row locked by its id, in its own key space).
+LogRecord = Literal["log", "task", "result"]
+
+
 # events and the read model -----------------------------------------------------------------------
 class EventLog(Protocol):
     """The event log: append with optimistic concurrency on the aggregate's subject, read back."""
@@ -269,6 +276,15 @@ class ReadModelTx(Protocol):
     async def lock_shared(self, shared_id: UUID) -> int | None: ...
 
     async def upsert_shared(self, state: SharedMemoryState, seq: int) -> None: ...
+
+    async def lock_record(self, kind: LogRecord, record_id: UUID) -> int | None:
+        """Serialise the appliers of one log, task or result; the sequence its row reflects."""
+
+    async def upsert_log(self, state: DailyLogState, seq: int) -> None: ...
+
+    async def upsert_task(self, state: ExtractionTaskState, seq: int) -> None: ...
+
+    async def upsert_result(self, state: ExtractionResultState, seq: int) -> None: ...
 
     async def advance_checkpoint(self, projection: str, seq: int) -> None: ...
 
@@ -303,5 +319,35 @@ class ReadModel(Protocol):
     async def profile(self, tenant: str, project: str | None, static_limit: int, dynamic_limit: int) -> Profile: ...
 
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]: ...
+
+    # daily logs, extraction tasks and results (project None: every project of the tenant)
+    async def get_log(self, tenant: str, log_id: UUID) -> DailyLogState | None:
+        """A log that is not deleted."""
+
+    async def waiting_logs(
+        self, tenant: str, project: str | None, include_failed: bool, limit: int
+    ) -> list[DailyLogState]: ...
+
+    async def stuck_log_ids(self, tenant: str, project: str | None, started_before: datetime, limit: int) -> list[UUID]: ...
+
+    async def unreconciled_log_ids(self, tenant: str, project: str | None, limit: int) -> list[UUID]:
+        """Processed logs with no extraction result."""
+
+    async def expired_log_ids(self, tenant: str, project: str | None, cutoff: datetime, limit: int) -> list[UUID]:
+        """Processed logs last updated before ``cutoff``."""
+
+    async def get_task(self, tenant: str, task_uuid: UUID) -> ExtractionTaskState | None: ...
+
+    async def tasks(
+        self, tenant: str, project: str | None, status: str | None, task_id: str | None, limit: int
+    ) -> list[ExtractionTaskState]: ...
+
+    async def results(
+        self, tenant: str, project: str | None, log_id: UUID | None, task_id: str | None, limit: int
+    ) -> list[ExtractionResultState]: ...
+
+    async def existing_memory_ids(self, tenant: str, ids: Sequence[UUID]) -> set[UUID]: ...
+
+    async def existing_shared_ids(self, tenant: str, ids: Sequence[UUID]) -> set[UUID]: ...
 
     async def drop_read_model(self) -> None: ...

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from uuid import UUID
 
+from contracts.daily_logs import (
+    DAILY_LOG_AGGREGATE,
+    EXTRACTION_RESULT_AGGREGATE,
+    EXTRACTION_TASK_AGGREGATE,
+    DailyLogState,
+    ExtractionResultState,
+    ExtractionTaskState,
+)
 from contracts.envelope import EventEnvelope
 from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
 from kit.command_log import OutcomeRecord
 from kit.projector import CheckpointedProjector
 from services.memory.application.indexing import embedding_texts, point_for, state_vector
 from services.memory.application.late import document_matrix, late_document, pack
-from services.memory.application.ports import Models, ReadModel, ReadModelTx, VectorIndex
+from services.memory.application.ports import LogRecord, Models, ReadModel, ReadModelTx, VectorIndex
 from services.memory.domain import model, shared
 
 #: The projector consumer's checkpoint.
@@ -60,6 +68,9 @@ class MemoryProjection:
         self.projector: CheckpointedProjector[ReadModelTx] = CheckpointedProjector(store, prepare=self.prepare)
         self.projector.route(model.AGGREGATE, self._apply_routed)
         self.projector.route(shared.AGGREGATE, self._apply_shared_routed)
+        self.projector.route(DAILY_LOG_AGGREGATE, self._apply_record_routed)
+        self.projector.route(EXTRACTION_TASK_AGGREGATE, self._apply_record_routed)
+        self.projector.route(EXTRACTION_RESULT_AGGREGATE, self._apply_record_routed)
         self._inflight: Counter[UUID] = Counter()  # memories being appended + projected inline here
         #: writes projected per tenant by this process (inline, by the projector or replay): cached
         #: profiles are valid while their tenant's count is unchanged
@@ -108,6 +119,40 @@ class MemoryProjection:
 
         return await self.projector.apply_once(lock=lambda tx: tx.lock_shared(state.id), write=write,
                                                seq=seq, outcome=outcome, checkpoint=checkpoint)
+
+    async def apply_record(
+        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
+    ) -> bool:
+        """Project one daily-log, extraction-task or extraction-result event, once per sequence."""
+        write: Callable[[ReadModelTx, OutcomeRecord | None], Awaitable[bool]]
+        if event.aggregate == DAILY_LOG_AGGREGATE:
+            log = DailyLogState.model_validate(event.data)
+            kind: LogRecord = "log"
+            record_id = log.id
+
+            async def write(tx: ReadModelTx, _: OutcomeRecord | None) -> bool:
+                await tx.upsert_log(log, seq)
+                return False
+        elif event.aggregate == EXTRACTION_TASK_AGGREGATE:
+            task = ExtractionTaskState.model_validate(event.data)
+            kind, record_id = "task", task.id
+
+            async def write(tx: ReadModelTx, _: OutcomeRecord | None) -> bool:
+                await tx.upsert_task(task, seq)
+                return False
+        else:
+            result = ExtractionResultState.model_validate(event.data)
+            kind, record_id = "result", result.id
+
+            async def write(tx: ReadModelTx, _: OutcomeRecord | None) -> bool:
+                await tx.upsert_result(result, seq)
+                return False
+
+        return await self.projector.apply_once(lock=lambda tx: tx.lock_record(kind, record_id), write=write,
+                                               seq=seq, outcome=outcome, checkpoint=checkpoint)
+
+    async def _apply_record_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+        return await self.apply_record(event, seq, checkpoint=checkpoint)
 
     async def _apply_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
         return await self.apply(event, seq, checkpoint=checkpoint)

@@ -4,6 +4,8 @@ kit's :class:`~kit.service.ServiceRuntime` dispatches through.
 =========================  =====================================================================
 ``memories.py``            save, update, forget (and their batch priming); reads of memories
 ``shared.py``              shared memories
+``daily_logs.py``          daily logs: save, the lifecycle (claim, processed, failed, …), retention
+``extraction.py``          extraction tasks and results
 ``recall.py``              the ranking pipeline: hybrid search, keyword feedback, late
                            interaction, rerank
 ``projection.py``          events → Postgres rows and vectors, once per sequence (kit's projector)
@@ -19,6 +21,23 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from contracts.daily_logs import (
+    DEFAULT_LOG_RETENTION_DAYS,
+    ClaimDailyLog,
+    DeleteLogs,
+    GetDailyLog,
+    GetExtractionResults,
+    GetExtractionTasks,
+    GetUnprocessedLogs,
+    MarkLogFailed,
+    MarkLogProcessed,
+    ReconcileLogStatuses,
+    RecordExtractionResult,
+    RecordExtractionTask,
+    RecoverStuckLogs,
+    SaveDailyLog,
+    UpdateLogStatus,
+)
 from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply, utcnow
 from contracts.memory import (
     ForgetMemory,
@@ -36,6 +55,8 @@ from contracts.memory import (
 from contracts.subjects import Names
 from kit.service import ServiceRuntime
 from services.memory.application.common import Activity
+from services.memory.application.daily_logs import DailyLogs
+from services.memory.application.extraction import Extraction
 from services.memory.application.late import LATE_CANDIDATES
 from services.memory.application.memories import Memories, MemoryReads
 from services.memory.application.ports import EventLog, Models, ReadModel, VectorIndex
@@ -61,6 +82,7 @@ class MemoryService:
         rerank_candidates: int = 30,
         late_candidates: int = LATE_CANDIDATES,
         keyword_feedback: bool = False,
+        log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS,
     ) -> None:
         self.models = models
         self.activity = Activity()
@@ -68,6 +90,9 @@ class MemoryService:
         self.memories = Memories(store, index, models, events, names, self.projection, self.activity, clock)
         self.shared = SharedMemories(store, events, names, self.projection, self.activity, clock)
         self.reads = MemoryReads(store, events, names, self.projection)
+        self.daily_logs = DailyLogs(store, events, names, self.projection, self.activity, clock,
+                                    retention_days=log_retention_days)
+        self.extraction = Extraction(store, events, names, self.projection, self.activity, clock)
         self.recall_pipeline = RecallPipeline(
             store, index, models, self.reads.cached_profile, rerank_candidates=rerank_candidates,
             late_candidates=late_candidates, keyword_feedback=keyword_feedback,
@@ -76,13 +101,21 @@ class MemoryService:
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {SaveMemory: self.memories.save, UpdateMemory: self.memories.update,
-                ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save}
+                ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save,
+                SaveDailyLog: self.daily_logs.save, ClaimDailyLog: self.daily_logs.claim,
+                MarkLogProcessed: self.daily_logs.mark_processed, MarkLogFailed: self.daily_logs.mark_failed,
+                UpdateLogStatus: self.daily_logs.update_status, RecoverStuckLogs: self.daily_logs.recover_stuck,
+                ReconcileLogStatuses: self.daily_logs.reconcile, DeleteLogs: self.daily_logs.delete,
+                RecordExtractionTask: self.extraction.record_task,
+                RecordExtractionResult: self.extraction.record_result}
 
     def query_handlers(self) -> dict[type[BaseModel], Any]:
         return {Recall: self.recall_pipeline.recall_query, GetMemoryByKey: self.reads.get_by_key,
                 RecallMemory: self.reads.list_memories, MemoryHistoryQuery: self.reads.history,
                 GetSharedMemories: self.shared.list, ListProjects: self.reads.projects,
-                GetProfile: self.reads.profile}
+                GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
+                GetDailyLog: self.daily_logs.get, GetExtractionTasks: self.extraction.list_tasks,
+                GetExtractionResults: self.extraction.list_results}
 
     def bind(self, runtime: ServiceRuntime) -> None:
         """Attach kit's runtime built over :meth:`command_handlers` / :meth:`query_handlers`."""

@@ -19,6 +19,7 @@ from contracts.memory import (
     MemoryState,
     MemoryStatus,
     MemoryVersion,
+    Provenance,
     SaveMemory,
     UpdateMemory,
     memory_key_problem,
@@ -99,6 +100,7 @@ def new_memory(
         status=MemoryStatus.ACTIVE,
         created_at=now,
         updated_at=now,
+        provenance=cmd.provenance,
     )
 
 
@@ -114,7 +116,7 @@ def save_over(current: MemoryState, cmd: SaveMemory, now: datetime) -> MemorySta
         "status": MemoryStatus.ACTIVE,
         "forget_reason": None,
     }
-    return _new_version(current, changes, now)
+    return _new_version(current, changes, now, cmd.provenance)
 
 
 def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryState | None:
@@ -135,13 +137,19 @@ def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryStat
             if problem:
                 raise InvalidArgument(problem, "category")
         changes["category"] = cmd.category
-    return _new_version(current, changes, now)
+    return _new_version(current, changes, now, cmd.provenance or current.provenance)
 
 
-def _new_version(current: MemoryState, changes: dict[str, object], now: datetime) -> MemoryState | None:
+def _new_version(
+    current: MemoryState, changes: dict[str, object], now: datetime, provenance: Provenance | None,
+) -> MemoryState | None:
+    """A new version with ``changes`` (and the given provenance), or None when nothing would change:
+    provenance alone never makes a new version (the same fact found again in another log)."""
     if all(getattr(current, k) == v for k, v in changes.items()):
         return None
-    return current.model_copy(update={**changes, "version": current.version + 1, "updated_at": now})
+    return current.model_copy(
+        update={**changes, "provenance": provenance, "version": current.version + 1, "updated_at": now}
+    )
 
 
 def history(events: list[tuple[EventEnvelope, int]]) -> list[MemoryVersion]:
@@ -155,7 +163,7 @@ def history(events: list[tuple[EventEnvelope, int]]) -> list[MemoryVersion]:
                 version=state.version, event=event.type, sequence=seq, occurred_at=event.occurred_at,
                 content=state.content, context=state.context, status=state.status, category=state.category,
                 memory_key=state.memory_key, importance=state.importance, confidence=state.confidence,
-                forget_reason=state.forget_reason, valid_until=following,
+                forget_reason=state.forget_reason, valid_until=following, provenance=state.provenance,
             )
         )
     return versions

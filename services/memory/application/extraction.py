@@ -1,0 +1,156 @@
+"""Extraction tasks (metadata of extraction runs) and extraction results (log → memories of one
+task, unique per (log_id, task_id)), with their queries.
+
+A result is an aggregate whose id is derived from (tenant, log_id, task_id): recording it again
+appends a new version that replaces the lists (or nothing when they are the same), so a repeat
+never duplicates, and nothing here ever deletes a memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from uuid import UUID
+
+from contracts.daily_logs import (
+    DAILY_LOG_AGGREGATE,
+    EXTRACTION_RESULT_AGGREGATE,
+    EXTRACTION_TASK_AGGREGATE,
+    DailyLogState,
+    ExtractionResultList,
+    ExtractionResultState,
+    ExtractionTaskList,
+    ExtractionTaskState,
+    GetExtractionResults,
+    GetExtractionTasks,
+    RecordExtractionResult,
+    RecordExtractionResultResult,
+    RecordExtractionTask,
+    RecordExtractionTaskResult,
+    extraction_result_id,
+)
+from contracts.envelope import utcnow
+from contracts.subjects import Names
+from kit.bus import ConcurrencyConflict
+from kit.service import Call, CommandCall
+from services.memory.application.common import MAX_RACES, Activity
+from services.memory.application.daily_logs import Records
+from services.memory.application.ports import EventLog, ReadModel
+from services.memory.application.projection import MemoryProjection
+from services.memory.domain import daily_logs as rules
+from services.memory.domain.errors import NotFound
+
+
+class Extraction:
+    """The commands and queries of extraction tasks and results."""
+
+    def __init__(
+        self, store: ReadModel, events: EventLog, names: Names, projection: MemoryProjection, activity: Activity,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.logs: Records[DailyLogState] = Records(events, names, projection, DAILY_LOG_AGGREGATE, DailyLogState)
+        self.tasks: Records[ExtractionTaskState] = Records(
+            events, names, projection, EXTRACTION_TASK_AGGREGATE, ExtractionTaskState)
+        self.results: Records[ExtractionResultState] = Records(
+            events, names, projection, EXTRACTION_RESULT_AGGREGATE, ExtractionResultState)
+        self.activity = activity
+        self.clock = clock
+
+    async def _visible_log(self, call: Call, log_id: UUID, field: str) -> DailyLogState:
+        """The log as the event log has it; another user's, a deleted one or one outside the
+        caller's project is not found."""
+        state, _, _ = await self.logs.load(call.tenant, log_id)
+        if state is None or state.deleted or not call.sees(state.project):
+            raise NotFound(f"no daily log with id {log_id}", field)
+        return state
+
+    # tasks --------------------------------------------------------------------------------
+    async def record_task(self, env: CommandCall, cmd: RecordExtractionTask) -> RecordExtractionTaskResult:
+        """Record or update a task's metadata (never the extracted text)."""
+        self.activity.touch()
+        task_uuid, task_id = rules.task_identity(env.tenant, cmd, env.command_id)
+        if cmd.project is not None:
+            env.require_project(cmd.project)
+        elif env.project_scope is not None:
+            cmd = cmd.model_copy(update={"project": env.project_scope})
+        for log_id in dict.fromkeys(cmd.log_ids or []):
+            log = await self._visible_log(env, log_id, "log_ids")
+            if cmd.project is not None and log.project != cmd.project:
+                raise NotFound(f"daily log {log_id} is not in project {cmd.project!r}", "log_ids")
+        for _ in range(MAX_RACES):
+            current, seq, cause = await self.tasks.load(env.tenant, task_uuid)
+            if current is not None and current.project is not None and not env.sees(current.project):
+                raise NotFound(f"no extraction task with id {task_uuid}", "id")
+            if current is not None and current.project is None and env.project_scope is not None:
+                raise NotFound(f"no extraction task with id {task_uuid} in project {env.project_scope!r}", "id")
+            if current is not None and cause == env.command_id:
+                return RecordExtractionTaskResult(task=rules.task_view(current), created=current.version == 1,
+                                                  updated=current.version > 1)
+            state = rules.record_task(current, env.tenant, task_id, task_uuid, cmd, self.clock())
+            if state is None:
+                assert current is not None
+                return RecordExtractionTaskResult(task=rules.task_view(current), created=False, updated=False)
+            result = RecordExtractionTaskResult(task=rules.task_view(state), created=current is None,
+                                                updated=current is not None)
+            event = rules.task_event(state, command_id=env.command_id, correlation_id=env.correlation_id)
+            try:
+                await self.tasks.append(env.tenant, task_uuid, event, seq, env.outcome(result))
+            except ConcurrencyConflict:
+                continue
+            env.recorded = True
+            return result
+        raise ConcurrencyConflict(f"extraction task {task_uuid} kept changing while being recorded; retry")
+
+    async def list_tasks(self, call: Call, q: GetExtractionTasks) -> ExtractionTaskList:
+        found = await self.store.tasks(call.tenant, call.project_scope, q.status.value if q.status else None,
+                                       q.task_id, q.limit)
+        return ExtractionTaskList(tasks=[rules.task_view(t) for t in found])
+
+    # results ------------------------------------------------------------------------------
+    async def record_result(self, env: CommandCall, cmd: RecordExtractionResult) -> RecordExtractionResultResult:
+        """Link a log to the memories a task produced: one result per (log_id, task_id), replaced
+        on a repeat; the memories named must be the user's."""
+        self.activity.touch()
+        log = await self._visible_log(env, cmd.log_id, "log_id")
+        await self._require_known(env, cmd)
+        result_id = extraction_result_id(env.tenant, cmd.log_id, cmd.task_id)
+        for _ in range(MAX_RACES):
+            current, seq, cause = await self.results.load(env.tenant, result_id)
+            if current is not None and cause == env.command_id:
+                return RecordExtractionResultResult(result=rules.result_view(current), created=current.version == 1,
+                                                    replaced=current.version > 1)
+            state = rules.record_result(current, env.tenant, log.project, cmd, self.clock())
+            if state is None:
+                assert current is not None
+                return RecordExtractionResultResult(result=rules.result_view(current), created=False, replaced=False)
+            result = RecordExtractionResultResult(result=rules.result_view(state), created=current is None,
+                                                  replaced=current is not None)
+            event = rules.result_event(state, command_id=env.command_id, correlation_id=env.correlation_id)
+            try:
+                await self.results.append(env.tenant, result_id, event, seq, env.outcome(result))
+            except ConcurrencyConflict:
+                continue
+            env.recorded = True
+            return result
+        raise ConcurrencyConflict(f"the result of task {cmd.task_id!r} on log {cmd.log_id} kept changing; retry")
+
+    async def _require_known(self, call: Call, cmd: RecordExtractionResult) -> None:
+        """Every memory and shared memory named is the caller's (never another user's)."""
+        if cmd.memory_ids:
+            known = await self.store.existing_memory_ids(call.tenant, cmd.memory_ids)
+            missing = [m for m in cmd.memory_ids if m not in known]
+            if missing:
+                raise NotFound(f"no memory with id {missing[0]}" + (f" (and {len(missing) - 1} more)"
+                                                                    if len(missing) > 1 else ""), "memory_ids")
+        if cmd.shared_memory_ids:
+            known = await self.store.existing_shared_ids(call.tenant, cmd.shared_memory_ids)
+            missing = [m for m in cmd.shared_memory_ids if m not in known]
+            if missing:
+                raise NotFound(f"no shared memory with id {missing[0]}" + (f" (and {len(missing) - 1} more)"
+                                                                           if len(missing) > 1 else ""),
+                               "shared_memory_ids")
+
+    async def list_results(self, call: Call, q: GetExtractionResults) -> ExtractionResultList:
+        found = await self.store.results(call.tenant, call.project_scope, q.log_id, q.task_id, q.limit)
+        return ExtractionResultList(results=[rules.result_view(r) for r in found])
