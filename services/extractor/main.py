@@ -19,7 +19,8 @@ from services.extractor.adapters.ledger import PgTaskLedger
 from services.extractor.adapters.llm import LlmExtraction
 from services.extractor.adapters.log_source import DAILY_LOG_AGGREGATE, build_log_source
 from services.extractor.adapters.memory_client import ClientMemoryWriter
-from services.extractor.application.extraction import Extractor, run_maintenance
+from services.extractor.adapters.tenants import PgTenants
+from services.extractor.application.extraction import Extractor, recover_stuck, retention, run_maintenance
 from services.extractor.application.ports import ExtractionEngine, LogSource
 from services.extractor.config import ExtractorSettings
 from services.extractor.entrypoints import nats as nats_entry
@@ -71,23 +72,28 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
         await bus.ensure_streams(settings.stream_replicas)
         ledger = PgTaskLedger(pool, settings.extractor_schema)
         await ledger.migrate(owner=settings.namespace)
+        tenants = PgTenants(pool, settings.extractor_schema)
         client = Client(bus)
         logs: LogSource = build_log_source(client)
         extractor = Extractor(engine=engine, logs=logs, memories=ClientMemoryWriter(client), ledger=ledger,
-                              task_id=settings.task_id)
+                              task_id=settings.task_id, tenants=tenants)
         spec = nats_entry.consumer_spec(settings.names, DAILY_LOG_AGGREGATE, ack_wait_s=settings.extractor_ack_wait_s)
         consumer = nats_entry.start(bus, extractor, spec, stop, concurrency=settings.extractor_concurrency)
 
-        async def recover(round_id: str) -> None:
-            await logs.recover_stuck(settings.log_stuck_minutes, key=f"x:recover:{round_id}")
+        async def recover_round(round_id: str) -> None:
+            n = await recover_stuck(logs, tenants, stuck_minutes=settings.log_stuck_minutes, round_id=round_id)
+            if n:
+                log.info("recovered %d stuck logs (round %s)", n, round_id)
 
-        async def retention(round_id: str) -> None:
-            await logs.delete_processed(settings.log_retention_days, key=f"x:retention:{round_id}")
+        async def retention_round(round_id: str) -> None:
+            n = await retention(logs, tenants, retention_days=settings.log_retention_days, round_id=round_id)
+            if n:
+                log.info("deleted %d processed logs past retention (round %s)", n, round_id)
 
         tasks = [
             consumer,
-            asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover)),
-            asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention)),
+            asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
+            asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
         ]
         freeze_startup_heap()
         log.info("extractor ready (engine %s, task %s, namespace %s)", engine.name, settings.task_id,
@@ -99,6 +105,33 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
         await bus.close()
 
 
+async def replay(settings: ExtractorSettings) -> int:
+    """Rebuild the extractor's read model (the tenants with daily logs) from the event log; the
+    ledger is the extractor's own record and is kept. Returns how many tenants were found."""
+    bus = await Bus.connect(settings.nats_url, settings.names, name="engram-extractor-replay")
+    pool = await create_pool(settings.database_url, max_size=2)
+    try:
+        await PgTaskLedger(pool, settings.extractor_schema).migrate(owner=settings.namespace)
+        found = await nats_entry.tenants_in_event_log(bus, DAILY_LOG_AGGREGATE)
+        return await PgTenants(pool, settings.extractor_schema).replace(found)
+    finally:
+        await pool.close()
+        await bus.close()
+
+
+async def task_counts(database_url: str, schema: str = "extractor") -> dict[str, int] | None:
+    """Extraction tasks by state (running / done / failed) for `engram status`; None when the
+    extractor has not created its schema yet."""
+    pool = await create_pool(database_url, max_size=1)
+    try:
+        exists = await pool.fetchval("SELECT to_regclass($1)", f"{schema}.tasks")
+        if exists is None:
+            return None
+        return await PgTaskLedger(pool, schema).counts()
+    finally:
+        await pool.close()
+
+
 def main() -> None:
     settings = ExtractorSettings()
     settings.check_production()
@@ -106,4 +139,4 @@ def main() -> None:
     run_service(run(settings))
 
 
-__all__ = ["build_engine", "main", "run", "run_maintenance"]
+__all__ = ["build_engine", "main", "replay", "run", "run_maintenance", "task_counts"]

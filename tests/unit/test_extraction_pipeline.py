@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from services.extractor.application.extraction import Extractor, Outcome
-from services.extractor.application.ports import ClaimedLog, KnownMemory, LogNotice, TaskRecord, Written
+from services.extractor.application.ports import (
+    ClaimedLog,
+    KnownMemory,
+    LogNotice,
+    Origin,
+    TaskRecord,
+    Written,
+)
 from services.extractor.domain.engine import BuiltinEngine, turns_from_text
 from services.extractor.domain.model import Extraction, Fact, Turn
 
@@ -66,10 +73,10 @@ class Logs:
             self.failures.append(reason)
             self.status = "pending" if len(self.failures) < 3 else "failed"
 
-    async def recover_stuck(self, timeout_minutes: int, *, key: str) -> int:
+    async def recover_stuck(self, tenant: str, timeout_minutes: int, *, key: str) -> int:
         return 0
 
-    async def delete_processed(self, retention_days: int, *, key: str) -> int:
+    async def delete_processed(self, tenant: str, retention_days: int, *, key: str) -> int:
         return 0
 
 
@@ -97,10 +104,14 @@ class Memories:
         self.keys_seen[key] = written
         return written
 
-    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written:
+    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
+                   origin: Origin | None = None) -> Written:
+        assert origin is not None and origin.log_id and origin.task_id  # every extracted memory has provenance
         return await self._write(fact, memory_key, key, False)
 
-    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written:
+    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
+                     origin: Origin | None = None) -> Written:
+        assert origin is not None and origin.log_id and origin.task_id
         return await self._write(fact, memory_key, key, True)
 
 

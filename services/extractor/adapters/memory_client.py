@@ -1,13 +1,40 @@
-"""The memory service's memory commands and lookup, through kit's typed client."""
+"""The memory service's memory commands and lookup, through kit's typed client. Each memory the
+extractor writes carries its provenance: the log, the task and the turns (indices into the log's
+``turns``) it came from; a fact read from a structured field names the log with no turn."""
 
 from __future__ import annotations
 
-from contracts.memory import GetMemoryByKey, MemoryLookup, SaveMemory, SaveMemoryResult, UpdateMemory
+from uuid import UUID
+
+from contracts.memory import (
+    GetMemoryByKey,
+    MemoryLookup,
+    Provenance,
+    SaveMemory,
+    SaveMemoryResult,
+    UpdateMemory,
+)
 from kit.client import Client
-from services.extractor.application.ports import KnownMemory, Written
+from services.extractor.application.ports import KnownMemory, Origin, Written
 from services.extractor.domain.model import Fact
 
 SOURCE = "extractor"
+
+
+def turn_indices(refs: tuple[str, ...]) -> list[int]:
+    """``turn:<i>`` refs as indices, in order, once each (``field:<name>`` refs name no turn)."""
+    found: list[int] = []
+    for ref in refs:
+        kind, _, index = ref.partition(":")
+        if kind == "turn" and index.isdigit() and int(index) not in found:
+            found.append(int(index))
+    return found
+
+
+def provenance_of(fact: Fact, origin: Origin | None) -> Provenance | None:
+    if origin is None:
+        return None
+    return Provenance(log_id=UUID(origin.log_id), task_id=origin.task_id, turns=turn_indices(fact.turn_refs))
 
 
 class ClientMemoryWriter:
@@ -21,16 +48,20 @@ class ClientMemoryWriter:
         m = found.memory
         return KnownMemory(memory_id=m.id, content=m.content, memory_key=m.memory_key, version=m.version)
 
-    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written:
+    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
+                   origin: Origin | None = None) -> Written:
         result: SaveMemoryResult = await self.client.send(tenant, SaveMemory(
             project=project, category=fact.category, memory_key=memory_key, content=fact.content,
             context=fact.context, importance=fact.importance, confidence=fact.confidence, source=SOURCE,
+            provenance=provenance_of(fact, origin),
         ), key=key)
         return Written(memory_id=result.memory_id, created=result.created, updated=result.updated)
 
-    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written:
+    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
+                     origin: Origin | None = None) -> Written:
         result: SaveMemoryResult = await self.client.send(tenant, UpdateMemory(
             project=project, memory_key=memory_key, content=fact.content, context=fact.context,
             importance=fact.importance, confidence=fact.confidence, source=SOURCE,
+            provenance=provenance_of(fact, origin),
         ), key=key)
         return Written(memory_id=result.memory_id, created=result.created, updated=result.updated)

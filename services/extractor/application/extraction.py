@@ -22,8 +22,10 @@ from services.extractor.application.ports import (
     LogNotice,
     LogSource,
     MemoryWriter,
+    Origin,
     TaskLedger,
     TaskRecord,
+    Tenants,
 )
 from services.extractor.domain.engine import split_turns
 from services.extractor.domain.merge import Action, decide, fact_key, memory_key_of, step_key
@@ -64,9 +66,12 @@ class Extractor:
     memories: MemoryWriter
     ledger: TaskLedger
     task_id: str
+    tenants: Tenants | None = None
 
     async def handle(self, notice: LogNotice) -> TaskReport:
         """Extract a pending log once for this task; anything else is ignored."""
+        if self.tenants is not None:
+            await self.tenants.seen(notice.tenant)
         if notice.status != "pending":
             return TaskReport(Outcome.IGNORED)
         existing = await self.ledger.get(notice.log_id, self.task_id)
@@ -84,8 +89,11 @@ class Extractor:
         except ExtractionFailed as exc:
             return await self._fail(claimed, notice, str(exc))
         report = await self.write(claimed, extraction.facts)
+        # (log_id, task_id) and the ids: a result is unique per (log_id, task_id) on the memory side, so
+        # a resumed task that found other ids (a memory changed meanwhile) replaces it, never duplicates
         await self.logs.record_result(claimed.tenant, claimed.log_id, self.task_id, report.memory_ids,
-                                      key=step_key("result", claimed.log_id, self.task_id))
+                                      key=step_key("result", claimed.log_id, self.task_id,
+                                                   ",".join(str(m) for m in report.memory_ids)))
         await self.logs.mark_processed(claimed.tenant, claimed.log_id,
                                        key=step_key("processed", claimed.log_id, self.task_id, notice.version))
         record.status = "done"
@@ -113,6 +121,7 @@ class Extractor:
         """Merge each fact with what is known, through the memory service's commands."""
         report = TaskReport(Outcome.DONE, facts=len(facts))
         ids: list[UUID] = []
+        origin = Origin(claimed.log_id, self.task_id)
         for fact in facts:
             key = memory_key_of(fact)
             known = await self.memories.by_key(claimed.tenant, claimed.project, key)
@@ -123,10 +132,12 @@ class Extractor:
                 continue
             idem = fact_key(claimed.log_id, self.task_id, fact, action.value)
             if action is Action.UPDATE:
-                written = await self.memories.update(claimed.tenant, claimed.project, fact, key, key=idem)
+                written = await self.memories.update(claimed.tenant, claimed.project, fact, key, key=idem,
+                                                     origin=origin)
                 report.updated += 1
             else:
-                written = await self.memories.save(claimed.tenant, claimed.project, fact, key, key=idem)
+                written = await self.memories.save(claimed.tenant, claimed.project, fact, key, key=idem,
+                                                   origin=origin)
                 report.saved += written.created
                 report.updated += written.updated
             ids.append(written.memory_id)
@@ -141,12 +152,38 @@ class Extractor:
         return TaskReport(Outcome.FAILED, error=reason)
 
 
-async def run_maintenance(logs: LogSource, *, stuck_minutes: int, retention_days: int, round_id: str) -> tuple[int, int]:
-    """One round of the schedules: logs stuck in processing go back to pending (or failed), processed
-    logs past retention are deleted. ``round_id`` makes each round's commands idempotent."""
-    recovered = await logs.recover_stuck(stuck_minutes, key=f"x:recover:{round_id}")
-    deleted = await logs.delete_processed(retention_days, key=f"x:retention:{round_id}")
+async def run_maintenance(
+    logs: LogSource, tenants: Tenants, *, stuck_minutes: int, retention_days: int, round_id: str,
+) -> tuple[int, int]:
+    """One round of both schedules for every tenant with logs (see :func:`recover_stuck`, :func:`retention`)."""
+    recovered = await recover_stuck(logs, tenants, stuck_minutes=stuck_minutes, round_id=round_id)
+    deleted = await retention(logs, tenants, retention_days=retention_days, round_id=round_id)
     return recovered, deleted
 
 
-__all__ = ["Extractor", "ExtractionFailed", "Outcome", "TaskRecord", "TaskReport", "run_maintenance"]
+async def recover_stuck(logs: LogSource, tenants: Tenants, *, stuck_minutes: int, round_id: str) -> int:
+    """Logs stuck in processing go back to pending (or failed), tenant by tenant. ``round_id`` makes
+    each round's commands idempotent (replicas running the same round act once); a tenant that
+    fails is logged and the others still run."""
+    total = 0
+    for tenant in await tenants.all():
+        try:
+            total += await logs.recover_stuck(tenant, stuck_minutes, key=f"x:recover:{round_id}")
+        except Exception:
+            log.exception("recover-stuck of tenant %s failed (round %s)", tenant, round_id)
+    return total
+
+
+async def retention(logs: LogSource, tenants: Tenants, *, retention_days: int, round_id: str) -> int:
+    """Processed logs past retention are deleted, tenant by tenant (failed logs are kept)."""
+    total = 0
+    for tenant in await tenants.all():
+        try:
+            total += await logs.delete_processed(tenant, retention_days, key=f"x:retention:{round_id}")
+        except Exception:
+            log.exception("retention of tenant %s failed (round %s)", tenant, round_id)
+    return total
+
+
+__all__ = ["Extractor", "ExtractionFailed", "Outcome", "TaskRecord", "TaskReport", "recover_stuck", "retention",
+           "run_maintenance"]

@@ -5,6 +5,8 @@
   commands an external agent uses through the maintenance tools.
 - :class:`MemoryWriter` — the memory service's memory commands and the lookup by key.
 - :class:`TaskLedger` — the extractor's own table: one row per ``(log_id, task_id)``.
+- :class:`Tenants` — the tenants seen in daily-log events (the lifecycle's batch commands are per
+  tenant: the schedules run them for each), rebuildable from the event log.
 """
 
 from __future__ import annotations
@@ -91,17 +93,39 @@ class LogSource(Protocol):
 
     async def mark_failed(self, tenant: str, log_id: str, reason: str, *, key: str) -> None: ...
 
-    async def recover_stuck(self, timeout_minutes: int, *, key: str) -> int: ...
+    async def recover_stuck(self, tenant: str, timeout_minutes: int, *, key: str) -> int:
+        """Logs of ``tenant`` stuck in processing → pending (or failed): how many changed."""
+        ...
 
-    async def delete_processed(self, retention_days: int, *, key: str) -> int: ...
+    async def delete_processed(self, tenant: str, retention_days: int, *, key: str) -> int:
+        """Processed logs of ``tenant`` older than the retention deleted: how many."""
+        ...
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a fact was extracted: the log and the task (its provenance, with the fact's turns)."""
+
+    log_id: str
+    task_id: str
 
 
 class MemoryWriter(Protocol):
     async def by_key(self, tenant: str, project: str, memory_key: str) -> KnownMemory | None: ...
 
-    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written: ...
+    async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
+                   origin: Origin | None = None) -> Written: ...
 
-    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str) -> Written: ...
+    async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
+                     origin: Origin | None = None) -> Written: ...
+
+
+class Tenants(Protocol):
+    async def seen(self, tenant: str) -> None:
+        """Note a tenant that has daily logs (cheap when already known)."""
+        ...
+
+    async def all(self) -> list[str]: ...
 
 
 class TaskLedger(Protocol):

@@ -31,13 +31,22 @@ def consumer_spec(names: Names, aggregate: str, *, ack_wait_s: float = 120.0, ma
 
 
 def notice_from_event(event: EventEnvelope, seq: int) -> LogNotice:
-    """Where the log stands after the event (its ``data`` is the log's new state)."""
+    """Where the log stands after the event: its ``data`` is the log's whole new state
+    (``contracts.daily_logs.DailyLogState``: ``processing_status``, ``version``, ``project``); a
+    deleted log's tombstone is never pending."""
     data: dict[str, Any] = event.data
-    status = str(data.get("processing_status") or data.get("status") or "pending")
+    status = str(data.get("processing_status") or "pending")
+    if data.get("deleted"):
+        status = "deleted"
     return LogNotice(
         tenant=event.tenant, log_id=event.aggregate_id, status=status,
         version=int(data.get("version") or seq), project=str(data.get("project") or "default"),
     )
+
+
+async def tenants_in_event_log(bus: Bus, aggregate: str) -> set[str]:
+    """Every tenant with an event of ``aggregate`` on the event log (a replay of its subjects)."""
+    return {event.tenant for event, _ in await bus.history(bus.names.events_of(aggregate))}
 
 
 def start(bus: Bus, extractor: Extractor, spec: ConsumerSpec, stop: asyncio.Event, *,
