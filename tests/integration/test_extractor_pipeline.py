@@ -1,0 +1,233 @@
+"""The automatic pipeline on real JetStream and Postgres: the memory service in-process (its command
+consumer, projectors and query handlers on the bus) and the extractor's application and durable
+consumer. A daily log saved → memories with provenance, the log processed, one result; a second save
+of the same log and a redelivery write nothing twice; two extractor workers share one queue."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+
+from contracts.daily_logs import (
+    DAILY_LOG_AGGREGATE,
+    DailyLogLookup,
+    ExtractionResultList,
+    GetDailyLog,
+    GetExtractionResults,
+    SaveDailyLog,
+    SaveDailyLogResult,
+    Turn,
+)
+from contracts.envelope import CommandEnvelope
+from contracts.memory import MAX_RECALL_LIMIT, MemoryHistory, MemoryHistoryQuery, MemoryList, RecallMemory
+from contracts.messages import fingerprint, spec_of
+from contracts.subjects import Names
+from kit.bus import Bus
+from kit.client import Client
+from services.extractor.adapters.builtin import BuiltinExtraction
+from services.extractor.adapters.ledger import PgTaskLedger
+from services.extractor.adapters.log_source import ClientLogSource
+from services.extractor.adapters.memory_client import ClientMemoryWriter
+from services.extractor.adapters.tenants import PgTenants
+from services.extractor.application.extraction import Extractor, Outcome
+from services.extractor.application.ports import LogNotice
+from services.extractor.entrypoints import nats as extractor_entry
+from services.memory.config import MemorySettings
+from services.memory.entrypoints import nats as memory_entry
+from services.memory.main import memory_app
+
+pytestmark = pytest.mark.integration
+TASK = "builtin-v1"
+T = TypeVar("T")
+
+CHAT = [
+    Turn(speaker="user", text="Hi there!"),
+    Turn(speaker="assistant", text="Hello! How was your day?"),
+    Turn(speaker="user", text="I live in Lyon. I adopted a beagle named Biscuit last month."),
+    Turn(speaker="assistant", text="Lovely."),
+    Turn(speaker="user", text="My favorite color is teal. I want to run a marathon next year."),
+]
+
+
+@dataclass
+class Pipeline:
+    bus: Bus
+    client: Client
+    names: Names
+    pool: asyncpg.Pool
+    schema: str
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    buses: list[Bus] = field(default_factory=list)
+
+    async def worker(self, name: str) -> Extractor:
+        """One extractor replica: its own bus connection, the shared ledger and durable consumer."""
+        bus = await Bus.connect(self.bus_url, self.names, name=f"engram-extractor-{name}")
+        self.buses.append(bus)
+        client = Client(bus)
+        ledger = PgTaskLedger(self.pool, self.schema)
+        extractor = Extractor(engine=BuiltinExtraction(), logs=ClientLogSource(client),
+                              memories=ClientMemoryWriter(client), ledger=ledger, task_id=TASK,
+                              tenants=PgTenants(self.pool, self.schema))
+        spec = extractor_entry.consumer_spec(self.names, DAILY_LOG_AGGREGATE, ack_wait_s=30)
+        self.tasks.append(extractor_entry.start(bus, extractor, spec, self.stop, concurrency=2))
+        return extractor
+
+    bus_url: str = ""
+
+
+@pytest.fixture
+async def pipeline(infra, tmp_path: Path) -> AsyncIterator[Pipeline]:  # type: ignore[no-untyped-def]
+    namespace = infra.fresh_namespace()
+    settings = MemorySettings(
+        home=tmp_path, nats_url=infra.nats_url, database_url=infra.database_url, namespace=namespace,
+        memory_schema="mem_" + uuid.uuid4().hex[:8], late_interaction="none", reranker="none",
+    )
+    schema = "ext_" + uuid.uuid4().hex[:8]
+    async with memory_app(settings) as app:
+        stop = asyncio.Event()
+        tasks = memory_entry.start(app.bus, app.service, stop)
+        await memory_entry.serve_queries(app.bus, app.service)
+        pool = await asyncpg.create_pool(infra.database_url, min_size=1, max_size=4)
+        assert pool is not None
+        await PgTaskLedger(pool, schema).migrate(owner=namespace)
+        p = Pipeline(app.bus, Client(app.bus, command_timeout_s=20), app.bus.names, pool, schema, stop,
+                     bus_url=infra.nats_url)
+        try:
+            yield p
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, *p.tasks, return_exceptions=True)
+            for bus in p.buses:
+                await bus.close()
+            await pool.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await pool.close()
+            await app.bus.delete_streams()
+
+
+async def until(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = 60.0) -> T:
+    """Poll until ``probe`` answers something (no timing is asserted: the bound only ends a hang)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found = await probe()
+        if found:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def save_log(p: Pipeline, tenant: str, day: str, turns: list[Turn] = CHAT, **fields: Any) -> SaveDailyLogResult:
+    """SaveDailyLog on the bus, its payload without the fields left out. (kit's client sends them as
+    null, and contracts/daily_logs.py's ``Topics``/``Turns`` put ``max_length`` on ``list | None``:
+    an explicit null raises TypeError in the memory service's parsing, and the command is
+    dead-lettered. Reported; until the contract is fixed a client must leave them out.)"""
+    cmd = SaveDailyLog(log_date=date.fromisoformat(day), turns=turns, **fields)
+    spec = spec_of(cmd)
+    reply = await p.bus.send_command(spec.service, spec.name, CommandEnvelope(
+        command_id=uuid.uuid4().hex, type=spec.name, tenant=tenant,
+        payload=cmd.model_dump(mode="json", exclude_none=True)), timeout=20, fingerprint=fingerprint(cmd))
+    assert reply.ok, reply.error
+    return SaveDailyLogResult.model_validate(reply.result)
+
+
+async def processed(p: Pipeline, tenant: str, log_id: uuid.UUID) -> DailyLogLookup | None:
+    found: DailyLogLookup = await p.client.ask(tenant, GetDailyLog(id=log_id))
+    return found if found.log and found.log.processing_status == "processed" else None
+
+
+async def results(p: Pipeline, tenant: str, log_id: uuid.UUID) -> ExtractionResultList:
+    return await p.client.ask(tenant, GetExtractionResults(log_id=log_id))  # type: ignore[no-any-return]
+
+
+async def memories(p: Pipeline, tenant: str) -> MemoryList:
+    return await p.client.ask(tenant, RecallMemory(limit=MAX_RECALL_LIMIT))  # type: ignore[no-any-return]
+
+
+async def test_a_saved_log_becomes_memories_with_provenance_and_is_processed_once(pipeline: Pipeline) -> None:
+    p = pipeline
+    extractor = await p.worker("a")
+    saved = await save_log(p, "alice", "2025-05-01", events="Went to the climbing gym.")
+    await until(lambda: processed(p, "alice", saved.id), "the log processed")
+
+    found = await results(p, "alice", saved.id)
+    assert len(found.results) == 1 and found.results[0].task_id == TASK
+    result_ids = set(found.results[0].memory_ids)
+    listed = (await memories(p, "alice")).memories
+    assert result_ids and {m.id for m in listed} == result_ids
+    contents = " | ".join(m.content for m in listed)
+    assert "Lyon" in contents and "marathon" in contents and "teal" in contents
+    for m in listed:
+        assert m.provenance is not None and m.provenance.log_id == saved.id and m.provenance.task_id == TASK
+        assert m.provenance.log_date == date(2025, 5, 1)
+        for i in m.provenance.turns:  # the turns it came from are the user's
+            assert CHAT[i].speaker == "user"
+    lyon = next(m for m in listed if "Lyon" in m.content)
+    assert lyon.provenance is not None and lyon.provenance.turns == [2]
+    history: MemoryHistory = await p.client.ask("alice", MemoryHistoryQuery(memory_id=lyon.id))
+    assert history.versions[-1].provenance is not None and history.versions[-1].provenance.log_id == saved.id
+    assert "alice" in await PgTenants(p.pool, p.schema).all()
+
+    # the same log saved again (same content, then more fields): no new extraction, no new memory
+    again = await save_log(p, "alice", "2025-05-01", events="Went to the climbing gym.")
+    assert again.id == saved.id and not again.updated and again.processing_status == "processed"
+    changed = await save_log(p, "alice", "2025-05-01", events="Went to the climbing gym.", mood=1)
+    assert changed.updated and changed.processing_status == "processed"
+
+    # a redelivered pending event (first version), with and without the ledger's row (a crash
+    # before the ledger recorded the task done): the claim's key answers its first outcome, every
+    # write its key's, so nothing is written twice
+    notice = LogNotice(tenant="alice", log_id=str(saved.id), status="pending", version=1, project="default")
+    assert (await extractor.handle(notice)).outcome is Outcome.ALREADY_DONE
+    await p.pool.execute(f"DELETE FROM {p.schema}.tasks")
+    resumed = await extractor.handle(notice)
+    assert resumed.outcome is Outcome.DONE and resumed.saved == 0 and set(resumed.memory_ids) == result_ids
+    # a new pending version (a fresh claim) is claimed no more: the log is processed
+    assert (await extractor.handle(LogNotice("alice", str(saved.id), "pending", 99))).outcome in (
+        Outcome.ALREADY_DONE, Outcome.NOT_CLAIMED)
+
+    after = await results(p, "alice", saved.id)
+    assert len(after.results) == 1 and set(after.results[0].memory_ids) == result_ids
+    assert {m.id for m in (await memories(p, "alice")).memories} == result_ids
+    final = await processed(p, "alice", saved.id)
+    assert final is not None and final.log is not None and final.log.retry_count == 0
+
+
+async def test_two_workers_share_the_queue_with_no_duplicate(pipeline: Pipeline) -> None:
+    p = pipeline
+    await p.worker("a")
+    await p.worker("b")
+    people = {"alice": [], "bob": []}  # type: dict[str, list[uuid.UUID]]
+    for tenant in people:
+        for day in range(1, 5):
+            turns = [Turn(speaker="user", text=f"I visited museum number {day} in Porto."),
+                     Turn(speaker="user", text=f"My {tenant} project {day} is called Heron{day}.")]
+            people[tenant].append((await save_log(p, tenant, f"2025-06-0{day}", turns=turns)).id)
+    for tenant, ids in people.items():
+        for log_id in ids:
+            await until(lambda t=tenant, i=log_id: processed(p, t, i), f"log {log_id} processed")
+    for tenant, ids in people.items():
+        all_result_ids: list[uuid.UUID] = []
+        for log_id in ids:
+            found = await results(p, tenant, log_id)
+            assert len(found.results) == 1, found  # one result per (log_id, task_id)
+            all_result_ids += found.results[0].memory_ids
+        listed = (await memories(p, tenant)).memories
+        contents = [m.content for m in listed]
+        assert len(contents) == len(set(contents)), contents  # no memory twice
+        assert {m.id for m in listed} == set(all_result_ids)
+        assert all(m.provenance is not None and m.provenance.log_id in ids for m in listed)
+    counts = await PgTaskLedger(p.pool, p.schema).counts()
+    assert counts == {"done": 8}
+    assert sorted(await PgTenants(p.pool, p.schema).all()) == ["alice", "bob"]
+    # the tenant list is rebuilt from the event log alone
+    rebuilt = await extractor_entry.tenants_in_event_log(p.bus, DAILY_LOG_AGGREGATE)
+    assert rebuilt == {"alice", "bob"}
