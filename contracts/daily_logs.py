@@ -133,15 +133,15 @@ def _topics(value: Any) -> Any:
 
 LogText = Annotated[str | None, Field(None, min_length=1, max_length=MAX_LOG_FIELD_CHARS, pattern=TEXT_NO_NUL)]
 Topics = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=MAX_TOPIC_CHARS, pattern=TEXT_NO_NUL)]] | None,
+    Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_TOPIC_CHARS, pattern=TEXT_NO_NUL)]],
+              Field(max_length=MAX_TOPICS)] | None,
     BeforeValidator(_topics),
-    Field(None, max_length=MAX_TOPICS, description="the day's topics: a list, or one comma-separated string"),
+    Field(None, description="the day's topics: a list, or one comma-separated string"),
 ]
 Turns = Annotated[
-    list[Turn] | None,
+    Annotated[list[Turn], Field(max_length=MAX_TURNS)] | None,
     BeforeValidator(_turns),
-    Field(None, max_length=MAX_TURNS,
-          description="the day's conversation: [{speaker, text, at?}], or plain text whose 'Speaker: words' "
+    Field(None, description="the day's conversation: [{speaker, text, at?}], or plain text whose 'Speaker: words' "
           "lines start turns"),
 ]
 Mood = Annotated[int | None, Field(None, ge=-2, le=2, description="the day's mood, an integer from -2 to 2")]
