@@ -23,6 +23,32 @@ from contracts.auth import (
     RevokeApiKey,
     Scope,
 )
+from contracts.daily_logs import (
+    ClaimDailyLog,
+    ClaimResult,
+    DailyLogList,
+    DailyLogLookup,
+    DailyLogResult,
+    DeleteLogs,
+    ExtractionResultList,
+    ExtractionTaskList,
+    GetDailyLog,
+    GetExtractionResults,
+    GetExtractionTasks,
+    GetUnprocessedLogs,
+    LogBatchResult,
+    MarkLogFailed,
+    MarkLogProcessed,
+    ReconcileLogStatuses,
+    RecordExtractionResult,
+    RecordExtractionResultResult,
+    RecordExtractionTask,
+    RecordExtractionTaskResult,
+    RecoverStuckLogs,
+    SaveDailyLog,
+    SaveDailyLogResult,
+    UpdateLogStatus,
+)
 from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
@@ -174,6 +200,77 @@ class Operations:
         c.require(Scope.MEMORY_READ)
         return WhoAmI(user_id=c.tenant, client_id=c.who.client_id, key_id=c.who.key_id,
                       scopes=sorted(c.who.scopes), project=c.who.project or c.pin)
+
+    # daily logs and extraction (the pipeline's workflow) ----------------------------------
+    async def save_daily_log(self, c: Caller, cmd: SaveDailyLog, *, project: str | None,
+                             key: str | None = None) -> SaveDailyLogResult:
+        """The day's log: an assistant hands over the day's chat (``memory:write``)."""
+        c.require(Scope.MEMORY_WRITE)
+        result: SaveDailyLogResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        return result
+
+    async def _maintain(self, c: Caller, message: BaseModel, key: str | None = None, *, query: bool = False) -> Any:
+        """A workflow operation of the extraction pipeline (``memory:maintenance``); a project
+        filter it carries resolves like a search's (the pin or restriction, else the request's)."""
+        c.require(Scope.MEMORY_MAINTENANCE)
+        if "project" in type(message).model_fields:
+            message = _with(message, project=c.search_project(vars(message)["project"]))
+        return await (self._ask(c, message) if query else self._send(c, message, key))
+
+    async def get_unprocessed_logs(self, c: Caller, query: GetUnprocessedLogs) -> DailyLogList:
+        result: DailyLogList = await self._maintain(c, query, query=True)
+        return result
+
+    async def get_daily_log(self, c: Caller, query: GetDailyLog) -> DailyLogLookup:
+        result: DailyLogLookup = await self._maintain(c, query, query=True)
+        return result
+
+    async def claim_daily_log(self, c: Caller, cmd: ClaimDailyLog, *, key: str | None = None) -> ClaimResult:
+        result: ClaimResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def mark_log_processed(self, c: Caller, cmd: MarkLogProcessed, *, key: str | None = None) -> DailyLogResult:
+        result: DailyLogResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def mark_log_failed(self, c: Caller, cmd: MarkLogFailed, *, key: str | None = None) -> DailyLogResult:
+        result: DailyLogResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def update_log_status(self, c: Caller, cmd: UpdateLogStatus, *, key: str | None = None) -> DailyLogResult:
+        result: DailyLogResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def recover_stuck_logs(self, c: Caller, cmd: RecoverStuckLogs, *, key: str | None = None) -> LogBatchResult:
+        result: LogBatchResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def reconcile_log_statuses(self, c: Caller, cmd: ReconcileLogStatuses, *,
+                                     key: str | None = None) -> LogBatchResult:
+        result: LogBatchResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def delete_logs(self, c: Caller, cmd: DeleteLogs, *, key: str | None = None) -> LogBatchResult:
+        result: LogBatchResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def record_extraction_task(self, c: Caller, cmd: RecordExtractionTask, *,
+                                     key: str | None = None) -> RecordExtractionTaskResult:
+        result: RecordExtractionTaskResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def record_extraction_result(self, c: Caller, cmd: RecordExtractionResult, *,
+                                       key: str | None = None) -> RecordExtractionResultResult:
+        result: RecordExtractionResultResult = await self._maintain(c, cmd, key)
+        return result
+
+    async def get_extraction_tasks(self, c: Caller, query: GetExtractionTasks) -> ExtractionTaskList:
+        result: ExtractionTaskList = await self._maintain(c, query, query=True)
+        return result
+
+    async def get_extraction_results(self, c: Caller, query: GetExtractionResults) -> ExtractionResultList:
+        result: ExtractionResultList = await self._maintain(c, query, query=True)
+        return result
 
     # API keys (the install operator's) ----------------------------------------------------
     async def create_api_key(self, c: Caller, cmd: CreateApiKey, *, key: str | None = None) -> CreatedApiKey:

@@ -5,11 +5,20 @@ from __future__ import annotations
 from contracts.memory import ForgetMemoryResult, MemoryView, Profile, ProjectList, RecallHit, SaveMemoryResult
 
 MAX_OUTPUT_CHARS = 200_000
-LEGEND = "Legend: [rank] (score) content — project · date · id · ↻vN = revised N-1 times (updates its earlier versions)"
+LEGEND = ("Legend: [rank] (score) content — project · date · id · ↻vN = revised N-1 times (updates its earlier "
+          "versions) · from log DATE = extracted from that day's conversation log")
 
 
 def _marker(m: MemoryView) -> str:
-    return f" · ↻v{m.version}" if m.version > 1 else ""
+    revised = f" · ↻v{m.version}" if m.version > 1 else ""
+    return revised + _from_log(m)
+
+
+def _from_log(m: MemoryView) -> str:
+    """Where an extracted memory came from: the day of its log (else the log's id)."""
+    if m.provenance is None:
+        return ""
+    return f" · from log {m.provenance.log_date.isoformat() if m.provenance.log_date else m.provenance.log_id}"
 
 
 def _fact(m: MemoryView) -> str:

@@ -8,6 +8,7 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import date, datetime
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
@@ -20,6 +21,28 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from contracts.daily_logs import (
+    DEFAULT_STUCK_TIMEOUT_MINUTES,
+    MAX_ERROR_REASON_CHARS,
+    MAX_IDS,
+    MAX_LOG_FIELD_CHARS,
+    TASK_ID_PATTERN,
+    ClaimDailyLog,
+    DeleteLogs,
+    GetExtractionTasks,
+    GetUnprocessedLogs,
+    MarkLogFailed,
+    MarkLogProcessed,
+    ProcessingStatus,
+    ReconcileLogStatuses,
+    RecordExtractionResult,
+    RecordExtractionTask,
+    RecoverStuckLogs,
+    SaveDailyLog,
+    TaskStatus,
+    Turn,
+    UpdateLogStatus,
+)
 from contracts.errors import ErrorCode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
@@ -37,6 +60,7 @@ from contracts.memory import (
     GetProfile,
     GetSharedMemories,
     MemoryHistoryQuery,
+    Provenance,
     Recall,
     RecallMemory,
     SaveMemory,
@@ -57,7 +81,7 @@ from services.gateway.presentation import (
     format_save,
 )
 from services.gateway.principal import AccessDenied, Principal
-from services.gateway.toolsets import ASSISTANT
+from services.gateway.toolsets import ASSISTANT, MAINTENANCE
 from services.gateway.toolsets import DEFAULT as DEFAULT_TOOLSETS
 
 M = TypeVar("M", bound=BaseModel)
@@ -92,9 +116,20 @@ MemoryKey = Annotated[
                       "skill, relationship, emotion, style (e.g. preference.food)"),
 ]
 
+LogText = Annotated[str | None, Field(min_length=1, max_length=MAX_LOG_FIELD_CHARS)]
+LogId = Annotated[UUID, Field(description="The daily log's id (save_daily_log and get_unprocessed_logs give it).")]
+TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN, description="The extraction run's id (1-128 of [A-Za-z0-9_.:-]).")]
+ProvenanceParam = Annotated[
+    Provenance | None,
+    Field(description="For a fact extracted from a daily log: {log_id, task_id, turns: [indices of the log's turns "
+          "it came from]}; shown with the memory in recall and history."),
+]
+
 READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
+#: a claim or a failed attempt: calling it again has another effect (one more try)
+CLAIM = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
 
 
 def caller() -> OpCaller:
@@ -233,6 +268,7 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         memory_key: Annotated[MemoryKey | None, Field(description="namespace.topic; omitted = generated from the content")] = None,
         containerTag: ContainerTag = None,
         context: Context = None,
+        provenance: ProvenanceParam = None,
     ) -> dict[str, Any]:
         """Save a categorised long-term memory addressed by a memory_key.
 
@@ -241,7 +277,7 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         first with get_memory_by_key when unsure.
         """
         cmd = contract(SaveMemory, category=category, content=content, importance=importance, confidence=confidence,
-                       source=source, memory_key=memory_key, context=context)
+                       source=source, memory_key=memory_key, context=context, provenance=provenance)
         return _success(await ops.save_memory(caller(), cmd, project=containerTag))
 
     @tool_errors
@@ -272,6 +308,7 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         source: Annotated[str | None, Field(min_length=1, max_length=64)] = None,
         containerTag: ContainerTag = None,
         context: Context = None,
+        provenance: ProvenanceParam = None,
     ) -> dict[str, Any]:
         """Correct an existing memory (e.g. "likes cats" → "likes dogs"): writes a new version.
 
@@ -279,7 +316,8 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         stopped being true.
         """
         cmd = contract(UpdateMemory, id=id, memory_key=memory_key, category=category, content=content,
-                       importance=importance, confidence=confidence, source=source, context=context)
+                       importance=importance, confidence=confidence, source=source, context=context,
+                       provenance=provenance)
         return _success(await ops.update_memory(caller(), cmd, project=containerTag))
 
     @tool_errors
@@ -310,6 +348,139 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         query = contract(GetSharedMemories, title=title, keyword=keyword, limit=limit)
         return _success(await ops.get_shared_memories(caller(), query))
 
+    # daily logs and the extraction workflow (seed 2) -------------------------------------
+    @tool_errors
+    async def save_daily_log(
+        log_date: Annotated[date | None, Field(description="YYYY-MM-DD; default today (UTC); at most tomorrow.")] = None,
+        events: Annotated[LogText, Field(description="What happened today.")] = None,
+        user_state: Annotated[LogText, Field(description="How the user was (health, energy, situation).")] = None,
+        mood_changes: Annotated[LogText, Field(description="How the user's mood moved during the day.")] = None,
+        topics: Annotated[list[str] | str | None, Field(description="Topics talked about: a list or comma-separated.")] = None,
+        relationship_state: Annotated[LogText, Field(description="How the relationship with the user stands.")] = None,
+        mood: Annotated[int | None, Field(ge=-2, le=2, description="The day's mood, -2 (very bad) to 2 (very good).")] = None,
+        turns: Annotated[
+            list[Turn] | str | None,
+            Field(description="The day's conversation: [{speaker, text, at?}] or plain text with 'Speaker: words' lines."),
+        ] = None,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Save today's conversation log (one per day and project) so that durable memories are extracted from it.
+
+        Call it at the end of a conversation day with what happened and, ideally, the turns themselves.
+        Saving the same date again updates the fields given; a log already processed is not queued again.
+        Answers with the log's id.
+        """
+        cmd = contract(SaveDailyLog, log_date=log_date, events=events, user_state=user_state, mood_changes=mood_changes,
+                       topics=topics, relationship_state=relationship_state, mood=mood, turns=turns)
+        return _success(await ops.save_daily_log(caller(), cmd, project=containerTag))
+
+    @tool_errors
+    async def get_unprocessed_logs(
+        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="1-100, default 20")] = 20,
+        include_failed: Annotated[bool, Field(description="Also failed (retryable) logs; default true.")] = True,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """List daily logs waiting for extraction (pending, and failed unless include_failed is false), oldest first.
+
+        Workflow: claim_daily_log each, extract memories (get_memory_by_key → update_memory or save_memory),
+        record_extraction_result, then mark_log_processed (or mark_log_failed with the reason).
+        """
+        query = contract(GetUnprocessedLogs, limit=limit, include_failed=include_failed, project=containerTag)
+        return _success(await ops.get_unprocessed_logs(caller(), query))
+
+    @tool_errors
+    async def claim_daily_log(id: LogId) -> dict[str, Any]:
+        """Claim a log for processing (pending → processing, one more try). Atomic: of many workers exactly one
+        gets `claimed: true`; the others get `claimed: false` and should pick another log."""
+        return _success(await ops.claim_daily_log(caller(), ClaimDailyLog(id=id)))
+
+    @tool_errors
+    async def mark_log_processed(id: LogId) -> dict[str, Any]:
+        """Mark a claimed log processed (retry_count back to 0). Record its extraction result first."""
+        return _success(await ops.mark_log_processed(caller(), MarkLogProcessed(id=id)))
+
+    @tool_errors
+    async def mark_log_failed(
+        id: LogId,
+        error_reason: Annotated[str, Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS, description="What went wrong.")],
+    ) -> dict[str, Any]:
+        """Record a failed attempt on a claimed log: back to pending below 3 tries, failed at 3."""
+        return _success(await ops.mark_log_failed(caller(), contract(MarkLogFailed, id=id, error_reason=error_reason)))
+
+    @tool_errors
+    async def update_log_status(
+        id: LogId,
+        processing_status: Annotated[ProcessingStatus, Field(description="pending, processing, processed or failed.")],
+        error_reason: Annotated[str | None, Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS,
+                                                  description="Why (with pending or failed; never with processed).")] = None,
+    ) -> dict[str, Any]:
+        """Move a log along the lifecycle's legal transitions (e.g. failed → pending to retry it afresh).
+        Marking processed with an error_reason is refused."""
+        cmd = contract(UpdateLogStatus, id=id, processing_status=processing_status, error_reason=error_reason)
+        return _success(await ops.update_log_status(caller(), cmd))
+
+    @tool_errors
+    async def recover_stuck_logs(
+        timeout_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60, description="Processing longer than this is stuck; default 30.")] = DEFAULT_STUCK_TIMEOUT_MINUTES,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Send logs stuck in processing back to pending (below 3 tries) or to failed (at 3)."""
+        cmd = contract(RecoverStuckLogs, timeout_minutes=timeout_minutes, project=containerTag)
+        return _success(await ops.recover_stuck_logs(caller(), cmd))
+
+    @tool_errors
+    async def reconcile_log_statuses(containerTag: ContainerTag = None) -> dict[str, Any]:
+        """Send processed logs that have no extraction result back to pending, so they are really extracted."""
+        return _success(await ops.reconcile_log_statuses(caller(), contract(ReconcileLogStatuses, project=containerTag)))
+
+    @tool_errors
+    async def delete_logs(
+        retention_days: Annotated[int | None, Field(ge=0, le=36_500, description="Keep this many days; default 14.")] = None,
+        older_than: Annotated[datetime | None, Field(description="Cut-off (ISO 8601 with time zone); overrides retention_days.")] = None,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Delete processed logs older than the retention (failed logs are kept for retry)."""
+        cmd = contract(DeleteLogs, retention_days=retention_days, older_than=older_than, project=containerTag)
+        return _success(await ops.delete_logs(caller(), cmd))
+
+    @tool_errors
+    async def record_extraction_task(
+        id: Annotated[UUID | None, Field(description="An existing task's id (or give task_id).")] = None,
+        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="The run's id; omitted = generated.")] = None,
+        log_ids: Annotated[list[UUID] | None, Field(max_length=MAX_IDS, description="The logs the run covers.")] = None,
+        status: Annotated[TaskStatus | None, Field(description="pending, running, success or failed.")] = None,
+        engine: Annotated[str | None, Field(min_length=1, max_length=64, description="Which extractor ran it.")] = None,
+        error: Annotated[str | None, Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS)] = None,
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Record or update an extraction run's metadata (never the extracted text)."""
+        cmd = contract(RecordExtractionTask, id=id, task_id=task_id, log_ids=log_ids, status=status, engine=engine,
+                       error=error, project=containerTag)
+        return _success(await ops.record_extraction_task(caller(), cmd))
+
+    @tool_errors
+    async def record_extraction_result(
+        log_id: LogId,
+        task_id: TaskId,
+        memory_ids: Annotated[list[UUID] | None, Field(max_length=MAX_IDS, description="Memories this run produced or updated from the log.")] = None,
+        shared_memory_ids: Annotated[list[UUID] | None, Field(max_length=MAX_IDS, description="Shared memories it produced.")] = None,
+    ) -> dict[str, Any]:
+        """Link a log to the memories one run produced. One result per (log_id, task_id): recording it again
+        replaces it (never a duplicate) and never deletes a memory."""
+        cmd = contract(RecordExtractionResult, log_id=log_id, task_id=task_id, memory_ids=memory_ids,
+                       shared_memory_ids=shared_memory_ids)
+        return _success(await ops.record_extraction_result(caller(), cmd))
+
+    @tool_errors
+    async def get_extraction_tasks(
+        status: Annotated[TaskStatus | None, Field(description="Only tasks in this status.")] = None,
+        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="Only this task.")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT)] = 20,
+    ) -> dict[str, Any]:
+        """List extraction runs, newest first."""
+        return _success(await ops.get_extraction_tasks(caller(), contract(GetExtractionTasks, status=status,
+                                                                         task_id=task_id, limit=limit)))
+
     return [
         (memory, "memory", "Save or forget a memory", DESTRUCTIVE, ASSISTANT),
         (recall, "recall", "Recall memories", READ, ASSISTANT),
@@ -322,6 +493,20 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         (get_memory_history, "get_memory_history", "A memory's history", READ, ASSISTANT),
         (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE, ASSISTANT),
         (get_shared_memories, "get_shared_memories", "Get shared memories", READ, ASSISTANT),
+        # save_daily_log is an assistant's (it hands over the day's chat; memory:write); the rest is
+        # the extraction workflow's (memory:maintenance), offered with X-Engram-Toolsets: maintenance
+        (save_daily_log, "save_daily_log", "Save the day's log", WRITE, ASSISTANT),
+        (get_unprocessed_logs, "get_unprocessed_logs", "Logs waiting for extraction", READ, MAINTENANCE),
+        (update_log_status, "update_log_status", "Change a log's status", WRITE, MAINTENANCE),
+        (claim_daily_log, "claim_daily_log", "Claim a log", CLAIM, MAINTENANCE),
+        (mark_log_processed, "mark_log_processed", "Mark a log processed", WRITE, MAINTENANCE),
+        (mark_log_failed, "mark_log_failed", "Mark a log attempt failed", CLAIM, MAINTENANCE),
+        (recover_stuck_logs, "recover_stuck_logs", "Recover stuck logs", WRITE, MAINTENANCE),
+        (reconcile_log_statuses, "reconcile_log_statuses", "Reconcile log statuses", WRITE, MAINTENANCE),
+        (delete_logs, "delete_logs", "Delete old processed logs", DESTRUCTIVE, MAINTENANCE),
+        (record_extraction_task, "record_extraction_task", "Record an extraction task", WRITE, MAINTENANCE),
+        (record_extraction_result, "record_extraction_result", "Record an extraction result", WRITE, MAINTENANCE),
+        (get_extraction_tasks, "get_extraction_tasks", "List extraction tasks", READ, MAINTENANCE),
     ]
 
 

@@ -4,6 +4,7 @@
 import copy
 import types
 from collections.abc import Awaitable
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from uuid import UUID
 
@@ -27,6 +28,37 @@ from contracts.auth import (
     ListApiKeys,
     RevokeApiKey,
     Scope,
+)
+from contracts.daily_logs import (
+    DEFAULT_STUCK_TIMEOUT_MINUTES,
+    MAX_IDS,
+    TASK_ID_PATTERN,
+    ClaimDailyLog,
+    ClaimResult,
+    DailyLogList,
+    DailyLogLookup,
+    DailyLogResult,
+    DeleteLogs,
+    ExtractionResultList,
+    ExtractionTaskList,
+    GetDailyLog,
+    GetExtractionResults,
+    GetExtractionTasks,
+    GetUnprocessedLogs,
+    LogBatchResult,
+    MarkLogFailed,
+    MarkLogProcessed,
+    ProcessingStatus,
+    ReconcileLogStatuses,
+    RecordExtractionResult,
+    RecordExtractionResultResult,
+    RecordExtractionTask,
+    RecordExtractionTaskResult,
+    RecoverStuckLogs,
+    SaveDailyLog,
+    SaveDailyLogResult,
+    TaskStatus,
+    UpdateLogStatus,
 )
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
@@ -235,6 +267,34 @@ class UpdateRequest(strict_body(UpdateMemory, "StrictUpdateMemory")):  # type: i
     project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
 
 
+class SaveDailyLogRequest(strict_body(SaveDailyLog, "StrictSaveDailyLog")):  # type: ignore[misc]
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
+
+
+class MarkLogFailedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error_reason: str = MarkLogFailed.model_fields["error_reason"]  # type: ignore[assignment]
+
+
+class UpdateLogStatusRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    processing_status: ProcessingStatus
+    error_reason: str | None = UpdateLogStatus.model_fields["error_reason"]  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _no_reason_with_success(self) -> "UpdateLogStatusRequest":
+        if self.processing_status is ProcessingStatus.PROCESSED and self.error_reason is not None:
+            raise ValueError("a log with an error_reason cannot be marked processed; mark it failed (or pending)")
+        return self
+
+
+RecoverStuckLogsRequest = strict_body(RecoverStuckLogs, "RecoverStuckLogsRequest")
+ReconcileLogStatusesRequest = strict_body(ReconcileLogStatuses, "ReconcileLogStatusesRequest")
+DeleteLogsRequest = strict_body(DeleteLogs, "DeleteLogsRequest")
+RecordExtractionTaskRequest = strict_body(RecordExtractionTask, "RecordExtractionTaskRequest")
+RecordExtractionResultRequest = strict_body(RecordExtractionResult, "RecordExtractionResultRequest")
+
+
 class ForgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_exactly_one("content", "memory_id"))
     content: str | None = Field(None, min_length=1, max_length=MAX_CONTENT_CHARS)
@@ -358,6 +418,119 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
     @router.get("/whoami", response_model=WhoAmI, summary="Who am I")
     async def whoami(who: Caller) -> WhoAmI:
         return await call(ops.who_am_i(who))
+
+    # daily logs and the extraction workflow ------------------------------------------------
+    @router.post("/daily-logs", response_model=SaveDailyLogResult, tags=["daily logs"], summary="Save the day's log")
+    async def save_daily_log(body: SaveDailyLogRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """One log per project and day: saving the same day again updates the fields given and never queues a
+        processed log again. Needs `memory:write`; every other daily-log route needs `memory:maintenance`."""
+        cmd = SaveDailyLog.model_validate(body.model_dump(exclude_none=True, exclude={"project"}))
+        return await call(ops.save_daily_log(who, cmd, project=body.project, key=idempotency_key))
+
+    @router.get("/daily-logs/unprocessed", response_model=DailyLogList, tags=["daily logs"],
+                summary="Logs waiting for extraction")
+    async def unprocessed_logs(
+        who: Caller,
+        limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
+        include_failed: bool = True,
+        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
+    ) -> Any:
+        """Pending logs (and failed, retryable ones unless include_failed=false), oldest day first."""
+        query = GetUnprocessedLogs(limit=limit, include_failed=include_failed, project=project)
+        return await call(ops.get_unprocessed_logs(who, query))
+
+    @router.delete("/daily-logs", response_model=LogBatchResult, tags=["daily logs"],
+                   summary="Delete old processed logs")
+    async def delete_logs(
+        who: Caller,
+        retention_days: Annotated[int | None, Query(ge=0, le=36_500)] = None,
+        older_than: datetime | None = None,
+        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Any:
+        """Processed logs last updated before the cut-off (older_than, else now − retention_days, default 14
+        days) are deleted; failed logs are kept for retry."""
+        cmd = DeleteLogs(retention_days=retention_days, older_than=older_than, project=project)
+        return await call(ops.delete_logs(who, cmd, key=idempotency_key))
+
+    @router.post("/daily-logs/recover", response_model=LogBatchResult, tags=["daily logs"],
+                 summary="Recover logs stuck in processing")
+    async def recover_logs(who: Caller, body: RecoverStuckLogsRequest | None = None,
+                           idempotency_key: IdempotencyKey = None) -> Any:
+        cmd = RecoverStuckLogs.model_validate(body.model_dump() if body else {"timeout_minutes": DEFAULT_STUCK_TIMEOUT_MINUTES})
+        return await call(ops.recover_stuck_logs(who, cmd, key=idempotency_key))
+
+    @router.post("/daily-logs/reconcile", response_model=LogBatchResult, tags=["daily logs"],
+                 summary="Requeue processed logs without an extraction result")
+    async def reconcile_logs(who: Caller, body: ReconcileLogStatusesRequest | None = None,
+                             idempotency_key: IdempotencyKey = None) -> Any:
+        cmd = ReconcileLogStatuses.model_validate(body.model_dump() if body else {})
+        return await call(ops.reconcile_log_statuses(who, cmd, key=idempotency_key))
+
+    @router.get("/daily-logs/{log_id}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
+    async def get_daily_log(log_id: UUID, who: Caller) -> Any:
+        return await call(ops.get_daily_log(who, GetDailyLog(id=log_id)))
+
+    @router.post("/daily-logs/{log_id}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
+    async def claim_log(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """Atomic: of many concurrent claimers exactly one gets `claimed: true`."""
+        return await call(ops.claim_daily_log(who, ClaimDailyLog(id=log_id), key=idempotency_key))
+
+    @router.post("/daily-logs/{log_id}/processed", response_model=DailyLogResult, tags=["daily logs"],
+                 summary="Mark a log processed")
+    async def log_processed(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        return await call(ops.mark_log_processed(who, MarkLogProcessed(id=log_id), key=idempotency_key))
+
+    @router.post("/daily-logs/{log_id}/failed", response_model=DailyLogResult, tags=["daily logs"],
+                 summary="Mark a log attempt failed")
+    async def log_failed(log_id: UUID, body: MarkLogFailedRequest, who: Caller,
+                         idempotency_key: IdempotencyKey = None) -> Any:
+        """Back to pending below 3 tries, failed at 3."""
+        cmd = MarkLogFailed(id=log_id, error_reason=body.error_reason)
+        return await call(ops.mark_log_failed(who, cmd, key=idempotency_key))
+
+    @router.post("/daily-logs/{log_id}/status", response_model=DailyLogResult, tags=["daily logs"],
+                 summary="Change a log's status")
+    async def log_status(log_id: UUID, body: UpdateLogStatusRequest, who: Caller,
+                         idempotency_key: IdempotencyKey = None) -> Any:
+        """Legal transitions only; processed with an error_reason is refused."""
+        cmd = UpdateLogStatus.model_validate({"id": log_id, **body.model_dump()})
+        return await call(ops.update_log_status(who, cmd, key=idempotency_key))
+
+    @router.post("/extraction-tasks", response_model=RecordExtractionTaskResult, tags=["daily logs"],
+                 summary="Record an extraction task")
+    async def record_task(body: RecordExtractionTaskRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        cmd = RecordExtractionTask.model_validate(body.model_dump(exclude_none=True))
+        return await call(ops.record_extraction_task(who, cmd, key=idempotency_key))
+
+    @router.get("/extraction-tasks", response_model=ExtractionTaskList, tags=["daily logs"],
+                summary="List extraction tasks")
+    async def list_tasks(
+        who: Caller,
+        status: TaskStatus | None = None,
+        task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
+    ) -> Any:
+        return await call(ops.get_extraction_tasks(who, GetExtractionTasks(status=status, task_id=task_id, limit=limit)))
+
+    @router.post("/extraction-results", response_model=RecordExtractionResultResult, tags=["daily logs"],
+                 summary="Record an extraction result")
+    async def record_result(body: RecordExtractionResultRequest, who: Caller,
+                            idempotency_key: IdempotencyKey = None) -> Any:
+        """One result per (log_id, task_id): a repeat replaces it, never duplicates, never deletes a memory."""
+        cmd = RecordExtractionResult.model_validate(body.model_dump())
+        return await call(ops.record_extraction_result(who, cmd, key=idempotency_key))
+
+    @router.get("/extraction-results", response_model=ExtractionResultList, tags=["daily logs"],
+                summary="List extraction results")
+    async def list_results(
+        who: Caller,
+        log_id: UUID | None = None,
+        task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_IDS)] = 100,
+    ) -> Any:
+        query = GetExtractionResults(log_id=log_id, task_id=task_id, limit=limit)
+        return await call(ops.get_extraction_results(who, query))
 
     @router.post("/keys", status_code=201, response_model=CreatedApiKey, tags=["admin"], summary="Create an API key")
     async def create_key(body: CreateApiKeyRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
