@@ -28,6 +28,7 @@ SERVICE_MAINS = {
     "gateway": "services.gateway.main",
     "auth": "services.auth.main",
     "memory": "services.memory.main",
+    "extractor": "services.extractor.main",
 }
 
 
@@ -63,7 +64,7 @@ def up(
 
 
 @app.command()
-def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory")]) -> None:
+def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory | extractor")]) -> None:
     """Run one service in the foreground, configured by ENGRAM_* environment variables."""
     module = SERVICE_MAINS.get(service)
     if module is None:
@@ -76,7 +77,7 @@ def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory")
 
 @app.command()
 def probe(
-    service: Annotated[str, typer.Argument(help="gateway | auth | memory")],
+    service: Annotated[str, typer.Argument(help="gateway | auth | memory | extractor")],
     live: Annotated[bool, typer.Option("--live", help="liveness: fail only when NATS is up and the service is not connected")] = False,
     http: Annotated[str | None, typer.Option(help="readiness: this URL must answer 2xx too")] = None,
 ) -> None:
@@ -219,7 +220,7 @@ def status() -> None:
 
         bus = await connect()
         try:
-            return await collect(bus)
+            return await collect(bus, database_url=_database_url())
         finally:
             await bus.close()
 
@@ -227,14 +228,27 @@ def status() -> None:
     render(console, _run(go))
 
 
+def _database_url() -> str | None:
+    """Postgres of the running stack: the environment wins, then stack.json."""
+    from deploy.client import StackInfo
+
+    if os.environ.get("ENGRAM_DATABASE_URL"):
+        return os.environ["ENGRAM_DATABASE_URL"]
+    stack = StackInfo.load(default_home())
+    return stack.database_url if stack else None
+
+
 @app.command(name="replay")
 def replay_command(
-    service: Annotated[str, typer.Argument(help="the service whose read models to rebuild: memory")],
+    service: Annotated[str, typer.Argument(help="the service whose read models to rebuild: memory | extractor")],
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Drop a service's read models and rebuild them from the event log (stop the service first)."""
+    if service == "extractor":
+        _replay_extractor()
+        return
     if service != "memory":
-        err.print(f"[red]unknown service {service!r}[/red]: only `memory` has read models to replay")
+        err.print(f"[red]unknown service {service!r}[/red]: only `memory` and `extractor` have read models to replay")
         raise typer.Exit(2)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -276,6 +290,33 @@ def replay_command(
         f"Rebuilt the memory read models from {report.events:,} events "
         f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s."
     )
+
+
+def _replay_extractor() -> None:
+    """The extractor's read model (the tenants with daily logs, which its schedules visit) rebuilt
+    from the event log; its task ledger is its own record and is kept. Safe while it runs."""
+    from deploy.stack import servers_for_offline_work
+    from kit.config import run_service
+    from kit.pg import DatabaseUnavailable
+    from services.extractor.config import ExtractorSettings
+    from services.extractor.main import replay as run_replay
+
+    with contextlib.ExitStack() as servers:
+        if os.environ.get("ENGRAM_NATS_URL"):
+            settings = ExtractorSettings()
+        else:
+            try:
+                nats_url, database_url, namespace = servers.enter_context(servers_for_offline_work(default_home()))
+            except RuntimeError as exc:
+                err.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from exc
+            settings = ExtractorSettings(nats_url=nats_url, database_url=database_url, namespace=namespace)
+        try:
+            tenants = run_service(run_replay(settings))
+        except DatabaseUnavailable as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from exc
+    console.print(f"Rebuilt the extractor's tenant list from the event log: {tenants} tenant(s) with daily logs.")
 
 
 class ProgressLines:

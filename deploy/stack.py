@@ -46,9 +46,22 @@ from deploy.embedded.ports import pick_port
 from deploy.supervisor import CRASH_LOOPING, RUNNING, RestartPolicy, Supervised
 from kit.bus import Bus, BusUnavailable
 
-SERVICES = ("auth", "memory", "gateway")
+SERVICES = ("auth", "memory", "extractor", "gateway")
+#: the extractor's durable consumer of daily-log events (services/extractor/entrypoints/nats.py)
+EXTRACTOR_DURABLE = "extractor-logs"
 SUPERVISOR_FILE = "supervisor.json"
 _NOT_READY = (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.INTERNAL)
+
+
+async def extractor_pulling(bus: Bus) -> bool:
+    """Whether an extractor replica is pulling daily-log events (its consumer has a waiting pull)."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        info = await bus.js.consumer_info(bus.names.events_stream, EXTRACTOR_DURABLE)
+    except NotFoundError:
+        return False
+    return (info.num_waiting or 0) > 0
 
 
 def _stamp() -> str:
@@ -316,6 +329,13 @@ class Stack:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"the {service} service did not start; see {self.services[service].log_path}")
                     await asyncio.sleep(0.2)
+            # the extractor is ready once it pulls from its durable consumer of daily-log events
+            # (the consumer outlives a restart: a pull waiting on it is what says a replica runs)
+            while not await extractor_pulling(bus):
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the extractor did not start; see {self.services['extractor'].log_path}")
+                await asyncio.sleep(0.2)
         finally:
             await bus.close()
 

@@ -3,6 +3,7 @@ streams, consumers, lag and dead letters, read from JetStream."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -15,7 +16,7 @@ from nats.js.errors import NotFoundError
 from rich.console import Console
 from rich.table import Table
 
-from contracts.subjects import AUTH, MEMORY
+from contracts.subjects import AUTH, MEMORY, ConsumerSpec
 from deploy.client import StackInfo
 from deploy.embedded.ports import pid_is_alive
 from deploy.supervisor import STOPPED, uptime_text
@@ -72,14 +73,37 @@ def render_processes(console: Console, found: Processes | None, now: float | Non
                 f"    {line}" for line in p["last_log"]), highlight=False)
 
 
+#: the extractor's durable consumer of daily-log events and its schema (services/extractor)
+EXTRACTOR_DURABLE = "extractor-logs"
+EXTRACTOR_SCHEMA = "extractor"
+
+
 @dataclass
 class Status:
     streams: list[dict[str, Any]]
     consumers: list[dict[str, Any]]
     gateway: str
+    extraction_tasks: dict[str, int] | None = None
+    extraction_note: str = ""
 
 
-async def collect(bus: Bus) -> Status:
+async def extraction_tasks(database_url: str | None) -> tuple[dict[str, int] | None, str]:
+    """The extractor's tasks by state (running / done / failed), or why they are unknown."""
+    if not database_url:
+        return None, "unknown (no database URL: set ENGRAM_DATABASE_URL)"
+    from services.extractor.main import task_counts
+
+    try:
+        counts = await asyncio.wait_for(
+            task_counts(database_url, os.environ.get("ENGRAM_EXTRACTOR_SCHEMA", EXTRACTOR_SCHEMA)), 10)
+    except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
+        return None, f"unknown ({type(exc).__name__}: {exc})"
+    if counts is None:
+        return None, "none yet (the extractor has not started)"
+    return counts, ""
+
+
+async def collect(bus: Bus, database_url: str | None = None) -> Status:
     names = bus.names
     streams = []
     last_seq: dict[str, int] = {}
@@ -96,6 +120,7 @@ async def collect(bus: Bus) -> Status:
     specs = (
         names.command_consumer(AUTH), names.command_consumer(MEMORY), names.projector(MEMORY, "memory"),
         names.projector(MEMORY, "shared", name="shared-projector"),
+        ConsumerSpec(stream=names.events_stream, durable=EXTRACTOR_DURABLE, filter_subject=""),
     )
     for spec in specs:
         state = await bus.consumer_state(spec.stream, spec.durable)
@@ -117,7 +142,8 @@ async def collect(bus: Bus) -> Status:
             gateway = f"{stack.gateway_url} {'ready' if ok else 'not ready'}"
         except httpx.HTTPError:
             gateway = f"{stack.gateway_url} unreachable"
-    return Status(streams, consumers, gateway)
+    tasks, note = await extraction_tasks(database_url)
+    return Status(streams, consumers, gateway, tasks, note)
 
 
 def render(console: Console, status: Status) -> None:
@@ -131,3 +157,10 @@ def render(console: Console, status: Status) -> None:
         consumers.add_row(c["durable"], c["stream"], c["state"], str(c.get("pending", "-")),
                           str(c.get("ack_pending", "-")), str(c.get("redelivered", "-")))
     console.print(consumers)
+    if status.extraction_tasks is not None:
+        order = ("running", "done", "failed")
+        counts = status.extraction_tasks
+        parts = [f"{counts.get(k, 0)} {k}" for k in order] + [f"{v} {k}" for k, v in counts.items() if k not in order]
+        console.print("Extraction tasks: " + ", ".join(parts))
+    else:
+        console.print(f"Extraction tasks: {status.extraction_note}")

@@ -28,7 +28,7 @@ class ExtractorSettings(CommonSettings):
     log_recover_interval_s: float = Field(300.0, gt=0, description="how often stuck logs are recovered")
     log_stuck_minutes: int = Field(30, ge=1, description="a log processing longer than this is stuck")
     log_retention_interval_s: float = Field(3600.0, gt=0, description="how often processed logs past retention go")
-    log_retention_days: int = Field(14, ge=1, description="processed logs older than this are deleted")
+    log_retention_days: int = Field(14, ge=0, description="processed logs older than this are deleted")
 
     @property
     def task_id(self) -> str:

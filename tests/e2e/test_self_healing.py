@@ -260,7 +260,7 @@ def test_status_shows_the_restarts(stack: Stack) -> None:
     state = json.loads((stack.o.home / "supervisor.json").read_text())
     assert oct((stack.o.home / "supervisor.json").stat().st_mode & 0o777) == "0o600"
     by_name = {p["name"]: p for p in state["processes"]}
-    assert set(by_name) == {"nats", "postgres", "auth", "memory", "gateway"}
+    assert set(by_name) == {"nats", "postgres", "auth", "memory", "extractor", "gateway"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env |= {"ENGRAM_HOME": str(stack.o.home), "ENGRAM_NATS_URL": stack.nats_url, "COLUMNS": "250"}
     out = subprocess.run([sys.executable, "-m", "deploy", "status"], env=env, capture_output=True, text=True,

@@ -31,7 +31,7 @@ K8S_DIR = ROOT / "deploy" / "k8s"
 K8S_BASE = K8S_DIR / "base"
 K8S_PROD = K8S_DIR / "overlays" / "production"
 
-SERVICES = {"gateway", "auth", "memory"}
+SERVICES = {"gateway", "auth", "memory", "extractor"}
 
 #: The documented ENGRAM_* environment contract (docs/deployment.md). A manifest may use nothing
 #: else; it is exactly the fields of the settings classes (both directions are checked below).
@@ -62,6 +62,22 @@ ALLOWED_ENV = {
     "ENGRAM_LATE_CANDIDATES",
     "ENGRAM_KEYWORD_FEEDBACK",
     "ENGRAM_MEMORY_SCHEMA",
+    "ENGRAM_LOG_RETENTION_DAYS",  # extractor too
+    # extractor
+    "ENGRAM_EXTRACTOR_SCHEMA",
+    "ENGRAM_EXTRACTOR_ENGINE",
+    "ENGRAM_EXTRACTOR_TASK_ID",
+    "ENGRAM_EXTRACTOR_LLM_URL",
+    "ENGRAM_EXTRACTOR_LLM_MODEL",
+    "ENGRAM_EXTRACTOR_LLM_API_KEY",
+    "ENGRAM_EXTRACTOR_LLM_TIMEOUT_S",
+    "ENGRAM_EXTRACTOR_LLM_ATTEMPTS",
+    "ENGRAM_EXTRACTOR_LLM_MAX_CHARS",
+    "ENGRAM_EXTRACTOR_CONCURRENCY",
+    "ENGRAM_EXTRACTOR_ACK_WAIT_S",
+    "ENGRAM_LOG_RECOVER_INTERVAL_S",
+    "ENGRAM_LOG_STUCK_MINUTES",
+    "ENGRAM_LOG_RETENTION_INTERVAL_S",
     # gateway (ENGRAM_GATEWAY_HOST/PORT and ENGRAM_PUBLIC_URL are read by auth too)
     "ENGRAM_GATEWAY_HOST",
     "ENGRAM_GATEWAY_PORT",
@@ -171,10 +187,12 @@ def nats_cluster_routes(args: list[str]) -> list[str]:
 
 def settings_classes() -> dict[str, Any]:
     from services.auth.config import AuthSettings
+    from services.extractor.config import ExtractorSettings
     from services.gateway.config import GatewaySettings
     from services.memory.config import MemorySettings
 
-    return {"gateway": GatewaySettings, "auth": AuthSettings, "memory": MemorySettings}
+    return {"gateway": GatewaySettings, "auth": AuthSettings, "memory": MemorySettings,
+            "extractor": ExtractorSettings}
 
 
 def readers() -> dict[str, set[str]]:
@@ -451,6 +469,29 @@ def test_compose_every_engram_service_restarts_and_has_a_truthful_healthcheck(co
         assert compose["services"][name]["restart"] == "unless-stopped", name
 
 
+def test_the_extractor_runs_everywhere_engram_runs(compose: dict[str, Any], base_objects: list[dict[str, Any]]) -> None:
+    """Issue 14: `engram up`, compose and kustomize all run the extractor, from the same image, with
+    its Postgres (the task ledger) and the offline engine by default."""
+    from deploy import cli, probe, stack, status
+
+    assert "extractor" in stack.SERVICES and cli.SERVICE_MAINS["extractor"] == "services.extractor.main"
+    assert probe.parser().parse_args(["extractor"]).service == "extractor"
+    assert stack.EXTRACTOR_DURABLE == status.EXTRACTOR_DURABLE
+    from contracts.daily_logs import DAILY_LOG_AGGREGATE
+    from contracts.subjects import Names
+    from services.extractor.entrypoints.nats import consumer_spec
+
+    assert consumer_spec(Names("engram"), DAILY_LOG_AGGREGATE).durable == stack.EXTRACTOR_DURABLE
+    svc = compose["services"]["extractor"]
+    assert svc["image"] == compose["services"]["memory"]["image"] and svc["command"] == ["serve", "extractor"]
+    assert svc["environment"]["ENGRAM_DATABASE_URL"] == compose["services"]["memory"]["environment"]["ENGRAM_DATABASE_URL"]
+    assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
+    (container,) = by_kind(base_objects, "Deployment")["extractor"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ENGRAM_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "engram-db"
+    assert env["ENGRAM_EXTRACTOR_ENGINE"]["value"] == "builtin"
+
+
 def test_compose_gateway_and_auth_agree_on_one_public_origin(compose: dict[str, Any]) -> None:
     gateway = compose["services"]["gateway"]["environment"]
     auth = compose["services"]["auth"]["environment"]
@@ -605,15 +646,17 @@ def test_k8s_gateway_probes_and_service(base_objects: list[dict[str, Any]]) -> N
     assert {"/readyz", "/healthz"} <= gateway_http_paths()
 
 
-def test_k8s_memory_probes_run_the_probe_of_its_own_service(base_objects: list[dict[str, Any]]) -> None:
-    memory = by_kind(base_objects, "Deployment")["memory"]["spec"]["template"]["spec"]
+@pytest.mark.parametrize("service", ["memory", "extractor"])
+def test_k8s_memory_probes_run_the_probe_of_its_own_service(base_objects: list[dict[str, Any]], service: str) -> None:
+    """memory and the extractor have no HTTP port: exec probes of their own process's NATS link."""
+    memory = by_kind(base_objects, "Deployment")[service]["spec"]["template"]["spec"]
     container = memory["containers"][0]
-    assert "ports" not in container, "memory has no HTTP port: exec probes"
+    assert "ports" not in container, f"{service} has no HTTP port: exec probes"
     assert memory.get("restartPolicy", "Always") == "Always"
-    check_probe_command(container["readinessProbe"]["exec"]["command"], "memory")
-    check_probe_command(container["startupProbe"]["exec"]["command"], "memory")
+    check_probe_command(container["readinessProbe"]["exec"]["command"], service)
+    check_probe_command(container["startupProbe"]["exec"]["command"], service)
     live = container["livenessProbe"]["exec"]["command"]
-    check_probe_command(live, "memory")
+    check_probe_command(live, service)
     assert "--live" in live, "liveness must not fail a pod because NATS itself is down"
     assert "--live" not in container["readinessProbe"]["exec"]["command"]
 
