@@ -26,9 +26,7 @@ from contracts.daily_logs import (
     SaveDailyLogResult,
     Turn,
 )
-from contracts.envelope import CommandEnvelope
 from contracts.memory import MAX_RECALL_LIMIT, MemoryHistory, MemoryHistoryQuery, MemoryList, RecallMemory
-from contracts.messages import fingerprint, spec_of
 from contracts.subjects import Names
 from kit.bus import Bus
 from kit.client import Client
@@ -126,17 +124,7 @@ async def until(probe: Callable[[], Awaitable[T | None]], what: str, timeout: fl
 
 
 async def save_log(p: Pipeline, tenant: str, day: str, turns: list[Turn] = CHAT, **fields: Any) -> SaveDailyLogResult:
-    """SaveDailyLog on the bus, its payload without the fields left out. (kit's client sends them as
-    null, and contracts/daily_logs.py's ``Topics``/``Turns`` put ``max_length`` on ``list | None``:
-    an explicit null raises TypeError in the memory service's parsing, and the command is
-    dead-lettered. Reported; until the contract is fixed a client must leave them out.)"""
-    cmd = SaveDailyLog(log_date=date.fromisoformat(day), turns=turns, **fields)
-    spec = spec_of(cmd)
-    reply = await p.bus.send_command(spec.service, spec.name, CommandEnvelope(
-        command_id=uuid.uuid4().hex, type=spec.name, tenant=tenant,
-        payload=cmd.model_dump(mode="json", exclude_none=True)), timeout=20, fingerprint=fingerprint(cmd))
-    assert reply.ok, reply.error
-    return SaveDailyLogResult.model_validate(reply.result)
+    return await p.client.send(tenant, SaveDailyLog(log_date=date.fromisoformat(day), turns=turns, **fields))  # type: ignore[no-any-return]
 
 
 async def processed(p: Pipeline, tenant: str, log_id: uuid.UUID) -> DailyLogLookup | None:
