@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 from uuid import UUID
 
 import asyncpg
@@ -374,15 +375,12 @@ class MemoryStore(ReadModel):
         )
         return [ExtractionResultState.model_validate_json(r["state"]) for r in rows]
 
-    async def existing_memory_ids(self, tenant: str, ids: Sequence[UUID]) -> set[UUID]:
+    async def existing_ids(
+        self, table: Literal["memories", "shared_memories"], tenant: str, ids: Sequence[UUID]
+    ) -> set[UUID]:
+        assert table in ("memories", "shared_memories")
         rows = await self.pool.fetch(
-            f"SELECT id FROM {self.s}.memories WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids)
-        )
-        return {r["id"] for r in rows}
-
-    async def existing_shared_ids(self, tenant: str, ids: Sequence[UUID]) -> set[UUID]:
-        rows = await self.pool.fetch(
-            f"SELECT id FROM {self.s}.shared_memories WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids)
+            f"SELECT id FROM {self.s}.{table} WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids)
         )
         return {r["id"] for r in rows}
 

@@ -57,6 +57,7 @@ from services.memory.domain.errors import NotFound
 BATCH_LIMIT = 1_000
 
 S = TypeVar("S", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
 #: (current state) -> (next state or None when nothing changes, event type)
 Step = Callable[[S], "S | None"]
 
@@ -91,6 +92,34 @@ class Records(Generic[S]):
         await self.projection.apply_record(event, seq, outcome=outcome)
         return seq
 
+    async def upsert(
+        self, env: CommandCall, record_id: UUID, decide: Callable[[S | None], S | None],
+        event_of: Callable[[S, bool], EventEnvelope], answer: Callable[[S, bool, bool], R], *,
+        fresh: Callable[[S | None], bool] = lambda current: current is None,
+    ) -> R:
+        """Create or change one record with a command, its outcome recorded with its projection.
+
+        ``decide`` gives the next state (None: nothing changes), ``event_of(state, fresh)`` its
+        event and ``answer(state, created, changed)`` the command's result. A command run again
+        after a crash finds its own event and answers as it did."""
+        for _ in range(MAX_RACES):
+            current, seq, cause = await self.load(env.tenant, record_id)
+            if current is not None and cause == env.command_id:
+                return answer(current, getattr(current, "version", 1) == 1, True)
+            state = decide(current)
+            if state is None:
+                assert current is not None
+                return answer(current, False, False)
+            created = fresh(current)
+            result = answer(state, created, True)
+            try:
+                await self.append(env.tenant, record_id, event_of(state, created), seq, env.outcome(result))
+            except ConcurrencyConflict:
+                continue
+            env.recorded = True
+            return result
+        raise ConcurrencyConflict(f"{self.aggregate} {record_id} kept changing while being written; retry")
+
 
 class DailyLogs:
     """The commands and queries of daily logs."""
@@ -111,26 +140,16 @@ class DailyLogs:
         self.activity.touch()
         env.require_project(cmd.project)
         day = rules.log_date_of(cmd, self.clock())
-        log_id = daily_log_id(env.tenant, cmd.project, day)
-        for _ in range(MAX_RACES):
-            current, seq, cause = await self.logs.load(env.tenant, log_id)
-            if current is not None and cause == env.command_id:  # this command's own write (a retry)
-                return _saved(current, created=current.version == 1, updated=current.version > 1)
-            state = rules.save(current, env.tenant, cmd, day, self.clock())
-            if state is None:
-                assert current is not None
-                return _saved(current, created=False, updated=False)
-            fresh = current is None or current.deleted
-            result = _saved(state, created=fresh, updated=not fresh)
-            event = rules.log_event(state, DailyLogEventType.SAVED if fresh else DailyLogEventType.UPDATED,
-                                    command_id=env.command_id, correlation_id=env.correlation_id)
-            try:
-                await self.logs.append(env.tenant, log_id, event, seq, env.outcome(result))
-            except ConcurrencyConflict:
-                continue
-            env.recorded = True
-            return result
-        raise ConcurrencyConflict(f"the daily log of {day.isoformat()} kept changing while being saved; retry")
+
+        def event_of(state: DailyLogState, fresh: bool) -> EventEnvelope:
+            return rules.log_event(state, DailyLogEventType.SAVED if fresh else DailyLogEventType.UPDATED,
+                                   command_id=env.command_id, correlation_id=env.correlation_id)
+
+        return await self.logs.upsert(
+            env, daily_log_id(env.tenant, cmd.project, day),
+            lambda current: rules.save(current, env.tenant, cmd, day, self.clock()), event_of, _saved,
+            fresh=lambda current: current is None or current.deleted,
+        )
 
     # the lifecycle ------------------------------------------------------------------------
     async def _step(
@@ -254,7 +273,7 @@ class DailyLogs:
         return DailyLogLookup(found=True, log=rules.log_view(state))
 
 
-def _saved(state: DailyLogState, *, created: bool, updated: bool) -> SaveDailyLogResult:
+def _saved(state: DailyLogState, created: bool, changed: bool) -> SaveDailyLogResult:
     return SaveDailyLogResult(id=state.id, project=state.project, log_date=state.log_date,
                               processing_status=state.processing_status, version=state.version,
-                              created=created, updated=updated)
+                              created=created, updated=changed and not created)

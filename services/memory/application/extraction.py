@@ -31,9 +31,8 @@ from contracts.daily_logs import (
 )
 from contracts.envelope import utcnow
 from contracts.subjects import Names
-from kit.bus import ConcurrencyConflict
 from kit.service import Call, CommandCall
-from services.memory.application.common import MAX_RACES, Activity
+from services.memory.application.common import Activity
 from services.memory.application.daily_logs import Records
 from services.memory.application.ports import EventLog, ReadModel
 from services.memory.application.projection import MemoryProjection
@@ -78,29 +77,20 @@ class Extraction:
             log = await self._visible_log(env, log_id, "log_ids")
             if cmd.project is not None and log.project != cmd.project:
                 raise NotFound(f"daily log {log_id} is not in project {cmd.project!r}", "log_ids")
-        for _ in range(MAX_RACES):
-            current, seq, cause = await self.tasks.load(env.tenant, task_uuid)
-            if current is not None and current.project is not None and not env.sees(current.project):
-                raise NotFound(f"no extraction task with id {task_uuid}", "id")
-            if current is not None and current.project is None and env.project_scope is not None:
-                raise NotFound(f"no extraction task with id {task_uuid} in project {env.project_scope!r}", "id")
-            if current is not None and cause == env.command_id:
-                return RecordExtractionTaskResult(task=rules.task_view(current), created=current.version == 1,
-                                                  updated=current.version > 1)
-            state = rules.record_task(current, env.tenant, task_id, task_uuid, cmd, self.clock())
-            if state is None:
-                assert current is not None
-                return RecordExtractionTaskResult(task=rules.task_view(current), created=False, updated=False)
-            result = RecordExtractionTaskResult(task=rules.task_view(state), created=current is None,
-                                                updated=current is not None)
-            event = rules.task_event(state, command_id=env.command_id, correlation_id=env.correlation_id)
-            try:
-                await self.tasks.append(env.tenant, task_uuid, event, seq, env.outcome(result))
-            except ConcurrencyConflict:
-                continue
-            env.recorded = True
-            return result
-        raise ConcurrencyConflict(f"extraction task {task_uuid} kept changing while being recorded; retry")
+        current, _, _ = await self.tasks.load(env.tenant, task_uuid)
+        if current is not None and (not env.sees(current.project) if current.project is not None
+                                    else env.project_scope is not None):
+            raise NotFound(f"no extraction task with id {task_uuid}", "id")
+
+        def answer(state: ExtractionTaskState, created: bool, changed: bool) -> RecordExtractionTaskResult:
+            return RecordExtractionTaskResult(task=rules.task_view(state), created=created,
+                                              updated=changed and not created)
+
+        return await self.tasks.upsert(
+            env, task_uuid, lambda current: rules.record_task(current, env.tenant, task_id, task_uuid, cmd, self.clock()),
+            lambda state, _: rules.task_event(state, command_id=env.command_id, correlation_id=env.correlation_id),
+            answer,
+        )
 
     async def list_tasks(self, call: Call, q: GetExtractionTasks) -> ExtractionTaskList:
         found = await self.store.tasks(call.tenant, call.project_scope, q.status.value if q.status else None,
@@ -114,42 +104,30 @@ class Extraction:
         self.activity.touch()
         log = await self._visible_log(env, cmd.log_id, "log_id")
         await self._require_known(env, cmd)
-        result_id = extraction_result_id(env.tenant, cmd.log_id, cmd.task_id)
-        for _ in range(MAX_RACES):
-            current, seq, cause = await self.results.load(env.tenant, result_id)
-            if current is not None and cause == env.command_id:
-                return RecordExtractionResultResult(result=rules.result_view(current), created=current.version == 1,
-                                                    replaced=current.version > 1)
-            state = rules.record_result(current, env.tenant, log.project, cmd, self.clock())
-            if state is None:
-                assert current is not None
-                return RecordExtractionResultResult(result=rules.result_view(current), created=False, replaced=False)
-            result = RecordExtractionResultResult(result=rules.result_view(state), created=current is None,
-                                                  replaced=current is not None)
-            event = rules.result_event(state, command_id=env.command_id, correlation_id=env.correlation_id)
-            try:
-                await self.results.append(env.tenant, result_id, event, seq, env.outcome(result))
-            except ConcurrencyConflict:
-                continue
-            env.recorded = True
-            return result
-        raise ConcurrencyConflict(f"the result of task {cmd.task_id!r} on log {cmd.log_id} kept changing; retry")
+
+        def answer(state: ExtractionResultState, created: bool, changed: bool) -> RecordExtractionResultResult:
+            return RecordExtractionResultResult(result=rules.result_view(state), created=created,
+                                                replaced=changed and not created)
+
+        return await self.results.upsert(
+            env, extraction_result_id(env.tenant, cmd.log_id, cmd.task_id),
+            lambda current: rules.record_result(current, env.tenant, log.project, cmd, self.clock()),
+            lambda state, _: rules.result_event(state, command_id=env.command_id, correlation_id=env.correlation_id),
+            answer,
+        )
 
     async def _require_known(self, call: Call, cmd: RecordExtractionResult) -> None:
         """Every memory and shared memory named is the caller's (never another user's)."""
-        if cmd.memory_ids:
-            known = await self.store.existing_memory_ids(call.tenant, cmd.memory_ids)
-            missing = [m for m in cmd.memory_ids if m not in known]
+        for kind, ids, field in (("memory", cmd.memory_ids, "memory_ids"),
+                                 ("shared memory", cmd.shared_memory_ids, "shared_memory_ids")):
+            if not ids:
+                continue
+            known = await self.store.existing_ids("memories" if kind == "memory" else "shared_memories",
+                                                  call.tenant, ids)
+            missing = [i for i in ids if i not in known]
             if missing:
-                raise NotFound(f"no memory with id {missing[0]}" + (f" (and {len(missing) - 1} more)"
-                                                                    if len(missing) > 1 else ""), "memory_ids")
-        if cmd.shared_memory_ids:
-            known = await self.store.existing_shared_ids(call.tenant, cmd.shared_memory_ids)
-            missing = [m for m in cmd.shared_memory_ids if m not in known]
-            if missing:
-                raise NotFound(f"no shared memory with id {missing[0]}" + (f" (and {len(missing) - 1} more)"
-                                                                           if len(missing) > 1 else ""),
-                               "shared_memory_ids")
+                more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+                raise NotFound(f"no {kind} with id {missing[0]}{more}", field)
 
     async def list_results(self, call: Call, q: GetExtractionResults) -> ExtractionResultList:
         found = await self.store.results(call.tenant, call.project_scope, q.log_id, q.task_id, q.limit)

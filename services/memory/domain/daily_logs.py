@@ -201,15 +201,22 @@ def delete(current: DailyLogState, now: datetime) -> DailyLogState:
 
 
 # events and views ---------------------------------------------------------------------------------
+def _event(
+    state: DailyLogState | ExtractionTaskState | ExtractionResultState, aggregate: str, event_type: str, *,
+    command_id: str, correlation_id: str,
+) -> EventEnvelope:
+    """The event carrying a record's new state (its id derived from the command: a retry is the same)."""
+    return EventEnvelope(
+        event_id=event_id_for(state.tenant, command_id, state.id, state.version), type=event_type,
+        occurred_at=state.updated_at, tenant=state.tenant, aggregate=aggregate, aggregate_id=str(state.id),
+        correlation_id=correlation_id, causation_id=command_id, data=state.model_dump(mode="json"),
+    )
+
+
 def log_event(
     state: DailyLogState, event_type: DailyLogEventType, *, command_id: str, correlation_id: str,
 ) -> EventEnvelope:
-    return EventEnvelope(
-        event_id=event_id_for(state.tenant, command_id, state.id, state.version), type=event_type.value,
-        occurred_at=state.updated_at, tenant=state.tenant, aggregate=DAILY_LOG_AGGREGATE,
-        aggregate_id=str(state.id), correlation_id=correlation_id, causation_id=command_id,
-        data=state.model_dump(mode="json"),
-    )
+    return _event(state, DAILY_LOG_AGGREGATE, event_type.value, command_id=command_id, correlation_id=correlation_id)
 
 
 def log_view(state: DailyLogState) -> DailyLogView:
@@ -264,12 +271,8 @@ def record_task(
 
 
 def task_event(state: ExtractionTaskState, *, command_id: str, correlation_id: str) -> EventEnvelope:
-    return EventEnvelope(
-        event_id=event_id_for(state.tenant, command_id, state.id, state.version),
-        type=ExtractionTaskEventType.RECORDED.value, occurred_at=state.updated_at, tenant=state.tenant,
-        aggregate=EXTRACTION_TASK_AGGREGATE, aggregate_id=str(state.id), correlation_id=correlation_id,
-        causation_id=command_id, data=state.model_dump(mode="json"),
-    )
+    return _event(state, EXTRACTION_TASK_AGGREGATE, ExtractionTaskEventType.RECORDED.value,
+                  command_id=command_id, correlation_id=correlation_id)
 
 
 def task_view(state: ExtractionTaskState) -> ExtractionTaskView:
@@ -297,12 +300,8 @@ def record_result(
 
 
 def result_event(state: ExtractionResultState, *, command_id: str, correlation_id: str) -> EventEnvelope:
-    return EventEnvelope(
-        event_id=event_id_for(state.tenant, command_id, state.id, state.version),
-        type=ExtractionResultEventType.RECORDED.value, occurred_at=state.updated_at, tenant=state.tenant,
-        aggregate=EXTRACTION_RESULT_AGGREGATE, aggregate_id=str(state.id), correlation_id=correlation_id,
-        causation_id=command_id, data=state.model_dump(mode="json"),
-    )
+    return _event(state, EXTRACTION_RESULT_AGGREGATE, ExtractionResultEventType.RECORDED.value,
+                  command_id=command_id, correlation_id=correlation_id)
 
 
 def result_view(state: ExtractionResultState) -> ExtractionResultView:
