@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -84,7 +84,7 @@ class Provenance(BaseModel):
 
     log_id: UUID
     task_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
-    turns: list[int] = Field(default_factory=list, max_length=1_000,
+    turns: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=1_000,
                              description="indices into the log's turns (0-based)")
     log_date: date | None = Field(None, description="the log's date (set by the service)")
 
