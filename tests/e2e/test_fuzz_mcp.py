@@ -29,6 +29,9 @@ from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.e2e
 
+# Tools left out until their open finding is fixed: delete_logs takes a number for `older_than`
+# (read as a Unix time: 1e10 would delete every processed log). See issue 19.
+PENDING_TOOLS = frozenset({"delete_logs"})
 SEED = 20260519
 VALID_PER_TOOL = 30
 INVALID_PER_TOOL = 30
@@ -237,6 +240,8 @@ async def test_every_tool_fuzzed_finds_no_server_error(running, fuzz_key) -> Non
         tools = (await client.list_tools()).tools
         assert {"memory", "recall", "save_memory", "update_memory"} <= {t.name for t in tools}
         for salt, tool in enumerate(sorted(tools, key=lambda t: t.name)):
+            if tool.name in PENDING_TOOLS:
+                continue
             schema = resolve_refs(tool.input_schema)
             drawn = valid_arguments(tool.input_schema, VALID_PER_TOOL, salt)
             for arguments in drawn:
