@@ -255,9 +255,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
+        invalid_json = first.get("type") == "json_invalid"  # its loc is the byte offset, not a field
         loc = [str(p) for p in first["loc"] if p not in ("body", "query", "header")]
-        field = ".".join(loc) or "body"
-        status = 400 if first.get("type") == "json_invalid" else 422
+        field = "body" if invalid_json else ".".join(loc) or "body"
+        status = 400 if invalid_json else 422
         message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
         return error_response(ApiError(status, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=message, field=field)))
 
