@@ -31,7 +31,15 @@ from enum import StrEnum
 from typing import Annotated, Any
 from uuid import UUID, uuid5
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from contracts.memory import MAX_RECALL_LIMIT, PROJECT_PATTERN, Project
 from contracts.messages import command, query
@@ -76,6 +84,21 @@ def extraction_result_id(tenant: str, log_id: UUID, task_id: str) -> UUID:
     return uuid5(_NS, f"extractionresult:{tenant}:{log_id}:{task_id}")
 
 
+_NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+def _iso_only(value: Any) -> Any:
+    """Dates and times are ISO 8601 strings on the wire: pydantic would read a number (or a
+    numeric string) as a Unix time, which no caller of a date means."""
+    if isinstance(value, bool | int | float) or (isinstance(value, str) and _NUMBER.match(value)):
+        raise ValueError("give an ISO 8601 date or time (e.g. 2025-03-01 or 2025-03-01T12:00:00Z), not a number")
+    return value
+
+
+IsoDate = Annotated[date, BeforeValidator(_iso_only)]
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]
+
+
 class ProcessingStatus(StrEnum):
     PENDING = "pending"
     PROCESSING = "processing"
@@ -98,7 +121,7 @@ class Turn(BaseModel):
     speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS, pattern=TEXT_NO_NUL,
                          description="who spoke, e.g. 'user', 'assistant' or a name")
     text: str = Field(min_length=1, max_length=MAX_TURN_CHARS, pattern=TEXT_NO_NUL)
-    at: datetime | None = Field(None, description="when it was said (optional)")
+    at: IsoDateTime | None = Field(None, description="when it was said (optional)")
 
 
 _SPEAKER_LINE = re.compile(r"^\s*([^:\n]{1,64}?)\s*[:：]\s*(\S.*)$")
@@ -225,7 +248,7 @@ class SaveDailyLog(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project: str = Project
-    log_date: date | None = Field(None, description="YYYY-MM-DD; default today (UTC)")
+    log_date: IsoDate | None = Field(None, description="YYYY-MM-DD; default today (UTC)")
     events: LogText = None
     user_state: LogText = None
     mood_changes: LogText = None
@@ -330,7 +353,7 @@ class DeleteLogs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     retention_days: int | None = Field(None, ge=0, le=36_500)
-    older_than: datetime | None = Field(None, description="cut-off (ISO 8601); overrides retention_days")
+    older_than: IsoDateTime | None = Field(None, description="cut-off (ISO 8601); overrides retention_days")
     project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
 
 
@@ -382,6 +405,15 @@ class ExtractionTaskView(BaseModel):
     finished_at: datetime | None = None
 
 
+METRIC_KEY_PATTERN = r"^[a-z0-9_.]{1,64}$"
+Metrics = Annotated[
+    dict[Annotated[str, Field(pattern=METRIC_KEY_PATTERN)], float],
+    Field(max_length=32),
+    WithJsonSchema({"type": "object", "maxProperties": 32, "propertyNames": {"pattern": METRIC_KEY_PATTERN},
+                    "additionalProperties": {"type": "number"}}),
+]
+
+
 class RecordExtractionTask(BaseModel):
     """Record (or update) the metadata of an extraction run: its id, the logs it covers, its status.
 
@@ -399,8 +431,8 @@ class RecordExtractionTask(BaseModel):
     engine: str | None = Field(None, min_length=1, max_length=64, pattern=TEXT_NO_NUL,
                                description="which extraction engine ran it (builtin, llm, agent, …)")
     error: str | None = Field(None, min_length=1, max_length=MAX_ERROR_REASON_CHARS, pattern=TEXT_NO_NUL)
-    metrics: dict[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.]+$")], float] | None = Field(
-        None, max_length=32, description="numbers of the run, e.g. prompt_tokens, completion_tokens, cost_usd"
+    metrics: Metrics | None = Field(
+        None, description="numbers of the run, e.g. prompt_tokens, completion_tokens, cost_usd"
     )
 
 

@@ -197,6 +197,7 @@ async def test_rest_twins(running) -> None:  # type: ignore[no-untyped-def]
         assert result.status_code == 200 and result.json()["created"]
         assert (await rest.post(f"/daily-logs/{log_id}/processed")).json()["log"]["processing_status"] == "processed"
         assert (await rest.post(f"/daily-logs/{log_id}/claim")).status_code == 409
+        assert (await rest.get("/daily-logs/reconcile")).status_code == 405  # not a log id
         listed = (await rest.get("/extraction-results", params={"log_id": log_id, "task_id": "rest-1"})).json()
         assert [r["task_id"] for r in listed["results"]] == ["rest-1"]
         by_key = (await rest.get("/memories/by-key", params={"memory_key": "skill.rust", "project": project})).json()
@@ -209,7 +210,9 @@ async def test_rest_twins(running) -> None:  # type: ignore[no-untyped-def]
         assert log_id in deleted["ids"]
         assert (await rest.get(f"/daily-logs/{log_id}")).json()["found"] is False
         # the maintenance routes need memory:maintenance
-        plain = {"Authorization": f"Bearer {running.key}"}
+        plain_key = (await asyncio.to_thread(running.stack.create_key, running.user_id, "plain-" + uuid.uuid4().hex[:6],
+                                             ["memory:read", "memory:write"]))["key"]
+        plain = {"Authorization": f"Bearer {plain_key}"}
         refused = await rest.get("/daily-logs/unprocessed", headers=plain)
         assert refused.status_code == 403 and "memory:maintenance" in refused.text
 

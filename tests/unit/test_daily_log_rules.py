@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from contracts.daily_logs import (
     MAX_TRIES,
     DailyLogState,
+    DeleteLogs,
     ProcessingStatus,
     RecordExtractionResult,
     RecordExtractionTask,
@@ -24,7 +25,7 @@ from contracts.daily_logs import (
 from contracts.memory import Provenance, SaveMemory
 from services.memory.domain import daily_logs as rules
 from services.memory.domain import model
-from services.memory.domain.errors import Conflict, InvalidArgument
+from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 
 pytestmark = pytest.mark.unit
 P = ProcessingStatus
@@ -258,11 +259,22 @@ def test_a_task_is_identified_by_task_id_and_updated_in_place() -> None:
     assert done is not None and done.version == 2 and done.finished_at == NOW and done.log_ids == task.log_ids
     assert rules.record_task(done, "alice", task_id, tid, RecordExtractionTask(id=tid, status=TaskStatus.SUCCESS),
                              NOW) is None
-    with pytest.raises(InvalidArgument) as err:
+    with pytest.raises(Conflict) as err:
         rules.task_identity("alice", RecordExtractionTask(id=uuid4(), task_id="other"), "key")
     assert err.value.field == "id"
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(NotFound):
         rules.record_task(None, "alice", None, uuid4(), RecordExtractionTask(id=uuid4()), NOW)
+
+
+def test_dates_are_iso_strings_never_numbers() -> None:
+    for bad in (12345, "0.5", " 17e3 "):
+        with pytest.raises(ValidationError):
+            DeleteLogs.model_validate({"older_than": bad})
+        with pytest.raises(ValidationError):
+            SaveDailyLog.model_validate({"log_date": bad})
+    assert DeleteLogs.model_validate({"older_than": "2025-01-01T00:00:00Z"}).older_than
+    with pytest.raises(ValidationError):
+        RecordExtractionTask.model_validate({"task_id": "t", "metrics": {"Bad Key": 1}})
 
 
 def test_a_result_repeat_replaces_its_lists_never_duplicates() -> None:

@@ -8,7 +8,6 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from datetime import date, datetime
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
@@ -31,6 +30,8 @@ from contracts.daily_logs import (
     DeleteLogs,
     GetExtractionTasks,
     GetUnprocessedLogs,
+    IsoDate,
+    IsoDateTime,
     MarkLogFailed,
     MarkLogProcessed,
     ProcessingStatus,
@@ -351,7 +352,7 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
     # daily logs and the extraction workflow (seed 2) -------------------------------------
     @tool_errors
     async def save_daily_log(
-        log_date: Annotated[date | None, Field(description="YYYY-MM-DD; default today (UTC); at most tomorrow.")] = None,
+        log_date: Annotated[IsoDate | None, Field(description="YYYY-MM-DD; default today (UTC); at most tomorrow.")] = None,
         events: Annotated[LogText, Field(description="What happened today.")] = None,
         user_state: Annotated[LogText, Field(description="How the user was (health, energy, situation).")] = None,
         mood_changes: Annotated[LogText, Field(description="How the user's mood moved during the day.")] = None,
@@ -436,7 +437,7 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
     @tool_errors
     async def delete_logs(
         retention_days: Annotated[int | None, Field(ge=0, le=36_500, description="Keep this many days; default 14.")] = None,
-        older_than: Annotated[datetime | None, Field(description="Cut-off (ISO 8601 with time zone); overrides retention_days.")] = None,
+        older_than: Annotated[IsoDateTime | None, Field(description="Cut-off (ISO 8601 with time zone); overrides retention_days.")] = None,
         containerTag: ContainerTag = None,
     ) -> dict[str, Any]:
         """Delete processed logs older than the retention (failed logs are kept for retry)."""

@@ -4,7 +4,6 @@
 import copy
 import types
 from collections.abc import Awaitable
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from uuid import UUID
 
@@ -45,6 +44,7 @@ from contracts.daily_logs import (
     GetExtractionResults,
     GetExtractionTasks,
     GetUnprocessedLogs,
+    IsoDateTime,
     LogBatchResult,
     MarkLogFailed,
     MarkLogProcessed,
@@ -277,7 +277,9 @@ class MarkLogFailedRequest(BaseModel):
 
 
 class UpdateLogStatusRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "if": _given("processing_status", {"const": ProcessingStatus.PROCESSED.value}),
+        "then": {"properties": {"error_reason": {"type": "null"}}}})
     processing_status: ProcessingStatus
     error_reason: str | None = UpdateLogStatus.model_fields["error_reason"]  # type: ignore[assignment]
 
@@ -420,7 +422,9 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         return await call(ops.who_am_i(who))
 
     # daily logs and the extraction workflow ------------------------------------------------
-    @router.post("/daily-logs", response_model=SaveDailyLogResult, tags=["daily logs"], summary="Save the day's log")
+    @router.post("/daily-logs", response_model=SaveDailyLogResult, tags=["daily logs"], summary="Save the day's log",
+                 responses={413: {"description": "The body is larger than the gateway accepts (a day's turns are "
+                                                 "limited to 200,000 characters in all)"}})
     async def save_daily_log(body: SaveDailyLogRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """One log per project and day: saving the same day again updates the fields given and never queues a
         processed log again. Needs `memory:write`; every other daily-log route needs `memory:maintenance`."""
@@ -444,7 +448,7 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
     async def delete_logs(
         who: Caller,
         retention_days: Annotated[int | None, Query(ge=0, le=36_500)] = None,
-        older_than: datetime | None = None,
+        older_than: IsoDateTime | None = None,
         project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
         idempotency_key: IdempotencyKey = None,
     ) -> Any:
@@ -467,21 +471,21 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         cmd = ReconcileLogStatuses.model_validate(body.model_dump() if body else {})
         return await call(ops.reconcile_log_statuses(who, cmd, key=idempotency_key))
 
-    @router.get("/daily-logs/{log_id}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
+    @router.get("/daily-logs/{log_id:uuid}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
     async def get_daily_log(log_id: UUID, who: Caller) -> Any:
         return await call(ops.get_daily_log(who, GetDailyLog(id=log_id)))
 
-    @router.post("/daily-logs/{log_id}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
+    @router.post("/daily-logs/{log_id:uuid}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
     async def claim_log(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Atomic: of many concurrent claimers exactly one gets `claimed: true`."""
         return await call(ops.claim_daily_log(who, ClaimDailyLog(id=log_id), key=idempotency_key))
 
-    @router.post("/daily-logs/{log_id}/processed", response_model=DailyLogResult, tags=["daily logs"],
+    @router.post("/daily-logs/{log_id:uuid}/processed", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Mark a log processed")
     async def log_processed(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         return await call(ops.mark_log_processed(who, MarkLogProcessed(id=log_id), key=idempotency_key))
 
-    @router.post("/daily-logs/{log_id}/failed", response_model=DailyLogResult, tags=["daily logs"],
+    @router.post("/daily-logs/{log_id:uuid}/failed", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Mark a log attempt failed")
     async def log_failed(log_id: UUID, body: MarkLogFailedRequest, who: Caller,
                          idempotency_key: IdempotencyKey = None) -> Any:
@@ -489,7 +493,7 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         cmd = MarkLogFailed(id=log_id, error_reason=body.error_reason)
         return await call(ops.mark_log_failed(who, cmd, key=idempotency_key))
 
-    @router.post("/daily-logs/{log_id}/status", response_model=DailyLogResult, tags=["daily logs"],
+    @router.post("/daily-logs/{log_id:uuid}/status", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Change a log's status")
     async def log_status(log_id: UUID, body: UpdateLogStatusRequest, who: Caller,
                          idempotency_key: IdempotencyKey = None) -> Any:

@@ -39,7 +39,7 @@ from contracts.daily_logs import (
     extraction_task_uuid,
 )
 from contracts.envelope import EventEnvelope
-from services.memory.domain.errors import Conflict, InvalidArgument
+from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.model import event_id_for
 
 P = ProcessingStatus
@@ -230,8 +230,7 @@ def task_identity(tenant: str, cmd: RecordExtractionTask, command_id: str) -> tu
     if cmd.task_id is not None:
         tid = extraction_task_uuid(tenant, cmd.task_id)
         if cmd.id is not None and cmd.id != tid:
-            raise InvalidArgument(f"id {cmd.id} is not the id of task_id {cmd.task_id!r} ({tid}); give one of them",
-                                  "id")
+            raise Conflict(f"id {cmd.id} is not the id of task_id {cmd.task_id!r} ({tid}); give one of them", "id")
         return tid, cmd.task_id
     if cmd.id is not None:
         return cmd.id, None
@@ -250,7 +249,7 @@ def record_task(
     }
     if current is None:
         if task_id is None:
-            raise InvalidArgument(f"no extraction task with id {task_uuid}; give a task_id to record a new one", "id")
+            raise NotFound(f"no extraction task with id {task_uuid}; give a task_id to record a new one", "id")
         status = given.get("status", TaskStatus.PENDING)
         return ExtractionTaskState(
             id=task_uuid, tenant=tenant, task_id=task_id, **given, created_at=now, updated_at=now,
