@@ -134,8 +134,8 @@ def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryStat
     if cmd.category is not None:
         if current.memory_key is not None:
             problem = memory_key_problem(cmd.category, current.memory_key)
-            if problem:
-                raise InvalidArgument(problem, "category")
+            if problem:  # the stored memory's key decides: a conflict with it, not a malformed request
+                raise Conflict(problem, "category")
         changes["category"] = cmd.category
     return _new_version(current, changes, now, cmd.provenance or current.provenance)
 
