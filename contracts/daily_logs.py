@@ -57,8 +57,10 @@ DEFAULT_LOG_RETENTION_DAYS = 14  # ENGRAM_LOG_RETENTION_DAYS overrides it in the
 MAX_LOG_FIELD_CHARS = 20_000
 MAX_TOPICS = 50
 MAX_TOPIC_CHARS = 200
-MAX_TURNS = 2_000
-MAX_TURN_CHARS = 20_000
+# A day of 1,000 turns of 3,000 characters (one more than allowed, even) stays under the
+# gateway's 4 MiB body limit, so a body the schema refuses is refused as such (422), never as 413.
+MAX_TURNS = 1_000
+MAX_TURN_CHARS = 3_000
 MAX_TURNS_TOTAL_CHARS = 200_000
 MAX_SPEAKER_CHARS = 128
 MAX_ERROR_REASON_CHARS = 2_000

@@ -31,7 +31,11 @@ from contracts.auth import (
 from contracts.daily_logs import (
     DEFAULT_STUCK_TIMEOUT_MINUTES,
     MAX_IDS,
+    MAX_TOPIC_CHARS,
+    MAX_TOPICS,
+    MAX_TURNS,
     TASK_ID_PATTERN,
+    TEXT_NO_NUL,
     ClaimDailyLog,
     ClaimResult,
     DailyLogList,
@@ -58,6 +62,7 @@ from contracts.daily_logs import (
     SaveDailyLog,
     SaveDailyLogResult,
     TaskStatus,
+    Turn,
     UpdateLogStatus,
 )
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
@@ -187,6 +192,9 @@ def strict_body(model: type[M], name: str) -> type[M]:
     return made
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class MethodNotAllowed:
     """405 for a method a resource does not offer, with every method it does offer in ``Allow``
     (Starlette's own answer lists only the methods of the first route matching the path)."""
@@ -268,7 +276,15 @@ class UpdateRequest(strict_body(UpdateMemory, "StrictUpdateMemory")):  # type: i
 
 
 class SaveDailyLogRequest(strict_body(SaveDailyLog, "StrictSaveDailyLog")):  # type: ignore[misc]
+    """The day's log. Over REST ``turns`` and ``topics`` are arrays only, as the document says (the
+    MCP tool also takes them as plain text)."""
+
     project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
+    turns: Annotated[list[Turn], Field(max_length=MAX_TURNS)] | None = None  # type: ignore[assignment]
+    topics: Annotated[  # type: ignore[assignment]
+        list[Annotated[str, Field(min_length=1, max_length=MAX_TOPIC_CHARS, pattern=TEXT_NO_NUL)]],
+        Field(max_length=MAX_TOPICS),
+    ] | None = None
 
 
 class MarkLogFailedRequest(BaseModel):
@@ -471,21 +487,21 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         cmd = ReconcileLogStatuses.model_validate(body.model_dump() if body else {})
         return await call(ops.reconcile_log_statuses(who, cmd, key=idempotency_key))
 
-    @router.get("/daily-logs/{log_id:uuid}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
+    @router.get("/daily-logs/{log_id}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
     async def get_daily_log(log_id: UUID, who: Caller) -> Any:
         return await call(ops.get_daily_log(who, GetDailyLog(id=log_id)))
 
-    @router.post("/daily-logs/{log_id:uuid}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
+    @router.post("/daily-logs/{log_id}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
     async def claim_log(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Atomic: of many concurrent claimers exactly one gets `claimed: true`."""
         return await call(ops.claim_daily_log(who, ClaimDailyLog(id=log_id), key=idempotency_key))
 
-    @router.post("/daily-logs/{log_id:uuid}/processed", response_model=DailyLogResult, tags=["daily logs"],
+    @router.post("/daily-logs/{log_id}/processed", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Mark a log processed")
     async def log_processed(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         return await call(ops.mark_log_processed(who, MarkLogProcessed(id=log_id), key=idempotency_key))
 
-    @router.post("/daily-logs/{log_id:uuid}/failed", response_model=DailyLogResult, tags=["daily logs"],
+    @router.post("/daily-logs/{log_id}/failed", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Mark a log attempt failed")
     async def log_failed(log_id: UUID, body: MarkLogFailedRequest, who: Caller,
                          idempotency_key: IdempotencyKey = None) -> Any:
@@ -493,7 +509,7 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         cmd = MarkLogFailed(id=log_id, error_reason=body.error_reason)
         return await call(ops.mark_log_failed(who, cmd, key=idempotency_key))
 
-    @router.post("/daily-logs/{log_id:uuid}/status", response_model=DailyLogResult, tags=["daily logs"],
+    @router.post("/daily-logs/{log_id}/status", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Change a log's status")
     async def log_status(log_id: UUID, body: UpdateLogStatusRequest, who: Caller,
                          idempotency_key: IdempotencyKey = None) -> Any:
@@ -560,5 +576,11 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
             allowed.setdefault(route.path, set()).update(route.methods)
     for path, methods in allowed.items():
         router.routes.append(Route(path, MethodNotAllowed(sorted(methods)), include_in_schema=False))
+    # ... and first, for a fixed path: another method on it is never taken for an id of a path
+    # with a parameter beside it (GET /daily-logs/reconcile is a 405, not GET /daily-logs/{log_id})
+    router.routes[:0] = [
+        Route(path, MethodNotAllowed(sorted(methods)), methods=sorted(HTTP_METHODS - methods), include_in_schema=False)
+        for path, methods in allowed.items() if "{" not in path
+    ]
     return router
 
