@@ -319,12 +319,80 @@ def _replay_extractor() -> None:
     console.print(f"Rebuilt the extractor's tenant list from the event log: {tenants} tenant(s) with daily logs.")
 
 
+@app.command(name="reextract")
+def reextract_command(
+    task_id: Annotated[str, typer.Option("--task-id", help="the new task id the results are recorded under")],
+    since: Annotated[str | None, typer.Option(help="only logs of this day or later (YYYY-MM-DD)")] = None,
+    engine: Annotated[str | None, typer.Option(help="builtin | llm (default: ENGRAM_EXTRACTOR_ENGINE)")] = None,
+    user: Annotated[str | None, typer.Option(help="only this user's logs")] = None,
+) -> None:
+    """Run extraction again over past daily logs under a new task id (the memory service must be
+    running). Results are recorded for the new task; memories change only through versioned
+    updates; running it twice with the same task id changes nothing."""
+    from datetime import date
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from kit.config import run_service
+    from kit.pg import DatabaseUnavailable
+    from services.extractor.config import ExtractorSettings
+    from services.extractor.main import reextract as run_reextract
+
+    try:
+        day = date.fromisoformat(since) if since else None
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] --since {since!r} is not a date (YYYY-MM-DD)")
+        raise typer.Exit(2) from exc
+    overrides: dict[str, str] = {}
+    if not os.environ.get("ENGRAM_NATS_URL"):
+        from deploy.client import StackInfo
+
+        stack = StackInfo.load(default_home())
+        if stack is None:
+            err.print("[red]error:[/red] no running stack found: start one with `engram up` or set ENGRAM_NATS_URL")
+            raise typer.Exit(1)
+        overrides = {"nats_url": stack.nats_url, "database_url": stack.database_url, "namespace": stack.namespace}
+    database_url = _database_url()
+    if database_url:
+        overrides["database_url"] = database_url
+    settings = ExtractorSettings(**overrides)  # type: ignore[arg-type]
+    columns = (TextColumn("re-extracting logs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task("reextract", total=None)
+        log_line = ProgressLines(console, what="re-extracting logs", unit="logs") if not console.is_terminal else None
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+            if log_line is not None:
+                log_line(done, total)
+
+        try:
+            report = run_service(run_reextract(settings, task_id, since=day, engine=engine,
+                                               on_progress=on_progress, user=user))
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
+        except DatabaseUnavailable as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(1) from exc
+    console.print(
+        f"Task {report.task_id} ({report.engine}): {report.logs:,} logs, {report.done:,} extracted, "
+        f"{report.already_done:,} already done, {report.failed:,} failed; {report.facts:,} facts: "
+        f"{report.saved:,} new memories, {report.updated:,} updated, {report.kept:,} already known."
+    )
+    for error in report.errors[:5]:
+        err.print(f"[yellow]failed:[/yellow] {error}")
+    if report.failed:
+        raise typer.Exit(1)
+
+
 class ProgressLines:
     """Progress as a plain line every ``every_s`` seconds (and at the end), where no progress bar
     can be drawn: a log file, CI, `kubectl logs`."""
 
-    def __init__(self, out: Console, every_s: float = 10.0) -> None:
-        self.out, self.every_s = out, every_s
+    def __init__(self, out: Console, every_s: float = 10.0, what: str = "replaying events",
+                 unit: str = "events") -> None:
+        self.out, self.every_s, self.what, self.unit = out, every_s, what, unit
         self.started = self.last = time.monotonic()
 
     def __call__(self, done: int, total: int) -> None:
@@ -335,7 +403,7 @@ class ProgressLines:
         rate = done / max(now - self.started, 1e-9)
         left = f", about {(total - done) / rate / 60:.0f} min left" if rate > 0 and done < total else ""
         share = f" ({100 * done / total:.0f}%)" if total else ""
-        self.out.print(f"replaying events: {done:,}/{total:,}{share}, {rate:,.0f} events/s{left}", highlight=False)
+        self.out.print(f"{self.what}: {done:,}/{total:,}{share}, {rate:,.0f} {self.unit}/s{left}", highlight=False)
 
 
 def main() -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from datetime import date
 
+from contracts.daily_logs import TASK_ID_PATTERN
 from kit.bus import Bus
 from kit.client import Client
 from kit.config import run_service, setup_logging
@@ -17,11 +20,14 @@ from kit.stalls import freeze_startup_heap
 from services.extractor.adapters.builtin import BuiltinExtraction
 from services.extractor.adapters.ledger import PgTaskLedger
 from services.extractor.adapters.llm import LlmExtraction
+from services.extractor.adapters.log_catalog import EventLogCatalog
 from services.extractor.adapters.log_source import DAILY_LOG_AGGREGATE, build_log_source
 from services.extractor.adapters.memory_client import ClientMemoryWriter
 from services.extractor.adapters.tenants import PgTenants
 from services.extractor.application.extraction import Extractor, recover_stuck, retention, run_maintenance
 from services.extractor.application.ports import ExtractionEngine, LogSource
+from services.extractor.application.reextract import Progress, ReextractReport
+from services.extractor.application.reextract import reextract as run_reextract
 from services.extractor.config import ExtractorSettings
 from services.extractor.entrypoints import nats as nats_entry
 
@@ -119,6 +125,43 @@ async def replay(settings: ExtractorSettings) -> int:
         await bus.close()
 
 
+ENGINES = ("builtin", "llm")
+
+
+async def reextract(
+    settings: ExtractorSettings, task_id: str, since: date | None = None, engine: str | None = None,
+    on_progress: Progress | None = None, user: str | None = None,
+) -> ReextractReport:
+    """Run extraction again over the past daily logs (from ``since``, of ``user`` or everyone) under
+    ``task_id`` with ``engine`` (default: the configured one), against the running memory service.
+    Results are recorded for the new task; memories change only through the merge policy's
+    versioned updates; the logs' lifecycle is left alone. Exactly once per (log_id, task_id): a
+    second run with the same task id writes nothing. Raises ValueError on a bad task id or engine."""
+    if not re.fullmatch(TASK_ID_PATTERN.strip("^$"), task_id):
+        raise ValueError(f"task id {task_id!r}: letters, digits and _ . : - only, at most 128 characters")
+    if engine is not None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        settings = settings.model_copy(update={"extractor_engine": engine})
+    problem = settings.llm_problem()
+    if problem:
+        raise ValueError(problem)
+    chosen = build_engine(settings)
+    bus = await Bus.connect(settings.nats_url, settings.names, name="engram-extractor-reextract")
+    pool = await create_pool(settings.database_url, max_size=4)
+    try:
+        ledger = PgTaskLedger(pool, settings.extractor_schema)
+        await ledger.migrate(owner=settings.namespace)
+        client = Client(bus)
+        extractor = Extractor(engine=chosen, logs=build_log_source(client), memories=ClientMemoryWriter(client),
+                              ledger=ledger, task_id=task_id)
+        return await run_reextract(extractor, EventLogCatalog(bus, client), since=since, tenant=user,
+                                   on_progress=on_progress, concurrency=settings.extractor_concurrency)
+    finally:
+        await pool.close()
+        await bus.close()
+
+
 async def task_counts(database_url: str, schema: str = "extractor") -> dict[str, int] | None:
     """Extraction tasks by state (running / done / failed) for `engram status`; None when the
     extractor has not created its schema yet."""
@@ -139,4 +182,4 @@ def main() -> None:
     run_service(run(settings))
 
 
-__all__ = ["build_engine", "main", "replay", "run", "run_maintenance", "task_counts"]
+__all__ = ["ReextractReport", "build_engine", "main", "reextract", "replay", "run", "run_maintenance", "task_counts"]

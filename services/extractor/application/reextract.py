@@ -1,0 +1,144 @@
+"""Re-extraction: past daily logs run again through an engine under a new task id.
+
+    the log catalog (every log on the event log, filtered by date and user) → per log, exactly once
+    per ``(log_id, task_id)``: ledger row (running) → the log as it stands now → engine → merge with
+    what is known (same key → a new version; near-duplicate → nothing) → extraction result for the
+    new task → ledger row done.
+
+Unlike the continuous pipeline it does not claim the log: a processed log stays processed (its
+lifecycle belongs to the pipeline and to external agents); only the new task's result is recorded.
+Every write carries the same idempotency keys as the pipeline's, derived from ``(log_id, task_id,
+fact)``, and a task the ledger says is done is skipped, so running it twice with the same task id
+writes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Protocol
+from uuid import UUID
+
+from services.extractor.application.extraction import ExtractionFailed, Extractor, Outcome, TaskReport
+from services.extractor.application.ports import ClaimedLog
+from services.extractor.domain.merge import step_key
+
+log = logging.getLogger("engram.extractor")
+
+#: ``on_progress(done, total)`` after each log
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class LogRef:
+    """A daily log as the catalog lists it (where it stands on the event log)."""
+
+    tenant: str
+    log_id: str
+    log_date: date
+    project: str = "default"
+
+
+class LogCatalog(Protocol):
+    async def logs(self, *, since: date | None = None, tenant: str | None = None) -> list[LogRef]:
+        """Every daily log that exists (not deleted), oldest day first, from ``since`` on, of one
+        tenant or all."""
+        ...
+
+    async def read(self, ref: LogRef) -> ClaimedLog | None:
+        """The log as it stands now (None when it no longer exists)."""
+        ...
+
+
+@dataclass
+class ReextractReport:
+    task_id: str
+    engine: str
+    logs: int = 0
+    done: int = 0
+    already_done: int = 0
+    failed: int = 0
+    gone: int = 0
+    facts: int = 0
+    saved: int = 0
+    updated: int = 0
+    kept: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, report: TaskReport) -> None:
+        if report.outcome is Outcome.DONE:
+            self.done += 1
+        elif report.outcome is Outcome.ALREADY_DONE:
+            self.already_done += 1
+        elif report.outcome is Outcome.FAILED:
+            self.failed += 1
+            if report.error:
+                self.errors.append(report.error)
+        else:
+            self.gone += 1
+        self.facts += report.facts
+        self.saved += report.saved
+        self.updated += report.updated
+        self.kept += report.kept
+
+
+async def reextract_log(extractor: Extractor, catalog: LogCatalog, ref: LogRef) -> TaskReport:
+    """One log under ``extractor.task_id``, exactly once (the log's lifecycle is left alone)."""
+    task_id = extractor.task_id
+    existing = await extractor.ledger.get(ref.log_id, task_id)
+    if existing is not None and existing.status == "done":
+        return TaskReport(Outcome.ALREADY_DONE, memory_ids=tuple(UUID(m) for m in existing.memory_ids))
+    current = await catalog.read(ref)
+    if current is None:
+        return TaskReport(Outcome.IGNORED)
+    record = await extractor.ledger.start(ref.tenant, ref.log_id, task_id)
+    if record.status == "done":  # another run finished it meanwhile
+        return TaskReport(Outcome.ALREADY_DONE)
+    try:
+        extraction = await extractor.extract(current)
+    except ExtractionFailed as exc:
+        log.warning("re-extraction of log %s (task %s) failed: %s", ref.log_id, task_id, exc)
+        await extractor.ledger.fail(ref.log_id, task_id, str(exc))
+        return TaskReport(Outcome.FAILED, error=str(exc))
+    report = await extractor.write(current, extraction.facts)
+    await extractor.logs.record_result(current.tenant, current.log_id, task_id, report.memory_ids,
+                                       key=step_key("result", current.log_id, task_id,
+                                                    ",".join(str(m) for m in report.memory_ids)))
+    record.status = "done"
+    record.memory_ids = [str(m) for m in report.memory_ids]
+    record.facts = len(extraction.facts)
+    record.prompt_tokens += extraction.prompt_tokens
+    record.completion_tokens += extraction.completion_tokens
+    await extractor.ledger.finish(record)
+    return report
+
+
+async def reextract(
+    extractor: Extractor, catalog: LogCatalog, *, since: date | None = None, tenant: str | None = None,
+    on_progress: Progress | None = None, concurrency: int = 2,
+) -> ReextractReport:
+    """Every past log (from ``since``, of ``tenant`` or all) under ``extractor.task_id``."""
+    refs: Sequence[LogRef] = await catalog.logs(since=since, tenant=tenant)
+    total = ReextractReport(task_id=extractor.task_id, engine=extractor.engine.name, logs=len(refs))
+    if on_progress is not None:
+        on_progress(0, len(refs))
+    gate = asyncio.Semaphore(max(1, concurrency))
+    done = 0
+
+    async def one(ref: LogRef) -> None:
+        nonlocal done
+        async with gate:
+            report = await reextract_log(extractor, catalog, ref)
+        total.add(report)
+        done += 1
+        if on_progress is not None:
+            on_progress(done, len(refs))
+
+    await asyncio.gather(*(one(ref) for ref in refs))
+    return total
+
+
+__all__ = ["LogCatalog", "LogRef", "ReextractReport", "reextract", "reextract_log"]
