@@ -192,6 +192,11 @@ def _success(result: BaseModel) -> dict[str, Any]:
 
 def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
     """(function, name, title, annotations, toolset) for every tool; docstrings are the model's manual."""
+    return memory_tools(ops) + daily_log_tools(ops)
+
+
+def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
+    """The memory tools of both seeds (the assistant toolset)."""
 
     @tool_errors
     async def memory(
@@ -350,6 +355,24 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
         return _success(await ops.get_shared_memories(caller(), query))
 
     # daily logs and the extraction workflow (seed 2) -------------------------------------
+    return [
+        (memory, "memory", "Save or forget a memory", DESTRUCTIVE, ASSISTANT),
+        (recall, "recall", "Recall memories", READ, ASSISTANT),
+        (list_projects, "listProjects", "List projects", READ, ASSISTANT),
+        (who_am_i, "whoAmI", "Who am I", READ, ASSISTANT),
+        (save_memory, "save_memory", "Save a categorised memory", WRITE, ASSISTANT),
+        (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ, ASSISTANT),
+        (recall_memory, "recall_memory", "List memories by category or keyword", READ, ASSISTANT),
+        (update_memory, "update_memory", "Update a memory", WRITE, ASSISTANT),
+        (get_memory_history, "get_memory_history", "A memory's history", READ, ASSISTANT),
+        (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE, ASSISTANT),
+        (get_shared_memories, "get_shared_memories", "Get shared memories", READ, ASSISTANT),
+    ]
+
+
+def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
+    """The daily-log and extraction tools (seed 2's workflow), as (function, name, title, annotations, toolset)."""
+
     @tool_errors
     async def save_daily_log(
         log_date: Annotated[IsoDate | None, Field(description="YYYY-MM-DD; default today (UTC); at most tomorrow.")] = None,
@@ -483,17 +506,6 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
                                                                          task_id=task_id, limit=limit)))
 
     return [
-        (memory, "memory", "Save or forget a memory", DESTRUCTIVE, ASSISTANT),
-        (recall, "recall", "Recall memories", READ, ASSISTANT),
-        (list_projects, "listProjects", "List projects", READ, ASSISTANT),
-        (who_am_i, "whoAmI", "Who am I", READ, ASSISTANT),
-        (save_memory, "save_memory", "Save a categorised memory", WRITE, ASSISTANT),
-        (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ, ASSISTANT),
-        (recall_memory, "recall_memory", "List memories by category or keyword", READ, ASSISTANT),
-        (update_memory, "update_memory", "Update a memory", WRITE, ASSISTANT),
-        (get_memory_history, "get_memory_history", "A memory's history", READ, ASSISTANT),
-        (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE, ASSISTANT),
-        (get_shared_memories, "get_shared_memories", "Get shared memories", READ, ASSISTANT),
         # save_daily_log is an assistant's (it hands over the day's chat; memory:write); the rest is
         # the extraction workflow's (memory:maintenance), offered with X-Engram-Toolsets: maintenance
         (save_daily_log, "save_daily_log", "Save the day's log", WRITE, ASSISTANT),

@@ -363,6 +363,15 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
             raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc)),
                            {"WWW-Authenticate": challenge}) from exc
 
+    for add in (_memory_routes, _daily_log_routes, _key_routes):
+        add(router, ops, Caller, IdempotencyKey, call)
+    _method_not_allowed(router)
+    return router
+
+
+def _memory_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
+    """Memories, shared memories, projects, profile, recall, whoami."""
+
     @router.post("/memories", status_code=201, response_model=SaveMemoryResult, summary="Save a memory")
     async def save(body: SaveRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Save a memory. The same content saved again in the same project is not duplicated."""
@@ -437,7 +446,11 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
     async def whoami(who: Caller) -> WhoAmI:
         return await call(ops.who_am_i(who))
 
-    # daily logs and the extraction workflow ------------------------------------------------
+
+
+def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
+    """Daily logs and the extraction workflow (seed 2)."""
+
     @router.post("/daily-logs", response_model=SaveDailyLogResult, tags=["daily logs"], summary="Save the day's log",
                  responses={413: {"description": "The body is larger than the gateway accepts (a day's turns are "
                                                  "limited to 200,000 characters in all)"}})
@@ -552,6 +565,11 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         query = GetExtractionResults(log_id=log_id, task_id=task_id, limit=limit)
         return await call(ops.get_extraction_results(who, query))
 
+
+
+def _key_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
+    """API keys: the install operator's (admin)."""
+
     @router.post("/keys", status_code=201, response_model=CreatedApiKey, tags=["admin"], summary="Create an API key")
     async def create_key(body: CreateApiKeyRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Create an API key (the secret is in this response only). Needs the `admin` scope: the install
@@ -569,6 +587,10 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         """Revoke a key; every gateway refuses it at once. Needs the `admin` scope."""
         return await call(ops.revoke_api_key(who, RevokeApiKey(key_id=key_id), key=idempotency_key))
 
+
+
+def _method_not_allowed(router: APIRouter) -> None:
+    """A method a resource does not take is a 405 naming all of the resource's methods."""
     # Last: any other method on a resource is a 405 naming all of the resource's methods.
     allowed: dict[str, set[str]] = {}
     for route in router.routes:
@@ -582,5 +604,4 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
         Route(path, MethodNotAllowed(sorted(methods)), methods=sorted(HTTP_METHODS - methods), include_in_schema=False)
         for path, methods in allowed.items() if "{" not in path
     ]
-    return router
 
