@@ -19,25 +19,41 @@ No Postgres, no NATS, nothing downloaded. Under a minute.
     python bench/extraction.py            # print the figures
     python bench/extraction.py --record   # ... and append them to docs/benchmarks.md
     python bench/extraction.py --show 20  # ... and print 20 missed observations
+
+**Extraction lag** (``--pipeline N``): a whole stack (``deploy.stack.Stack``, embedded NATS and
+Postgres unless ENGRAM_NATS_URL / ENGRAM_DATABASE_URL name servers, the extractor with its
+default built-in engine), N LoCoMo sessions saved as daily logs over REST (``POST
+/v1/daily-logs``, each on its own day), and for each log the time from the save's answer until
+its memories are visible: the log ``processed`` (``GET /v1/daily-logs/{id}``, a maintenance key),
+its extraction result read, and every memory of the result listed by ``GET /v1/memories?keyword=``
+(the read model recall uses). Two phases: **paced** (one save every ``--interval`` s, the lag of
+an idle pipeline) and **burst** (N more sessions saved back to back: logs/min from the first save
+until the last log's memories are visible, and the lag under that backlog). Then ``engram
+reextract``'s entry re-runs all 2N logs under a new task id against the running stack (logs/min).
+
+    python bench/extraction.py --pipeline 30 [--interval 3.0] [--record]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import re
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import snowballstemmer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import locomo, record  # noqa: E402
+from common import drop_shared_data, fmt, locomo, percentiles, record, stack_options  # noqa: E402
 
 from services.extractor.domain.engine import BuiltinEngine  # noqa: E402
 from services.extractor.domain.model import Fact, Turn  # noqa: E402
@@ -141,13 +157,151 @@ def evaluate(all_sessions: list[Session], extracted: list[list[Fact]],
     }
 
 
+# the pipeline: save → memories visible, through a running stack -----------------------------------
+POLL_S = 0.1  # each watcher's poll period (the probes load the same 2 cores)
+
+
+def log_bodies(n: int, skip: int = 0, total: int = 0) -> list[dict[str, Any]]:
+    """``n`` LoCoMo sessions as daily-log bodies (turns as said, empty turns dropped), each on its own
+    day, in LoCoMo's order, the last of ``total`` sessions yesterday (one log per user, project and date)."""
+    bodies: list[dict[str, Any]] = []
+    first = datetime.now(UTC).date() - timedelta(days=max(total, skip + n))
+    for s in sessions()[skip: skip + n]:
+        turns = [{"speaker": t.speaker, "text": t.text[:3000]} for t in s.turns if t.text.strip()][:1000]
+        day: date = first + timedelta(days=skip + len(bodies))
+        bodies.append({"log_date": day.isoformat(), "turns": turns})
+    return bodies
+
+
+async def _visible(http: Any, log_id: str, deadline: float) -> tuple[float, float, int]:
+    """Wait until the log is processed, then until each memory of its result is listed (probed
+    together); (when processed, when all visible, memories)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        if loop.time() > deadline:
+            raise TimeoutError(f"log {log_id} not extracted in time")
+        found = (await http.get(f"/v1/daily-logs/{log_id}")).json()
+        status = (found.get("log") or {}).get("processing_status")
+        if status == "failed":
+            raise RuntimeError(f"log {log_id} failed: {found['log'].get('error_reason')}")
+        if status == "processed":
+            break
+        await asyncio.sleep(POLL_S)
+    processed_at = loop.time()
+    results = (await http.get("/v1/extraction-results", params={"log_id": log_id})).json()["results"]
+    ids = list(dict.fromkeys(m for r in results for m in r["memory_ids"]))
+
+    async def content(memory_id: str) -> str:
+        return str((await http.get(f"/v1/memories/{memory_id}/history")).json()["versions"][-1]["content"])
+
+    contents = dict(zip(ids, await asyncio.gather(*(content(m) for m in ids)), strict=True))
+
+    async def listed(memory_id: str) -> bool:
+        params = {"keyword": contents[memory_id][:100], "limit": 100}
+        return any(m["id"] == memory_id for m in (await http.get("/v1/memories", params=params)).json()["memories"])
+
+    pending = list(ids)
+    while pending:
+        if loop.time() > deadline:
+            raise TimeoutError(f"memories of log {log_id} not visible in time")
+        seen = await asyncio.gather(*(listed(m) for m in pending))
+        pending = [m for m, ok in zip(pending, seen, strict=True) if not ok]
+        if pending:
+            await asyncio.sleep(POLL_S)
+    return processed_at, loop.time(), len(ids)
+
+
+async def _phase(http: Any, bodies: list[dict[str, Any]],
+                 interval: float) -> tuple[list[float], list[float], float, int]:
+    """Save ``bodies`` (``interval`` s apart, 0: back to back); per log the lag until processed and
+    until visible in ms; the span from the first save to the last log visible, in s; memories seen."""
+    loop = asyncio.get_running_loop()
+    watchers: list[asyncio.Task[tuple[float, float, int]]] = []
+    saved_at: list[float] = []
+    started = loop.time()
+    for i, body in enumerate(bodies):
+        if interval and i:
+            await asyncio.sleep(max(0.0, started + i * interval - loop.time()))
+        answer = await http.post("/v1/daily-logs", json=body)
+        answer.raise_for_status()
+        saved_at.append(loop.time())
+        watchers.append(asyncio.create_task(_visible(http, answer.json()["id"], loop.time() + 600)))
+    done = await asyncio.gather(*watchers)
+    processed = [(p - saved) * 1000 for (p, _, _), saved in zip(done, saved_at, strict=True)]
+    visible = [(v - saved) * 1000 for (_, v, _), saved in zip(done, saved_at, strict=True)]
+    return processed, visible, max(v for _, v, _ in done) - started, sum(n for _, _, n in done)
+
+
+async def _reextract(stack: Any, n_logs: int) -> tuple[float, Any]:
+    from services.extractor.config import ExtractorSettings
+    from services.extractor.main import reextract
+
+    settings = ExtractorSettings(nats_url=stack.nats_url, database_url=stack.database_url,
+                                 namespace=stack.o.namespace)
+    started = time.perf_counter()
+    report = await reextract(settings, "bench-reextract")
+    assert report.logs == n_logs and report.failed == 0, report
+    return time.perf_counter() - started, report
+
+
+def pipeline(n: int, interval: float, keep_record: bool) -> None:
+    import httpx
+
+    from deploy.stack import Stack
+
+    paced, burst = log_bodies(n, total=2 * n), log_bodies(n, skip=n, total=2 * n)
+    n_turns = sum(len(b["turns"]) for b in paced + burst)
+    options = stack_options("extraction")
+    try:
+        with Stack(options) as stack:
+            key = stack.create_key(None, "bench", scopes=["memory:read", "memory:write", "memory:maintenance"])["key"]
+
+            async def go() -> tuple[Any, ...]:
+                async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=60.0,
+                                             headers={"Authorization": f"Bearer {key}"}) as http:
+                    first = await _phase(http, paced, interval)
+                    second = await _phase(http, burst, 0.0)
+                reextracted = await _reextract(stack, len(paced) + len(burst))
+                return first, second, reextracted
+
+            first, second, (re_s, re_report) = asyncio.run(go())
+            (paced_done, paced_lag, _, paced_memories), (burst_done, burst_lag, burst_span, burst_memories) = first, second
+    finally:
+        drop_shared_data(options)
+    lines = [
+        f"extraction lag through a running stack (`engram up`'s services, built-in engine, REST, "
+        f"{2 * n} LoCoMo sessions as daily logs, {n_turns:,} turns): save answered → log processed, "
+        f"its result read and every memory of it listed by keyword",
+        f"**lag, paced** ({n} logs, one every {interval:g} s, {paced_memories:,} memories): until all memories "
+        f"visible {fmt(percentiles(paced_lag))}; until the log is processed {fmt(percentiles(paced_done))}",
+        f"**lag, burst** ({n} logs saved back to back, {burst_memories:,} memories): until all memories visible "
+        f"{fmt(percentiles(burst_lag))}; until the log is processed {fmt(percentiles(burst_done))}",
+        f"**throughput through the pipeline** (burst, first save → last log's memories visible): "
+        f"{n / burst_span * 60:,.0f} logs/min, {sum(len(b['turns']) for b in burst) / burst_span:,.0f} turns/s",
+        f"`engram reextract` (its entry) over the {re_report.logs} logs under a new task id: {re_s:.1f} s, "
+        f"{re_report.logs / re_s * 60:,.0f} logs/min ({re_report.facts:,} facts: {re_report.saved} saved, "
+        f"{re_report.updated} updated, {re_report.kept:,} already known)",
+    ]
+    for line in lines:
+        print("-", line)
+    if keep_record:
+        record("Extraction lag through the pipeline (built-in engine)", lines)
+        print("recorded in docs/benchmarks.md")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
     parser.add_argument("--show", type=int, default=0, help="print this many missed observations (random)")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes over all sessions (best is kept)")
     parser.add_argument("--f1-only", action="store_true", help="skip the cosine half of the rule (no embedder)")
+    parser.add_argument("--pipeline", type=int, metavar="N", default=0,
+                        help="measure the extraction lag through a running stack with 2N sessions (see above)")
+    parser.add_argument("--interval", type=float, default=3.0, help="--pipeline: seconds between paced saves")
     args = parser.parse_args()
+    if args.pipeline:
+        pipeline(args.pipeline, args.interval, args.record)
+        return
 
     all_sessions = sessions()
     engine = BuiltinEngine()
