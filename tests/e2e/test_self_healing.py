@@ -109,7 +109,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     options = StackOptions(
         home=home, gateway_port=0, auth_port=0,  # NATS and Postgres: embedded (4222/5432, or free ports)
         extra_env={"ENGRAM_LOG_LEVEL": "INFO", "ENGRAM_RATE_LIMIT_PER_MINUTE": "100000",
-                   "ENGRAM_RATE_LIMIT_BURST": "10000", "ENGRAM_ANONYMOUS_RATE_LIMIT_PER_MINUTE": "100000"},
+                   "ENGRAM_RATE_LIMIT_BURST": "10000", "ENGRAM_ANONYMOUS_RATE_LIMIT_PER_MINUTE": "100000",
+                   # a log in the hands of a killed extractor comes back after this (default 120 s)
+                   "ENGRAM_EXTRACTOR_ACK_WAIT_S": "10"},
         restart_policy=RestartPolicy(initial_delay_s=0.2, max_delay_s=2.0, crash_loop_restarts=20),
     )
     saved = dict(os.environ)
@@ -286,7 +288,7 @@ def test_kill_9_of_the_extractor_loses_no_log_and_duplicates_nothing(stack: Stac
     for i in range(8, 10):
         save(i)
 
-    deadline = time.time() + 2 * BOUND_S
+    deadline = time.time() + 2 * BOUND_S  # ≥ the extractor's ack wait (10 s here) + the work
     while True:
         states = [httpx.get(f"{stack.gateway_url}/v1/daily-logs/{log_id}", headers=headers, timeout=30).json()
                   for log_id in saved]
