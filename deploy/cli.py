@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -252,7 +252,6 @@ def replay_command(
         raise typer.Exit(2)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from deploy.stack import servers_for_offline_work
     from kit.config import run_service
     from kit.pg import DatabaseUnavailable
     from services.memory.config import MemorySettings
@@ -263,15 +262,7 @@ def replay_command(
         typer.confirm("Drop the memory read models (Postgres tables, vectors) and rebuild them from events?", abort=True)
     columns = (TextColumn("replaying events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with contextlib.ExitStack() as servers:
-        if os.environ.get("ENGRAM_NATS_URL"):
-            settings = MemorySettings()
-        else:
-            try:
-                nats_url, database_url, namespace = servers.enter_context(servers_for_offline_work(default_home()))
-            except RuntimeError as exc:
-                err.print(f"[red]error:[/red] {exc}")
-                raise typer.Exit(1) from exc
-            settings = MemorySettings(nats_url=nats_url, database_url=database_url, namespace=namespace)
+        settings = _offline_settings(servers, MemorySettings)
         with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
             task = progress.add_task("replay", total=None)
             log_line = ProgressLines(console) if not console.is_terminal else None  # logs, CI, kubectl
@@ -292,25 +283,32 @@ def replay_command(
     )
 
 
+def _offline_settings(servers: contextlib.ExitStack, settings_class: Any) -> Any:
+    """A service's settings for work done with the service stopped: the servers named in the
+    environment, else this home's embedded NATS and Postgres, started for the work (and stopped
+    with ``servers``)."""
+    from deploy.stack import servers_for_offline_work
+
+    if os.environ.get("ENGRAM_NATS_URL"):
+        return settings_class()
+    try:
+        nats_url, database_url, namespace = servers.enter_context(servers_for_offline_work(default_home()))
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+    return settings_class(nats_url=nats_url, database_url=database_url, namespace=namespace)
+
+
 def _replay_extractor() -> None:
     """The extractor's read model (the tenants with daily logs, which its schedules visit) rebuilt
     from the event log; its task ledger is its own record and is kept. Safe while it runs."""
-    from deploy.stack import servers_for_offline_work
     from kit.config import run_service
     from kit.pg import DatabaseUnavailable
     from services.extractor.config import ExtractorSettings
     from services.extractor.main import replay as run_replay
 
     with contextlib.ExitStack() as servers:
-        if os.environ.get("ENGRAM_NATS_URL"):
-            settings = ExtractorSettings()
-        else:
-            try:
-                nats_url, database_url, namespace = servers.enter_context(servers_for_offline_work(default_home()))
-            except RuntimeError as exc:
-                err.print(f"[red]error:[/red] {exc}")
-                raise typer.Exit(1) from exc
-            settings = ExtractorSettings(nats_url=nats_url, database_url=database_url, namespace=namespace)
+        settings = _offline_settings(servers, ExtractorSettings)
         try:
             tenants = run_service(run_replay(settings))
         except DatabaseUnavailable as exc:
