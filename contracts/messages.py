@@ -75,6 +75,7 @@ def load_all() -> None:
     """Import every contract module, so that the registry knows every message."""
     import contracts.auth  # noqa: F401
     import contracts.daily_logs  # noqa: F401
+    import contracts.graph  # noqa: F401
     import contracts.memory  # noqa: F401
 
 

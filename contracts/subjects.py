@@ -155,3 +155,4 @@ class Names:
 
 MEMORY = "memory"
 AUTH = "auth"
+GRAPH = "graph"
