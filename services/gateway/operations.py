@@ -49,6 +49,7 @@ from contracts.daily_logs import (
     SaveDailyLogResult,
     UpdateLogStatus,
 )
+from contracts.graph import GraphPage, GraphPageQuery
 from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
@@ -200,6 +201,14 @@ class Operations:
         c.require(Scope.MEMORY_READ)
         return WhoAmI(user_id=c.tenant, client_id=c.who.client_id, key_id=c.who.key_id,
                       scopes=sorted(c.who.scopes), project=c.who.project or c.pin)
+
+    # the memory graph ---------------------------------------------------------------------
+    async def graph_page(self, c: Caller, query: GraphPageQuery) -> GraphPage:
+        """One page of the memory graph in the resolved project (or every project): ``memory:read``;
+        a restricted credential or a pinned connection sees only its project."""
+        c.require(Scope.MEMORY_READ)
+        result: GraphPage = await self._ask(c, _with(query, project=c.search_project(query.project)))
+        return result
 
     # daily logs and extraction (the pipeline's workflow) ----------------------------------
     async def save_daily_log(self, c: Caller, cmd: SaveDailyLog, *, project: str | None,
