@@ -1,16 +1,30 @@
 """Replay speed: load N memories through the command stream (sustained save throughput), stop
-the memory service, rebuild its read models from the event log, and check recall is unchanged.
+the memory service, rebuild its read models from the event log, and check that the read model is
+identical (a digest) and recall unchanged (the same top-10 on a sample of questions).
 
     python bench/replay_bench.py --memories 10000
+    python bench/replay_bench.py --memories 100000 --state /var/tmp/engram-replay-100k   # resumable, kept
+    python bench/replay_bench.py --memories 5000 --no-cache     # replay embedding everything again
+    python bench/replay_bench.py --memories 100000 --state DIR --profile   # where the replay's time goes
+
+The save path fills the embedding cache (services/memory/application/vector_cache.py), so a replay
+finds every sentence vector and every memory's token rows there (``--no-cache`` empties it
+first and replays without it: the cost before the cache). ``--state DIR`` keeps the loaded stack
+(embedded NATS and Postgres in DIR) so later runs replay it again without loading.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
+import json
+import pstats
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import drop_shared_data, locomo, memory_schema, record, stack_options  # noqa: E402
@@ -19,6 +33,7 @@ from save_throughput import embedder_throughput  # noqa: E402
 
 from contracts.memory import Recall  # noqa: E402
 from deploy.stack import Stack  # noqa: E402
+from services.memory.adapters.embedding_cache import PgEmbeddingCache  # noqa: E402
 from services.memory.adapters.late_encoder import build_late_encoder  # noqa: E402
 from services.memory.config import MemorySettings  # noqa: E402
 from services.memory.main import memory_app  # noqa: E402
@@ -42,55 +57,100 @@ async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
 
 
 async def replay_and_compare(
-    settings: MemorySettings, tenant: str, questions: list[str]
-) -> tuple[float, int, bool, float]:
+    settings: MemorySettings, tenant: str, questions: list[str], *, use_cache: bool, profile: bool,
+) -> dict[str, Any]:
     async with memory_app(settings) as app:
         await ensure_service_stopped(app)
+        cache = PgEmbeddingCache(app.store.pool, app.store.s)
+        if not use_cache:
+            await cache.clear()
+            app.service.models.cache = None
+        entries = await cache.count()
         digest_before = await read_model_digest(app)
         before = await recall_ids(app, tenant, questions)
+        profiler = cProfile.Profile() if profile else None
+        if profiler:
+            profiler.enable()
         report = await rebuild(app)
+        if profiler:
+            profiler.disable()
         digest_after = await read_model_digest(app)
         after = await recall_ids(app, tenant, questions)
+        hits = app.service.models.cache.hits if app.service.models.cache else 0
     overlap = sum(len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(before, after, strict=True)) / len(questions)
-    return report.rate, report.events, digest_before == digest_after, overlap
+    same = sum(a == b for a, b in zip(before, after, strict=True))
+    out: dict[str, Any] = dict(rate=report.rate, events=report.events, seconds=report.seconds,
+                               identical=digest_before == digest_after, overlap=overlap, same=same,
+                               entries=entries, hits=hits)
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        out["profile"] = text.getvalue()
+    return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--state", type=Path, help="keep the loaded stack in this folder and replay it again next time")
+    parser.add_argument("--no-cache", action="store_true", help="empty the embedding cache and replay without it")
+    parser.add_argument("--profile", action="store_true", help="print where the replay's time goes (cProfile)")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     texts = contents(args.memories)
     questions = [qa["question"] for conv in locomo() for qa in conv["qa"]][:100]
-    options = stack_options("replay")
-    # replay empties the whole memory schema: on the machine's Postgres the run has schemas of its own
+    state_file = args.state / "replay.json" if args.state else None
+    if args.state:
+        args.state.mkdir(parents=True, exist_ok=True)
+    state: dict[str, Any] = json.loads(state_file.read_text()) if state_file and state_file.exists() else {}
+    if state and state.get("memories") != args.memories:
+        sys.exit(f"{args.state} holds {state.get('memories')} memories, not {args.memories}: use another --state")
+    options = stack_options("replay", args.state / "home" if args.state else None, state.get("namespace"))
+    load_line = state.get("load_line", "")
     try:
         with Stack(options) as stack:
-            tenant = stack.create_key(None, "bench")["view"]["user_id"]
-            save_rate = asyncio.run(preload(stack, tenant, texts))
+            if not state.get("loaded"):
+                if "tenant" not in state:  # else an interrupted load resumes: saved contents dedupe
+                    state.update(memories=args.memories, namespace=options.namespace,
+                                 tenant=stack.create_key(None, "bench")["view"]["user_id"])
+                    if state_file:
+                        state_file.write_text(json.dumps(state))
+                started = time.perf_counter()
+                save_rate = asyncio.run(preload(stack, state["tenant"], texts))
+                load_line = (f"loaded {args.memories:,} memories through the command stream in "
+                             f"{(time.perf_counter() - started) / 60:.1f} min ({save_rate:.1f} saves/s)")
+                state.update(loaded=True, load_line=load_line, save_rate=save_rate)
+                if state_file:
+                    state_file.write_text(json.dumps(state))
             stack.services["memory"].stop()
             time.sleep(1.0)
             settings = MemorySettings(home=options.home, nats_url=stack.nats_url, database_url=stack.database_url,
                                       namespace=options.namespace, memory_schema=memory_schema(options))
-            replay_rate, events, identical, overlap = asyncio.run(replay_and_compare(settings, tenant, questions))
+            result = asyncio.run(replay_and_compare(settings, state["tenant"], questions,
+                                                    use_cache=not args.no_cache, profile=args.profile))
     finally:
-        drop_shared_data(options)
-    late = build_late_encoder(MemorySettings().late_interaction)  # as the memory service would (env included)
-    embed_rate, _ = embedder_throughput(texts, late)
-    lines = [
-        f"sustained save throughput through the command stream: {save_rate:.1f} saves/s "
-        f"({args.memories:,} memories); embedder alone on the same work (embed_memories, 64 per call, "
-        f"same run{', with late-interaction tokens' if late else ''}): {embed_rate:.1f} memories/s → {100 * save_rate / embed_rate:.0f}%"
-        + (" — past LoCoMo's 5,882 turns the texts repeat with a suffix, and repeated sentences embed once"
-           if args.memories > 5882 else ""),
-        f"replay (drop and rebuild Postgres + vectors, embedding and late-interaction tokens included): {events:,} events at {replay_rate:.1f} events/s",
-        f"read model after replay {'identical' if identical else 'DIFFERENT'} (digest of every memory's id, version, "
-        f"status, content, late-interaction tokens); recall top-10 overlap before/after {100 * overlap:.1f}% over {len(questions)} questions "
-        "(the rebuilt index is HNSW-optimised, the original partly full-scan, and RRF ties break in no fixed order)",
+        if not args.state:
+            drop_shared_data(options)
+    lines = [load_line]
+    if not args.state and args.memories <= 10_000:
+        late = build_late_encoder(MemorySettings().late_interaction)  # as the memory service would (env included)
+        embed_rate, _ = embedder_throughput(texts, late)
+        lines.append(f"embedder alone on the same work (embed_memories, 64 per call{', with late-interaction tokens' if late else ''}): "
+                     f"{embed_rate:.1f} memories/s → saves at {100 * state['save_rate'] / embed_rate:.0f}%")
+    cache_note = (f"embedding cache: {result['entries']:,} entries, {result['hits']:,} hits"
+                  if not args.no_cache else "no embedding cache (emptied first): every text embedded again")
+    lines += [
+        f"replay (drop and rebuild Postgres + vectors; {cache_note}): {result['events']:,} events in "
+        f"{result['seconds']:.1f} s = {result['rate']:.1f} events/s",
+        f"read model after replay {'identical' if result['identical'] else 'DIFFERENT'} (digest of every memory's id, version, "
+        f"status, content hash, late-interaction tokens); recall top-10 identical for {result['same']}/{len(questions)} "
+        f"questions, overlap {100 * result['overlap']:.1f}%",
     ]
     print("\n".join(lines))
+    if "profile" in result:
+        print(result["profile"])
     if not args.no_record:
-        record(f"Save throughput and replay, {args.memories:,} memories", lines)
+        record(f"Replay, {args.memories:,} memories{' (no cache)' if args.no_cache else ''}", lines)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from kit.pg import create_pool
 from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import build_embedder
+from services.memory.adapters.embedding_cache import PgEmbeddingCache
 from services.memory.adapters.late_encoder import build_late_encoder
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
@@ -24,6 +25,7 @@ from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
 from services.memory.application.ports import Embedder, Models, VectorIndex
 from services.memory.application.service import MemoryService
+from services.memory.application.vector_cache import VectorCache
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.replay import ReplayReport, ServiceRunning, ensure_service_stopped, rebuild
@@ -90,6 +92,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         models = Models(
             embedder=embedder, late_encoder=await asyncio.to_thread(make_late_encoder, settings),
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
+            cache=VectorCache(PgEmbeddingCache(pool, settings.memory_schema)),
         )
         service = MemoryService(
             store, index, models, bus, settings.names, rerank_candidates=settings.rerank_candidates,

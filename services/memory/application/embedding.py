@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -68,6 +68,15 @@ class PrimedEmbedder:
         for other in others:
             other.wait()
         return len(missing)
+
+    def preload(self, vectors: Mapping[str, np.ndarray]) -> None:
+        """Prime texts with vectors computed earlier (the embedding cache), without embedding."""
+        with self._lock:
+            for text, vector in vectors.items():
+                self._primed[text] = vector
+                self._primed.move_to_end(text)
+            while len(self._primed) > self.capacity:
+                self._primed.popitem(last=False)
 
     def _lookup(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         """Primed vectors of ``texts`` (None where not primed); hits become most recently used."""

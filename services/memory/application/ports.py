@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
 import numpy as np
@@ -35,6 +35,9 @@ from contracts.memory import (
 )
 from kit.command_log import OutcomeRecord
 from services.memory.domain.keywords import SparseVector
+
+if TYPE_CHECKING:
+    from services.memory.application.vector_cache import VectorCache
 
 __all__ = [
     "TENANT_FIELD",
@@ -236,14 +239,32 @@ class Reranker(Protocol):
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
 
+@runtime_checkable
+class EmbeddingCacheStore(Protocol):
+    """Durable storage of what a model made of a text (a sentence vector, a memory's packed token
+    rows), keyed by (model id, SHA-256 of the text): a cache, never the source of truth (a miss
+    recomputes; it may be emptied at any time). See
+    :class:`services.memory.application.vector_cache.VectorCache`."""
+
+    async def get_many(self, keys: Sequence[tuple[str, bytes]]) -> dict[tuple[str, bytes], bytes]:
+        """The stored values of ``keys`` (model, digest) that are present, in one round trip."""
+        ...
+
+    async def put_many(self, items: Sequence[tuple[str, bytes, bytes]]) -> None:
+        """Store (model, digest, value) items; an existing key is left as it is."""
+        ...
+
+
 @dataclass
 class Models:
     """The models the application runs: shared by saving, projecting and recalling, so that one
-    configuration (e.g. no late-interaction encoder) holds on every path."""
+    configuration (e.g. no late-interaction encoder) holds on every path. ``cache`` (optional)
+    keeps their outputs across restarts and replays (``vector_cache.VectorCache``)."""
 
     embedder: Embedder
     late_encoder: LateEncoder | None = None
     reranker: Reranker | None = None
+    cache: VectorCache | None = None
 
 
 #: The daily-log aggregates' read models (each row locked by its id, in its own key space).

@@ -44,18 +44,26 @@ PROJECTOR_GRACE_S = 5.0
 async def prime(models: Models, texts: list[str], documents: list[tuple[str | None, str]]) -> None:
     """Embed a batch's texts and encode its late-interaction documents, each in one call and both
     at once (each one's last, part-filled chunk leaves a core to the other); a single one is left
-    to its own use."""
+    to its own use. With an embedding cache (``models.cache``) what it holds is loaded first (one
+    query), only the rest is computed, and that is stored (one statement)."""
+    cache = models.cache
+    least = 1
+    if cache is not None:
+        texts, documents = await cache.load(models, texts, documents)
+        least = 0  # even a single one is computed here, so that it can be stored
 
     async def embed() -> None:
-        if len(texts) > 1:
+        if len(texts) > least:
             await asyncio.to_thread(models.embedder.prime, texts)
 
     async def encode() -> None:
         encoder = models.late_encoder
-        if encoder is not None and len(documents) > 1:
+        if encoder is not None and len(documents) > least:
             await asyncio.to_thread(encoder.prime, documents)
 
     await asyncio.gather(embed(), encode())
+    if cache is not None:
+        await cache.store_computed(models, texts, documents)
 
 
 class MemoryProjection:
@@ -212,6 +220,9 @@ class MemoryProjection:
         texts = embedding_texts(state)
         embedder = self.models.embedder
         vectors = embedder.cached(texts)
+        if vectors is None and self.models.cache is not None:  # not primed: through the cache
+            await prime(self.models, texts, [])
+            vectors = embedder.cached(texts)
         if vectors is None:
             vectors = await asyncio.to_thread(embedder.embed, texts)
         return state_vector(state, vectors)
@@ -222,6 +233,13 @@ class MemoryProjection:
         if encoder is None:
             return None
         document = late_document(state)
+        cache = self.models.cache
+        if cache is not None:
+            if cache.packed(document) is None and encoder.cached([document]) is None:
+                await prime(self.models, [], [document])  # not primed: through the cache
+            stored = cache.packed(document)
+            if stored is not None:
+                return stored  # the bytes computed when this text was first written
         primed = encoder.cached([document])  # a primed batch: no thread hop
         (tokens,) = primed or await asyncio.to_thread(encoder.encode_documents, [document])
         return pack(document_matrix(tokens))

@@ -1,0 +1,64 @@
+"""The embedding cache in Postgres (the port: :class:`services.memory.application.ports.EmbeddingCacheStore`).
+
+One table in the memory schema, ``embedding_cache (model, digest, value)`` (migration
+``0008_embedding_cache.sql``), read with one indexed query per batch and written with one
+``INSERT ... ON CONFLICT DO NOTHING``. Why Postgres and not a local file store:
+
+* every replica of the memory service, and ``engram replay`` run from another machine, shares it
+  (a file store would be per pod and empty after a reschedule, which is when a replay runs);
+* it is backed up and restored with the read models it serves, and needs no new dependency;
+* measured (docs/benchmarks.md, "Replay at scale"): a batch of 256 memories is one round trip.
+
+It is a cache: a replay leaves it alone (not a projection of the event log), and
+``TRUNCATE <schema>.embedding_cache`` at any time only costs re-embedding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+
+from services.memory.application.ports import EmbeddingCacheStore
+
+__all__ = ["PgEmbeddingCache"]
+
+
+class PgEmbeddingCache(EmbeddingCacheStore):
+    """``(model, sha256) -> bytes`` in ``<schema>.embedding_cache`` (created by the memory store's migrations)."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self.pool = pool
+        self.s = schema
+
+    async def get_many(self, keys: Sequence[tuple[str, bytes]]) -> dict[tuple[str, bytes], bytes]:
+        """Present values of ``keys``, one query (a join on the primary key)."""
+        if not keys:
+            return {}
+        rows = await self.pool.fetch(
+            f"""SELECT c.model, c.digest, c.value
+                FROM unnest($1::text[], $2::bytea[]) AS k(model, digest)
+                JOIN {self.s}.embedding_cache c ON c.model = k.model AND c.digest = k.digest""",
+            [k[0] for k in keys], [k[1] for k in keys],
+        )
+        return {(r["model"], bytes(r["digest"])): bytes(r["value"]) for r in rows}
+
+    async def put_many(self, items: Sequence[tuple[str, bytes, bytes]]) -> None:
+        """Store new items (one statement); an existing key keeps its value."""
+        if not items:
+            return
+        unique = {(m, d): v for m, d, v in items}
+        await self.pool.execute(
+            f"""INSERT INTO {self.s}.embedding_cache (model, digest, value)
+                SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
+                ON CONFLICT (model, digest) DO NOTHING""",
+            [k[0] for k in unique], [k[1] for k in unique], list(unique.values()),
+        )
+
+    async def count(self) -> int:
+        """How many entries the cache holds."""
+        return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.embedding_cache"))
+
+    async def clear(self) -> None:
+        """Forget everything (a cache: only costs re-embedding)."""
+        await self.pool.execute(f"TRUNCATE {self.s}.embedding_cache")

@@ -1,0 +1,154 @@
+"""The embedding cache: a memory's text is embedded once, not again at every replay.
+
+Replay rebuilds the read models from the event log, and re-extraction re-saves what it finds;
+both used to embed every memory again (137 events/s: two hours for a million memories). What a
+model makes of a text depends only on the model and the text, so it is kept, keyed by
+(model id, SHA-256 of the text), in durable storage (the :class:`~.ports.EmbeddingCacheStore`
+port; Postgres in :mod:`services.memory.adapters.embedding_cache`):
+
+* **sentence vectors** (the embedder's, one per sentence of :func:`.indexing.embedding_texts`):
+  the ``float32`` row as it was computed;
+* **late-interaction token rows** of a memory's ``(context, content)``: the packed bytes the read
+  model stores (:func:`.late.pack` of :func:`.late.document_matrix`), so a replay writes the very
+  bytes the save wrote. The key's model id names the packing and the context weight too.
+
+A batch is looked up with one query before it is embedded (:meth:`VectorCache.load`); what was
+missing is embedded as before and written back with one statement (:meth:`VectorCache.store`). It
+is a cache: a failed lookup or write is logged and costs only the embedding, never the write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from services.memory.application.late import CONTEXT_TOKEN_WEIGHT, document_matrix, pack
+from services.memory.application.ports import EmbeddingCacheStore, Models
+
+log = logging.getLogger("engram.memory.cache")
+
+Document = tuple[str | None, str]
+
+__all__ = ["VectorCache", "document_digest", "late_cache_model", "text_digest"]
+
+
+def text_digest(text: str) -> bytes:
+    """The cache key of a text: SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def document_digest(document: Document) -> bytes:
+    """The cache key of a late-interaction document ``(context, content)``."""
+    return hashlib.sha256(json.dumps(list(document), ensure_ascii=False).encode("utf-8")).digest()
+
+
+def late_cache_model(model_id: str) -> str:
+    """The cache's model id for packed token rows: the encoder, the packing and the context weight."""
+    return f"{model_id}|late-packed-LT1|context*{CONTEXT_TOKEN_WEIGHT}"
+
+
+class VectorCache:
+    """Loads a batch's vectors from the store before it is embedded and stores what was embedded.
+
+    Sentence vectors go into the embedder's primed vectors (``PrimedEmbedder.preload``); packed
+    token rows are kept here (:meth:`packed`, least recently used evicted past ``capacity``) for
+    the projection to write as they are. ``hits`` / ``misses`` count texts and documents.
+    """
+
+    def __init__(self, store: EmbeddingCacheStore, capacity: int = 4096) -> None:
+        self.store = store
+        self.capacity = capacity
+        self._packed: OrderedDict[Document, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    # packed late-interaction rows ----------------------------------------------------------
+    def packed(self, document: Document) -> bytes | None:
+        """The packed token rows of ``document`` if loaded or stored by this process, else None."""
+        with self._lock:
+            found = self._packed.get(document)
+            if found is not None:
+                self._packed.move_to_end(document)
+            return found
+
+    def _keep(self, packed: dict[Document, bytes]) -> None:
+        with self._lock:
+            for document, value in packed.items():
+                self._packed[document] = value
+                self._packed.move_to_end(document)
+            while len(self._packed) > self.capacity:
+                self._packed.popitem(last=False)
+
+    # a batch --------------------------------------------------------------------------------
+    async def load(
+        self, models: Models, texts: Sequence[str], documents: Sequence[Document],
+    ) -> tuple[list[str], list[Document]]:
+        """Prime ``models`` with what the store has of ``texts`` and ``documents`` (one query);
+        return the texts and documents still to be computed."""
+        embedder, encoder = models.embedder, models.late_encoder
+        texts = [t for t in dict.fromkeys(texts) if embedder.cached([t]) is None]
+        documents = [d for d in dict.fromkeys(documents) if self.packed(d) is None] if encoder is not None else []
+        if not texts and not documents:
+            return [], []
+        dense_model = embedder.model_id
+        late_model = late_cache_model(encoder.model_id) if encoder is not None else ""
+        text_keys = [(dense_model, text_digest(t)) for t in texts]
+        document_keys = [(late_model, document_digest(d)) for d in documents]
+        try:
+            found = await self.store.get_many(text_keys + document_keys)
+        except Exception as exc:  # a cache: without it everything is computed
+            log.warning("embedding cache lookup failed (%s: %s); embedding the batch", type(exc).__name__, exc)
+            return texts, documents
+        vectors: dict[str, np.ndarray] = {}
+        missing_texts: list[str] = []
+        width = embedder.dim * 4
+        for text, key in zip(texts, text_keys, strict=True):
+            value = found.get(key)
+            if value is not None and len(value) == width:
+                vectors[text] = np.frombuffer(value, dtype=np.float32)
+            else:
+                missing_texts.append(text)
+        packed = {d: found[k] for d, k in zip(documents, document_keys, strict=True) if k in found}
+        missing_documents = [d for d in documents if d not in packed]
+        preload = getattr(embedder, "preload", None)
+        if preload is not None and vectors:
+            preload(vectors)
+        elif vectors:  # an embedder without priming: nothing to put them in
+            missing_texts += list(vectors)
+        self._keep(packed)
+        self.hits += len(vectors) + len(packed)
+        self.misses += len(missing_texts) + len(missing_documents)
+        return missing_texts, missing_documents
+
+    async def store_computed(self, models: Models, texts: Sequence[str], documents: Sequence[Document]) -> None:
+        """Write to the store what was just computed for ``texts`` and ``documents`` (primed in
+        ``models``); the packed rows are kept for :meth:`packed` too. One statement."""
+        items: list[tuple[str, bytes, bytes]] = []
+        embedder, encoder = models.embedder, models.late_encoder
+        for text in texts:
+            vector = embedder.cached([text])
+            if vector is not None:
+                items.append((embedder.model_id, text_digest(text), np.ascontiguousarray(vector[0], np.float32).tobytes()))
+        if encoder is not None and documents:
+            late_model = late_cache_model(encoder.model_id)
+            packed: dict[Document, bytes] = {}
+            for document in documents:
+                tokens = encoder.cached([document])
+                if tokens is not None:
+                    packed[document] = pack(document_matrix(tokens[0]))
+                    items.append((late_model, document_digest(document), packed[document]))
+            self._keep(packed)
+        if not items:
+            return
+        try:
+            await self.store.put_many(items)
+        except Exception as exc:
+            log.warning("embedding cache write failed (%s: %s); the vectors are recomputed when needed",
+                        type(exc).__name__, exc)
