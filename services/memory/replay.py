@@ -57,7 +57,7 @@ async def rebuild(
     service: MemoryService = app.service
     return await runner.rebuild(
         app.bus, service.projection.projector, _ReadModels(app), replay_checkpoint=REPLAY_CHECKPOINT,
-        live_checkpoint=PROJECTOR, on_progress=on_progress, batch=batch,
+        live_checkpoint=PROJECTOR, on_progress=on_progress, batch=batch, apply_batch=service.projection.replay_batch,
     )
 
 

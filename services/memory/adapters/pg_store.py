@@ -56,6 +56,17 @@ def _view(row: asyncpg.Record) -> MemoryView:
     return MemoryView.model_validate(_memory_fields(row))
 
 
+def _memory_args(state: MemoryState, content_hash: str, seq: int, late_tokens: bytes | None) -> tuple[object, ...]:
+    """The parameters of a memory row's upsert, in ``_COLUMNS`` order, then content hash and late tokens."""
+    return (
+        state.id, state.tenant, state.project, state.content,
+        state.category.value if state.category else None, state.memory_key, state.importance,
+        state.confidence, state.source, state.version, state.status.value, state.forget_reason,
+        state.created_at, state.updated_at, seq, state.context,
+        state.provenance.model_dump_json() if state.provenance else None, content_hash, late_tokens,
+    )
+
+
 class Tx(ReadModelTx):
     """Writes of one projection step, inside one transaction."""
 
@@ -74,14 +85,23 @@ class Tx(ReadModelTx):
         """Write the memory's row (with its packed late-interaction token vectors, if any) unless
         it already reflects ``seq`` or later; with ``outcome``, record the command's outcome in the
         same statement (one round trip)."""
-        memory_args = (
-            state.id, state.tenant, state.project, state.content,
-            state.category.value if state.category else None, state.memory_key, state.importance,
-            state.confidence, state.source, state.version, state.status.value, state.forget_reason,
-            state.created_at, state.updated_at, seq, state.context,
-            state.provenance.model_dump_json() if state.provenance else None, content_hash, late_tokens,
+        memory_args = _memory_args(state, content_hash, seq, late_tokens)
+        upsert = self._upsert_sql()
+        if outcome is None:
+            await self.conn.execute(upsert, *memory_args)
+            return
+        await self.conn.execute(
+            f"WITH written AS ({upsert}) {insert_outcome(self.s, first=len(memory_args) + 1)}",
+            *memory_args, *outcome.args(),
         )
-        upsert = f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
+
+    async def upsert_many(self, rows: Sequence[tuple[MemoryState, str, int, bytes | None]]) -> None:
+        """:meth:`upsert` of many rows in one pipelined ``executemany`` (a replay's batch)."""
+        if rows:
+            await self.conn.executemany(self._upsert_sql(), [_memory_args(*row) for row in rows])
+
+    def _upsert_sql(self) -> str:
+        return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18,$19)
                 ON CONFLICT (id) DO UPDATE SET
                   project=EXCLUDED.project, content=EXCLUDED.content, category=EXCLUDED.category,
@@ -92,13 +112,6 @@ class Tx(ReadModelTx):
                   context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
                   late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq"""
-        if outcome is None:
-            await self.conn.execute(upsert, *memory_args)
-            return
-        await self.conn.execute(
-            f"WITH written AS ({upsert}) {insert_outcome(self.s, first=len(memory_args) + 1)}",
-            *memory_args, *outcome.args(),
-        )
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None:
         """Record a command's outcome in this transaction (kit's command log, in this schema)."""

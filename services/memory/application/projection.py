@@ -198,6 +198,40 @@ class MemoryProjection:
         await prime(self.models, [text for st in fresh for text in embedding_texts(st)],
                     [late_document(st) for st in fresh])
 
+    async def replay_batch(self, batch: Sequence[tuple[EventEnvelope, int]], checkpoint: str) -> int:
+        """A replay's batch in bulk (:func:`kit.replay.rebuild`): the read model was emptied and
+        nothing else writes, so each memory's last event in the batch is its state after it (events
+        carry the whole state). Those are written with one vector-index upsert, one delete and one
+        pipelined Postgres statement, with the checkpoint, in one transaction; rows still only move
+        forward (``last_seq``), across batches too. Other aggregates go event by event. Returns
+        how many events were written."""
+        last: dict[UUID, tuple[MemoryState, int]] = {}
+        others: list[tuple[EventEnvelope, int]] = []
+        for event, seq in batch:
+            if event.aggregate == model.AGGREGATE:
+                state = model.state_of(event)
+                last[state.id] = (state, seq)
+            else:
+                others.append((event, seq))
+        active = [(st, seq) for st, seq in last.values() if st.status is MemoryStatus.ACTIVE]
+        await prime(self.models, [text for st, _ in active for text in embedding_texts(st)],
+                    [late_document(st) for st, _ in active])
+        vectors = [await self.memory_vector(st) for st, _ in active]
+        late = {st.id: await self.late_tokens(st) for st, _ in active}
+        await self.index.upsert([point_for(st, v) for (st, _), v in zip(active, vectors, strict=True)])
+        await self.index.delete([str(mid) for mid, (st, _) in last.items() if st.status is not MemoryStatus.ACTIVE])
+        rows = [(st, model.content_hash(st.content), seq, late.get(st.id)) for st, seq in last.values()]
+        async with self.store.transaction() as tx:
+            await tx.upsert_many(rows)
+            if batch:
+                await tx.advance_checkpoint(checkpoint, max(seq for _, seq in batch))
+        for st, _ in last.values():
+            self.tenant_writes[st.tenant] += 1
+        written = len(last)
+        for event, seq in others:
+            written += await self.projector.project(event, seq, checkpoint)
+        return written
+
     async def flush_checkpoints(self) -> None:
         """Record how far the projector got through events that needed no write."""
         await self.projector.flush_checkpoints()
