@@ -94,13 +94,18 @@ class StackOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     new_key: bool = False  # `engram up --new-key`: mint an API key even if one was made before
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # supervision (deploy/supervisor.py)
+    #: `engram up --replicas N`: processes of every service (the memory service's beyond the first
+    #: only with a Qdrant server, ENGRAM_QDRANT_URL: the embedded vector shard belongs to one process)
+    replicas: int = 1
+    metrics: bool = True  # give every process a /metrics port (ENGRAM_<SERVICE>_METRICS_PORT)
 
 
 class ServiceProcess:
     """One service (`engram serve <name>`) as a child process, logging to ``log_path``."""
 
-    def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
-        self.name = name
+    def __init__(self, name: str, env: dict[str, str], log_path: Path, service: str | None = None) -> None:
+        self.name = name  # the process: the service's name, with -2, -3… for further replicas
+        self.service = service or name
         self.env = env
         self.log_path = log_path
         self.stopped_on_purpose = False
@@ -114,7 +119,7 @@ class ServiceProcess:
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.spawned_at = time.time()
         return subprocess.Popen(
-            [sys.executable, "-m", "deploy", "serve", self.name],
+            [sys.executable, "-m", "deploy", "serve", self.service],
             env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=_terminate_with_parent if sys.platform == "linux" else None,
             umask=0o077,  # what a service writes (the vector store: memory payloads) is the owner's only
@@ -222,6 +227,7 @@ class Stack:
         self.gateway_url = ""
         self.auth_url = ""
         self.supervised: dict[str, Supervised] = {}
+        self.metrics_ports: dict[str, int] = {}  # process name -> its /metrics port
         self._children: dict[str, ServiceProcess | ServerChild] = {}
         self._lock = threading.RLock()
         self._stopping = False
@@ -279,8 +285,20 @@ class Stack:
             "ENGRAM_AUTH_PORT": str(auth_port),
             "ENGRAM_AUTH_PUBLIC_URL": self.auth_url,
         }
+        if self.replica_count(MEMORY) < self.o.replicas:
+            self.say(f"memory: 1 replica of {self.o.replicas} (the embedded vector shard belongs to one process; "
+                     "set ENGRAM_QDRANT_URL to a Qdrant server to run more)")
+        if self.o.replicas > 1:
+            env["ENGRAM_REUSE_PORT"] = "1"  # the gateway's and auth's replicas share their ports (kit/listen.py)
         for name in SERVICES:
-            self.services[name] = ServiceProcess(name, env, home / "logs" / f"{name}.log")
+            for replica in range(1, self.replica_count(name) + 1):
+                process = name if replica == 1 else f"{name}-{replica}"
+                own = dict(env)
+                if self.o.metrics:
+                    port = self._free_port()
+                    own[f"ENGRAM_{name.upper()}_METRICS_PORT"] = str(port)
+                    self.metrics_ports[process] = port
+                self.services[process] = ServiceProcess(process, own, home / "logs" / f"{process}.log", service=name)
         self._wait_ready(timeout)
         started_at = {"nats": self.nats_started_at, "postgres": self.postgres_started_at}
         if self.nats is not None:
@@ -293,6 +311,19 @@ class Stack:
             spawned = getattr(child, "spawned_at", None) or started_at.get(name) or time.time()
             self.supervised[name].started(spawned, child.pid)
         self.write_state()
+
+    def replica_count(self, service: str) -> int:
+        """How many processes of ``service`` this stack runs."""
+        if service == MEMORY and not (self.o.extra_env.get("ENGRAM_QDRANT_URL") or os.environ.get("ENGRAM_QDRANT_URL")):
+            return 1
+        return max(1, self.o.replicas)
+
+    def _free_port(self) -> int:
+        taken = set(self.metrics_ports.values())
+        while True:
+            port = pick_port(0, self.o.gateway_host)
+            if port not in taken:
+                return port
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -408,7 +439,8 @@ class Stack:
     def state(self) -> dict[str, Any]:
         return {
             "engram_up_pid": os.getpid(), "updated_at": time.time(),
-            "processes": [sup.to_json() for sup in self.supervised.values()],
+            "processes": [{**sup.to_json(), "metrics_port": self.metrics_ports.get(name)}
+                          for name, sup in self.supervised.items()],
         }
 
     def write_state(self) -> None:
@@ -476,10 +508,8 @@ class Stack:
         """Services first, then Postgres and NATS; supervision ends first (nothing restarts)."""
         with self._lock:
             self._stopping = True
-            for name in reversed(SERVICES):
-                svc = self.services.get(name)
-                if svc:
-                    svc.stop()
+            for svc in reversed(list(self.services.values())):  # every replica, gateway first
+                svc.stop()
             if self.postgres:
                 self.postgres.stop()
             if self.nats:
@@ -623,7 +653,10 @@ def run_up(options: StackOptions) -> int:
             f"  OAuth:    {stack.auth_url} (sign-in server). OAuth-capable clients need only the MCP URL;\n"
             f"            give a user a password with `engram users create --username NAME --user {owner}`\n"
             + key_line
-            + f"  Data:     {options.home}\n  Logs:     {options.home / 'logs'}\n\n"
+            + f"  Data:     {options.home}\n  Logs:     {options.home / 'logs'}\n"
+            + (f"  Metrics:  {', '.join(f'{n} :{p}' for n, p in stack.metrics_ports.items())} "
+               f"(http://{options.gateway_host}:PORT/metrics; also `engram status`)\n" if stack.metrics_ports else "")
+            + "\n"
             + client_configs(mcp_url, key or "<YOUR API KEY>")
             + "\n\nPress Ctrl-C to stop.",
             flush=True,

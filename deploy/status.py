@@ -56,7 +56,7 @@ def render_processes(console: Console, found: Processes | None, now: float | Non
         return
     now = now if now is not None else time.time()
     title = "Processes (engram up)" if found.live else "Processes (engram up is not running; last known)"
-    table = Table("process", "state", "pid", "restarts", "uptime", "last exit", title=title)
+    table = Table("process", "state", "pid", "restarts", "uptime", "last exit", "metrics", title=title)
     for p in found.processes:
         last = p.get("last_exit") or "-"
         if p.get("last_exit_at"):
@@ -64,8 +64,9 @@ def render_processes(console: Console, found: Processes | None, now: float | Non
         state = str(p.get("state", "?"))
         if state == "restarting" and p.get("next_start_at"):
             state += f" (in {max(0.0, float(p['next_start_at']) - now):.1f} s)"
+        metrics = f":{p['metrics_port']}/metrics" if p.get("metrics_port") else "-"
         table.add_row(str(p.get("name")), state, str(p.get("pid") or "-"), str(p.get("restarts", 0)),
-                      uptime_text(p, now), last)
+                      uptime_text(p, now), last, metrics)
     console.print(table)
     for p in found.processes:
         if p.get("state") == "crash-looping" and p.get("last_log"):
@@ -117,6 +118,10 @@ async def collect(bus: Bus, database_url: str | None = None) -> Status:
         streams.append({"name": spec.name, "messages": info.state.messages, "bytes": info.state.bytes,
                         "last_seq": info.state.last_seq})
     consumers = []
+    try:
+        dead = await bus.dead_letter_counts()
+    except Exception:  # noqa: BLE001 - no dead-letter stream yet: none
+        dead = {}
     specs = (
         names.command_consumer(AUTH), names.command_consumer(MEMORY), names.projector(MEMORY, "memory"),
         names.projector(MEMORY, "shared", name="shared-projector"),
@@ -132,7 +137,7 @@ async def collect(bus: Bus, database_url: str | None = None) -> Status:
             "durable": spec.durable, "stream": spec.stream,
             "state": "running" if (info.num_waiting or 0) > 0 else "idle (no worker pulling)",
             "pending": state.pending, "ack_pending": state.ack_pending,
-            "redelivered": state.redelivered, "ack_floor": state.ack_floor,
+            "redelivered": state.redelivered, "ack_floor": state.ack_floor, "dead_letters": dead.get(spec.durable, 0),
         })
     stack = StackInfo.load(default_home())
     gateway = "unknown (not started by `engram up`)"
@@ -152,10 +157,11 @@ def render(console: Console, status: Status) -> None:
     for s in status.streams:
         streams.add_row(s["name"], str(s["messages"]), str(s["bytes"]), str(s["last_seq"]))
     console.print(streams)
-    consumers = Table("consumer", "stream", "state", "lag (pending)", "unacked", "redelivered", title="Consumers")
+    consumers = Table("consumer", "stream", "state", "lag (pending)", "unacked", "redelivered", "dead letters",
+                      title="Consumers")
     for c in status.consumers:
         consumers.add_row(c["durable"], c["stream"], c["state"], str(c.get("pending", "-")),
-                          str(c.get("ack_pending", "-")), str(c.get("redelivered", "-")))
+                          str(c.get("ack_pending", "-")), str(c.get("redelivered", "-")), str(c.get("dead_letters", "-")))
     console.print(consumers)
     if status.extraction_tasks is not None:
         order = ("running", "done", "failed")

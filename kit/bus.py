@@ -38,6 +38,7 @@ from contracts.subjects import (
     Names,
     StreamSpec,
 )
+from kit import metrics, tracing
 from kit.pg import redact
 
 log = logging.getLogger("engram.bus")
@@ -119,6 +120,8 @@ class Bus:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.names = names
+        #: the durable consumers this process runs (for the lag sampler, kit.metrics.sample_bus)
+        self.consuming: dict[str, ConsumerSpec] = {}
 
     @classmethod
     async def connect(cls, url: str, names: Names, *, name: str = "engram") -> Bus:
@@ -186,6 +189,15 @@ class Bus:
             redelivered=info.num_redelivered or 0,
         )
 
+    async def dead_letter_counts(self) -> dict[str, int]:
+        """Dead letters kept in the dead-letter stream, by the durable consumer that gave up on them."""
+        info = await self.js.stream_info(self.names.dead_letter_stream, subjects_filter=f"{self.names.namespace}.dlq.>")
+        counts: dict[str, int] = {}
+        for subject, n in (info.state.subjects or {}).items():
+            durable = subject.rsplit(".", 1)[-1]
+            counts[durable] = counts.get(durable, 0) + int(n)
+        return counts
+
     # events -------------------------------------------------------------------------------
     async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int:
         """Append ``event`` to the event stream; return its stream sequence.
@@ -194,7 +206,7 @@ class Bus:
         aggregate); a different actual value raises ConcurrencyConflict. A retry of the same
         event (same ``event_id``) is recognised and returns the original sequence.
         """
-        headers = {HEADER_MSG_ID: str(event.event_id)}
+        headers = tracing.inject({HEADER_MSG_ID: str(event.event_id)})  # its consumers continue the trace
         if expected_last_seq is not None:
             headers[HEADER_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
         try:
@@ -255,13 +267,28 @@ class Bus:
         """
         if fingerprint is None:
             fingerprint = request_fingerprint(service, name, command.payload)
+        outcome = "unavailable"
+        with metrics.timed(metrics.BUS_REQUEST_SECONDS, lambda: {
+            "service": service, "operation": name, "kind": "command", "outcome": outcome,
+        }), tracing.span(f"send {service}.{name}", kind=tracing.SpanKind.PRODUCER,
+                         attributes={"messaging.system": "nats", "engram.operation": name}) as current:
+            reply = await self._send_command(service, name, command, timeout, fingerprint)
+            outcome = "ok" if reply.ok else str(reply.error.code.value if reply.error else "error")
+            if not reply.ok:
+                tracing.mark_error(current, outcome)
+            return reply
+
+    async def _send_command(
+        self, service: str, name: str, command: CommandEnvelope, timeout: float, fingerprint: str | None,
+    ) -> Reply[Any]:
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox, max_msgs=1)
         try:
             ack = await self._publish(
                 self.names.command(service, name),
                 dumps(command),
-                {HEADER_MSG_ID: scoped_command_id(command.tenant, name, command.command_id), HEADER_REPLY_TO: inbox},
+                tracing.inject({HEADER_MSG_ID: scoped_command_id(command.tenant, name, command.command_id),
+                                HEADER_REPLY_TO: inbox}),
                 self.names.commands_stream,
             )
             if not ack.duplicate:
@@ -341,13 +368,22 @@ class Bus:
     async def query(self, service: str, name: str, query: QueryEnvelope, *, timeout: float = 10.0) -> Reply[Any]:
         """Core-NATS request-reply to the service's queue group."""
         subject = self.names.query(service, name)
-        try:
-            msg = await self.nc.request(subject, dumps(query), timeout=timeout)
-        except nats.errors.NoRespondersError as exc:
-            raise BusUnavailable(f"no {service} service answers {subject}: is it running?") from exc
-        except nats.errors.TimeoutError:
-            return Reply.failure(ErrorCode.TIMEOUT, f"the {service} service did not answer within {timeout:.0f}s")
-        return Reply[Any].model_validate_json(msg.data)
+        outcome = "unavailable"
+        with metrics.timed(metrics.BUS_REQUEST_SECONDS, lambda: {
+            "service": service, "operation": name, "kind": "query", "outcome": outcome,
+        }), tracing.span(f"query {service}.{name}", kind=tracing.SpanKind.CLIENT,
+                         attributes={"messaging.system": "nats", "engram.operation": name}) as current:
+            try:
+                msg = await self.nc.request(subject, dumps(query), timeout=timeout, headers=tracing.inject({}) or None)
+            except nats.errors.NoRespondersError as exc:
+                raise BusUnavailable(f"no {service} service answers {subject}: is it running?") from exc
+            except nats.errors.TimeoutError:
+                outcome = ErrorCode.TIMEOUT.value
+                tracing.mark_error(current, outcome)
+                return Reply.failure(ErrorCode.TIMEOUT, f"the {service} service did not answer within {timeout:.0f}s")
+            reply = Reply[Any].model_validate_json(msg.data)
+            outcome = "ok" if reply.ok else str(reply.error.code.value if reply.error else "error")
+            return reply
 
     async def serve_queries(
         self,
@@ -363,16 +399,19 @@ class Bus:
         def make_cb(name: str, handler: Callable[[QueryEnvelope], Awaitable[Reply[Any]]]) -> Handler:
             async def answer(msg: Msg) -> None:
                 async with gate:
-                    try:
-                        query = QueryEnvelope.model_validate_json(msg.data)
-                        reply = await handler(query)
-                    except ValidationError as exc:
-                        reply = Reply.failure(ErrorCode.INVALID_ARGUMENT, _validation_message(exc), _first_field(exc))
-                    except Exception:
-                        log.exception("query %s failed", name)
-                        reply = Reply.failure(ErrorCode.INTERNAL, f"{service} could not answer {name}; see its log")
-                    if msg.reply:
-                        await msg.respond(dumps(reply))
+                    with tracing.span(f"{service} answer {name}", kind=tracing.SpanKind.SERVER,
+                                      headers=msg.headers, attributes={"engram.operation": name}):
+                        try:
+                            query = QueryEnvelope.model_validate_json(msg.data)
+                            reply = await handler(query)
+                        except ValidationError as exc:
+                            reply = Reply.failure(ErrorCode.INVALID_ARGUMENT, _validation_message(exc),
+                                                  _first_field(exc))
+                        except Exception:
+                            log.exception("query %s failed", name)
+                            reply = Reply.failure(ErrorCode.INTERNAL, f"{service} could not answer {name}; see its log")
+                        if msg.reply:
+                            await msg.respond(dumps(reply))
 
             async def callback(msg: Msg) -> None:
                 asyncio.get_running_loop().create_task(answer(msg))
@@ -411,6 +450,7 @@ class Bus:
         """
         await self.ensure_consumer(spec)
         sub = await self.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
+        self.consuming[spec.durable] = spec
         gate = asyncio.Semaphore(max(1, concurrency))
 
         async def one(m: Msg) -> None:
@@ -465,6 +505,7 @@ class Bus:
             while queue:
                 await handle_oldest()
         finally:
+            self.consuming.pop(spec.durable, None)
             try:
                 await sub.unsubscribe()
             except Exception:  # the connection may already be draining
@@ -472,21 +513,29 @@ class Bus:
 
     async def _handle(self, spec: ConsumerSpec, msg: Msg, handler: Handler, on_dead: DeadHook | None) -> None:
         attempt = msg.metadata.num_delivered
-        try:
-            await handler(msg)
-        except (PoisonMessage, ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc}", on_dead)
-            return
-        except Exception as exc:
-            if attempt >= spec.max_deliver:
-                log.exception("%s: giving up on seq %s after %s attempts", spec.durable, msg.metadata.sequence.stream, attempt)
-                await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc} (after {attempt} attempts)", on_dead)
+        with tracing.span(f"{spec.durable} handle", kind=tracing.SpanKind.CONSUMER, headers=msg.headers,
+                          attributes={"messaging.system": "nats", "messaging.destination.name": msg.subject,
+                                      "engram.attempt": attempt}) as current:
+            try:
+                await handler(msg)
+            except (PoisonMessage, ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+                tracing.mark_error(current, type(exc).__name__)
+                await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc}", on_dead)
                 return
-            delay = spec.backoff_s[min(attempt - 1, len(spec.backoff_s) - 1)] if spec.backoff_s else None
-            log.warning("%s: attempt %s failed (%s); retrying in %ss", spec.durable, attempt, exc, delay)
-            await msg.nak(delay=delay)
-            return
-        await msg.ack()
+            except Exception as exc:
+                tracing.mark_error(current, type(exc).__name__)
+                if attempt >= spec.max_deliver:
+                    log.exception("%s: giving up on seq %s after %s attempts", spec.durable,
+                                  msg.metadata.sequence.stream, attempt)
+                    await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc} (after {attempt} attempts)", on_dead)
+                    return
+                delay = spec.backoff_s[min(attempt - 1, len(spec.backoff_s) - 1)] if spec.backoff_s else None
+                log.warning("%s: attempt %s failed (%s); retrying in %ss", spec.durable, attempt, exc, delay)
+                metrics.CONSUMER_MESSAGES.labels(spec.durable, "retry").inc()
+                await msg.nak(delay=delay)
+                return
+            await msg.ack()
+            metrics.CONSUMER_MESSAGES.labels(spec.durable, "ack").inc()
 
     async def _dead_letter(self, spec: ConsumerSpec, msg: Msg, reason: str, on_dead: DeadHook | None) -> None:
         seq = msg.metadata.sequence.stream
@@ -498,6 +547,8 @@ class Bus:
         }
         await self._publish(self.names.dead_letter(spec.stream, spec.durable), msg.data, headers, self.names.dead_letter_stream)
         log.error("%s: seq %s dead-lettered: %s", spec.durable, seq, reason)
+        metrics.CONSUMER_MESSAGES.labels(spec.durable, "dead").inc()
+        metrics.DEAD_LETTERS.labels(spec.durable).inc()
         if on_dead is not None:
             try:
                 await on_dead(msg, reason)

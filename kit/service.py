@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from contracts.envelope import CommandEnvelope, OutcomeQuery, QueryEnvelope, Reply
 from contracts.errors import ErrorCode, ServiceError
 from contracts.messages import MessageSpec, fingerprint, scoped_command_id, spec_of
+from kit import metrics
 from kit.bus import OUTCOME_QUERY, Bus, reply_to, validation_reply
 from kit.command_log import OutcomeRecord, StoredOutcome
 
@@ -97,6 +98,17 @@ class CommandLog(Protocol):
     async def record(self, outcome: OutcomeRecord) -> None: ...
 
 
+def _labels(service: str, kind: str, operation: str, reply: Reply[Any] | None) -> dict[str, str]:
+    """The handler histogram's labels (operations are the service's own names: bounded cardinality)."""
+    if reply is None:
+        outcome = "exception"
+    elif reply.ok:
+        outcome = "ok"
+    else:
+        outcome = reply.error.code.value if reply.error else "error"
+    return {"service": service, "kind": kind, "operation": operation, "outcome": outcome}
+
+
 def key_reused(operation: str, key: str, stored: StoredOutcome) -> Reply[Any]:
     """The answer to a key sent again with another request (IETF Idempotency-Key draft: 422)."""
     return Reply.failure(
@@ -159,7 +171,14 @@ class ServiceRuntime:
         return _Parsed(call, model)
 
     async def handle_command(self, env: CommandEnvelope, parsed: _Parsed | None = None) -> Reply[Any]:
-        """Run one command exactly once per (tenant, operation, key) and return its outcome."""
+        """Run one command exactly once per (tenant, operation, key) and return its outcome
+        (timed by operation and outcome: ``engram_handler_duration_seconds``)."""
+        reply: Reply[Any] | None = None
+        with metrics.timed(metrics.HANDLER_SECONDS, lambda: _labels(self.service, "command", env.type if env.type in self._commands else "unknown", reply)):
+            reply = await self._handle_command(env, parsed)
+        return reply
+
+    async def _handle_command(self, env: CommandEnvelope, parsed: _Parsed | None) -> Reply[Any]:
         try:
             parsed = parsed or self.parse_command(env)
         except ValidationError as exc:
@@ -248,7 +267,14 @@ class ServiceRuntime:
 
     # queries ------------------------------------------------------------------------------
     async def handle_query(self, env: QueryEnvelope) -> Reply[Any]:
-        """Answer one query (or the outcome query of a command)."""
+        """Answer one query (or the outcome query of a command), timed by operation and outcome."""
+        reply: Reply[Any] | None = None
+        with metrics.timed(metrics.HANDLER_SECONDS, lambda: _labels(self.service, "query", env.type if env.type in self._queries or env.type == OUTCOME_QUERY
+                                                  else "unknown", reply)):
+            reply = await self._handle_query(env)
+        return reply
+
+    async def _handle_query(self, env: QueryEnvelope) -> Reply[Any]:
         if self.tenant_required and not env.tenant:
             return Reply.failure(ErrorCode.INVALID_ARGUMENT, "tenant is required", "tenant")
         if env.type == OUTCOME_QUERY:

@@ -13,6 +13,7 @@ from datetime import timedelta
 import uvicorn
 
 from contracts.subjects import AUTH
+from kit import listen, metrics, tracing
 from kit.bus import Bus
 from kit.command_log import PgCommandLog
 from kit.config import run_service, setup_logging
@@ -54,7 +55,8 @@ async def start_http(settings: AuthSettings, store: AuthStore, oauth: OAuthStore
         timeout_keep_alive=settings.auth_keep_alive_s, http=header_timeout_protocol(settings.auth_header_timeout_s),
     )
     server = _EmbeddedServer(config)
-    task = asyncio.create_task(server.serve())
+    sockets = [listen.bind(settings.auth_host, settings.auth_port)] if listen.reuse_port_requested() else None
+    task = asyncio.create_task(server.serve(sockets=sockets))  # replicas share the port with ENGRAM_REUSE_PORT=1
     while not server.started:
         if task.done():
             task.result()  # raises why it could not start (port taken, …)
@@ -71,6 +73,7 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+    tracing.setup(AUTH)
     bus = await Bus.connect(settings.nats_url, settings.names, name="engram-auth")
     pool = await create_pool(settings.database_url)
     try:
@@ -90,11 +93,12 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         consumer = runtime.start_commands(bus, stop)
         await runtime.serve_queries(bus, concurrency=64)
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
+        sampling = metrics.start(AUTH, bus, stop)  # /metrics on ENGRAM_AUTH_METRICS_PORT, consumer lag
         freeze_startup_heap()
         log.info("auth service ready (namespace %s)", settings.namespace)
         await stop.wait()
         server.should_exit = True
-        await asyncio.gather(consumer, http_task, stalls, purge, return_exceptions=True)
+        await asyncio.gather(consumer, http_task, stalls, purge, *sampling, return_exceptions=True)
     finally:
         await pool.close()
         await bus.close()

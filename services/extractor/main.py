@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import date
 
 from contracts.daily_logs import TASK_ID_PATTERN
+from kit import metrics, tracing
 from kit.bus import Bus
 from kit.client import Client
 from kit.config import run_service, setup_logging
@@ -72,6 +73,7 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
     engine = build_engine(settings)
+    tracing.setup("extractor")
     bus = await Bus.connect(settings.nats_url, settings.names, name="engram-extractor")
     pool = await create_pool(settings.database_url, max_size=4)
     try:
@@ -100,6 +102,9 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
             consumer,
             asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
             asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
+            *metrics.start("extractor", bus, stop),  # /metrics on ENGRAM_EXTRACTOR_METRICS_PORT, consumer lag
+            asyncio.create_task(metrics.sample_every(
+                stop, 15.0, lambda: _sample_tasks(ledger), "extraction tasks")),  # engram_extraction_tasks
         ]
         freeze_startup_heap()
         log.info("extractor ready (engine %s, task %s, namespace %s)", engine.name, settings.task_id,
@@ -109,6 +114,10 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
     finally:
         await pool.close()
         await bus.close()
+
+
+async def _sample_tasks(ledger: PgTaskLedger) -> None:
+    metrics.set_extraction_tasks(await ledger.counts())
 
 
 async def replay(settings: ExtractorSettings) -> int:

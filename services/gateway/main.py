@@ -15,7 +15,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.routes import build_resource_metadata_url
@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
 from contracts.subjects import AUTH, MEMORY
+from kit import listen, metrics, tracing
 from kit.bus import Bus
 from kit.client import Client
 from kit.config import setup_logging
@@ -228,6 +229,12 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                                     status_code=503)
         return JSONResponse(as_metadata["doc"], headers=metadata_headers)
 
+    @app.get("/metrics", tags=["ops"], include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        """Prometheus metrics of this gateway replica (kit/metrics.py; docs/observability.md)."""
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
+
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -270,6 +277,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.add_middleware(AuthenticationMiddleware, backend=StrictBearerBackend(verifier))
     app.add_middleware(PreAuthLimitMiddleware, limits=limits, known_valid=verifier.known_valid)  # per address
     app.add_middleware(ClientAddressMiddleware, trusted=TrustedProxies(settings.trusted_proxies))
+    tool_names = frozenset(t.name for server in servers.values() for t in server._tool_manager.list_tools())
+    app.add_middleware(metrics.HttpMetricsMiddleware, tools=tool_names,  # outermost: 401/413/429 counted too
+                       routes=lambda: app.router.routes)
     return app
 
 
@@ -277,9 +287,17 @@ def main() -> None:
     settings = GatewaySettings()
     settings.check_production()  # ENGRAM_ENV=production refuses unsafe settings (kit/config.py)
     setup_logging(settings.log_level)
-    uvicorn.run(  # forwarded headers: ClientAddressMiddleware, from ENGRAM_TRUSTED_PROXIES only
+    tracing.setup("gateway")
+    metrics.serve("gateway")  # this replica's own /metrics port too (ENGRAM_GATEWAY_METRICS_PORT; 0 = off)
+    config = uvicorn.Config(  # forwarded headers: ClientAddressMiddleware, from ENGRAM_TRUSTED_PROXIES only
         create_app(settings), host=settings.gateway_host, port=settings.gateway_port,
         log_level=settings.log_level.lower(), proxy_headers=False,
         timeout_keep_alive=settings.keep_alive_timeout_s,
         http=header_deadline_protocol(settings.header_timeout_s, settings.body_idle_timeout_s),
     )
+    # replicas on one machine share the port (ENGRAM_REUSE_PORT=1, `engram up --replicas N`)
+    sockets = [listen.bind(settings.gateway_host, settings.gateway_port)] if listen.reuse_port_requested() else None
+    server = uvicorn.Server(config)
+    server.run(sockets=sockets)
+    if not server.started:
+        raise SystemExit(3)

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from contracts.subjects import MEMORY
+from kit import metrics, tracing
 from kit.bus import Bus
 from kit.command_log import PgCommandLog
 from kit.config import run_service, setup_logging
@@ -82,7 +83,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
         await store.migrate(owner=settings.namespace)
         command_log = PgCommandLog(pool, settings.memory_schema)
         await command_log.migrate(owner=settings.namespace)
-        embedder = PrimedEmbedder(make_embedder(settings))
+        embedder = PrimedEmbedder(metrics.TimedEmbedder(make_embedder(settings)))  # engram_embed_duration_seconds
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(
             qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
@@ -137,8 +138,10 @@ async def maintain_index(app: MemoryApp, stop: asyncio.Event) -> None:
 async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> None:
     """Run the memory service until ``stop`` is set (or SIGINT/SIGTERM)."""
     stop = stop or _stop_on_signals()
+    tracing.setup(MEMORY)
     async with memory_app(settings) as app:
         tasks = nats_entry.start(app.bus, app.service, stop)
+        tasks += metrics.start(MEMORY, app.bus, stop)  # /metrics on ENGRAM_MEMORY_METRICS_PORT, consumer lag
         tasks.append(asyncio.create_task(maintain_index(app, stop)))
         tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)
