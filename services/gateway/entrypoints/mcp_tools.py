@@ -7,13 +7,14 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
@@ -541,10 +542,10 @@ class EngramMCPServer(MCPServer):
 
 def build_mcp(
     ops: Operations, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False,
-    toolsets: frozenset[str] = DEFAULT_TOOLSETS,
+    toolsets: frozenset[str] = DEFAULT_TOOLSETS, extensions: Sequence[Extension] = (),
 ) -> MCPServer:
     """One MCP server: the tools of ``toolsets`` (without ``containerTag`` when ``pinned``), the
-    resources and the prompt."""
+    resources, the prompt, and the ``extensions`` (the memory-graph app: ``graph_tools.graph_app``)."""
     mcp = EngramMCPServer(
         name="engram",
         title="Engram memory",
@@ -557,6 +558,7 @@ def build_mcp(
             required_scopes=None,
             validate_token_resource=False,
         ),
+        extensions=list(extensions),
     )
     for fn, name, title, annotations, toolset in build_tools(ops):
         if toolset not in toolsets:
