@@ -40,6 +40,7 @@ from services.gateway.adapters.token_verifier import (
     bearer_credential,
 )
 from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints.graph_tools import graph_app
 from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
 from services.gateway.operations import Operations
@@ -94,7 +95,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         allowed_hosts=settings.host_allowlist(),
         allowed_origins=[f"{scheme}://{h}" for h in settings.host_allowlist() for scheme in ("http", "https")],
     )
-    servers = {(pinned, sets): build_mcp(ops, verifier, settings, pinned=pinned, toolsets=sets)
+    servers = {(pinned, sets): build_mcp(ops, verifier, settings, pinned=pinned, toolsets=sets,
+                                         extensions=graph_app(ops, pinned=pinned, toolsets=sets))
                for pinned in (False, True) for sets in toolsets.COMBINATIONS}
     apps = {
         key: server.streamable_http_app(
