@@ -97,6 +97,11 @@ class Provenance(BaseModel):
 
 
 _PROVENANCE_DESCRIPTION = "for a memory extracted from a daily log: the log, the task and the turns it came from"
+MAX_CLIENT_CHARS = 160
+_CLIENT_DESCRIPTION = (
+    "the assistant that wrote this version, as its MCP client named itself at initialize ('name/version'); "
+    "set by the gateway, never by the model"
+)
 
 
 class MemoryState(BaseModel):
@@ -120,6 +125,7 @@ class MemoryState(BaseModel):
     created_at: datetime
     updated_at: datetime
     provenance: Provenance | None = Field(None, exclude_if=lambda v: v is None)  # absent in older events
+    client: str | None = Field(None, description=_CLIENT_DESCRIPTION, exclude_if=lambda v: v is None)  # idem
 
 
 # commands ---------------------------------------------------------------------------------
@@ -145,6 +151,8 @@ class SaveMemory(BaseModel):
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     source: str = Field("mcp", min_length=1, pattern=TEXT_PATTERN, max_length=64)
     provenance: Provenance | None = Field(None, description=_PROVENANCE_DESCRIPTION, exclude_if=lambda v: v is None)
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION, exclude_if=lambda v: v is None)
 
     @field_validator("memory_key")
     @classmethod
@@ -185,6 +193,8 @@ class UpdateMemory(BaseModel):
     provenance: Provenance | None = Field(
         None, description=_PROVENANCE_DESCRIPTION + "; omitted = kept", exclude_if=lambda v: v is None,
     )
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _one_target(self) -> UpdateMemory:
@@ -205,6 +215,8 @@ class ForgetMemory(BaseModel):
     content: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_CONTENT_CHARS)
     memory_id: UUID | None = None
     reason: str | None = Field(None, pattern=TEXT_PATTERN, max_length=1_000)
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION, exclude_if=lambda v: v is None)
 
 
 class SaveMemoryResult(BaseModel):
@@ -330,6 +342,8 @@ class MemoryVersion(BaseModel):
     forget_reason: str | None = None
     valid_until: datetime | None = Field(None, description="when a later version superseded this one")
     provenance: Provenance | None = None
+    source: str | None = Field(None, description="where this version came from (the write's source)")
+    client: str | None = Field(None, description=_CLIENT_DESCRIPTION)
 
 
 class MemoryHistory(BaseModel):
@@ -337,9 +351,48 @@ class MemoryHistory(BaseModel):
     versions: list[MemoryVersion]
 
 
+class RelationKind(StrEnum):
+    """How another memory relates to a recall hit (the compact form's arrows in parentheses)."""
+
+    PREVIOUS_VERSION = "previous_version"  # ← the version this one replaced
+    NEWER_VERSION = "newer_version"  # → a version written after the one recalled
+    SIMILAR = "similar"  # ~ a nearest neighbour in the vector index
+
+
+MAX_HIT_RELATIONS = 4
+MAX_HIT_DOCUMENTS = 3
+
+
+class MemoryRelation(BaseModel):
+    kind: RelationKind
+    memory_id: UUID
+    version: int | None = Field(None, description="for previous/newer versions: that version's number")
+    score: float | None = Field(None, description="for similar memories: cosine similarity")
+    rank: int | None = Field(None, description="the related memory's rank in this same recall, when it is a hit too")
+    excerpt: str | None = Field(None, description="the start of the related memory's content, when known")
+
+
+class SourceDocument(BaseModel):
+    """A daily log the memory (or one of its versions) was extracted from."""
+
+    log_id: UUID
+    log_date: date | None = None
+    task_id: str | None = None
+    turns: list[int] = Field(default_factory=list)
+
+
 class RecallHit(BaseModel):
     memory: MemoryView
     score: float
+    relations: list[MemoryRelation] = Field(
+        default_factory=list, max_length=MAX_HIT_RELATIONS,
+        description="other memories related to this hit: its previous or newer version, similar memories "
+        "(the best hits only; at most 4)",
+    )
+    documents: list[SourceDocument] = Field(
+        default_factory=list, max_length=MAX_HIT_DOCUMENTS,
+        description="the daily logs it was extracted from (at most 3, newest version first)",
+    )
 
 
 class RecallResult(BaseModel):

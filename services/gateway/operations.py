@@ -9,6 +9,9 @@ declarations over these functions: the same rules hold on both.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,7 +52,8 @@ from contracts.daily_logs import (
     SaveDailyLogResult,
     UpdateLogStatus,
 )
-from contracts.graph import GraphPage, GraphPageQuery
+from contracts.errors import ErrorCode
+from contracts.graph import GraphPage, GraphPageQuery, SimilarMemories, SimilarMemoryList
 from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
@@ -73,10 +77,19 @@ from contracts.memory import (
     SharedMemoryList,
     UpdateMemory,
 )
-from kit.client import Client
-from services.gateway.principal import AccessDenied, Principal
+from kit.client import Client, ServiceFailure
+from services.gateway import relations
+from services.gateway.principal import AccessDenied, ClientInfo, Principal
+from services.gateway.project_cache import ProjectCache
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger("engram.gateway")
+
+#: how long a recall waits for its hits' histories and neighbours (what is late is left out)
+RELATIONS_BUDGET_S = 0.1
+#: after SimilarMemories went unanswered, how long recall leaves similar memories out
+SIMILAR_RETRY_S = 300.0
+_NOT_ANSWERED = (ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAVAILABLE)
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,7 @@ class Caller:
 
     who: Principal
     pin: str | None = None
+    client: ClientInfo | None = None  # the MCP client, as it named itself at initialize (None over REST)
 
     @property
     def tenant(self) -> str:
@@ -113,6 +127,8 @@ class WhoAmI(BaseModel):
     key_id: str | None
     scopes: list[str]
     project: str | None
+    client_name: str | None = None
+    client_version: str | None = None
 
 
 def _with(model: M, **changes: Any) -> M:
@@ -125,6 +141,8 @@ class Operations:
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        self.projects = ProjectCache()
+        self._similar_off_until = 0.0  # SimilarMemories unanswered: not asked again before this time
 
     async def _send(self, c: Caller, command: BaseModel, key: str | None = None) -> Any:
         return await self.client.send(c.tenant, command, key=key, project_scope=c.project_scope)
@@ -137,28 +155,60 @@ class Operations:
                           key: str | None = None) -> SaveMemoryResult:
         """Save a memory in the resolved project."""
         c.require(Scope.MEMORY_WRITE)
-        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **_client(c)), key)
+        self.projects.saw(_projects_key(c), result.project)
         return result
 
     async def update_memory(self, c: Caller, cmd: UpdateMemory, *, project: str | None,
                             key: str | None = None) -> SaveMemoryResult:
         """Write a new version of a memory found by id or memory_key."""
         c.require(Scope.MEMORY_WRITE)
-        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **_client(c)), key)
         return result
 
     async def forget_memory(self, c: Caller, cmd: ForgetMemory, *, project: str | None,
                             key: str | None = None) -> ForgetMemoryResult:
         """Forget by id, or by content (exact, then semantic)."""
         c.require(Scope.MEMORY_WRITE)
-        result: ForgetMemoryResult = await self._send(c, _with(cmd, project=c.project(project)), key)
+        result: ForgetMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **_client(c)), key)
         return result
 
     async def recall(self, c: Caller, query: Recall) -> RecallResult:
         """Hybrid recall within the resolved project (or every project)."""
         c.require(Scope.MEMORY_READ)
         result: RecallResult = await self._ask(c, _with(query, project=c.search_project(query.project)))
-        return result
+        if not result.hits:
+            return result
+        return result.model_copy(update={"hits": await self._related(c, result.hits)})
+
+    async def _related(self, c: Caller, hits: list[Any]) -> list[Any]:
+        """The hits with their relations and source documents (``relations.py``): the best hits'
+        histories and nearest neighbours are asked for in one batch, and whatever has not answered
+        within ``RELATIONS_BUDGET_S`` is left out, so relations never hold a recall up for long."""
+        revised, best = relations.wanted(hits)
+        asks: dict[tuple[str, Any], asyncio.Task[Any]] = {
+            ("history", i): asyncio.ensure_future(self._ask(c, MemoryHistoryQuery(memory_id=i))) for i in revised
+        }
+        if time.monotonic() >= self._similar_off_until:
+            asks.update({("similar", i): asyncio.ensure_future(self._ask(c, SimilarMemories(
+                memory_id=i, limit=relations.SIMILAR_PER_HIT + 1, min_score=relations.SIMILAR_MIN_SCORE)))
+                for i in best})
+        if asks:
+            await asyncio.wait(asks.values(), timeout=RELATIONS_BUDGET_S)
+        histories: dict[Any, MemoryHistory] = {}
+        similar: dict[Any, SimilarMemoryList] = {}
+        for (kind, i), task in asks.items():
+            if not task.done():
+                task.cancel()
+                continue
+            error = task.exception()
+            if error is None:
+                (histories if kind == "history" else similar)[i] = task.result()
+            elif kind == "similar" and isinstance(error, ServiceFailure) and error.error.code in _NOT_ANSWERED:
+                # a memory service without SimilarMemories ("unknown query"), or none: not asked again for a while
+                self._similar_off_until = time.monotonic() + SIMILAR_RETRY_S
+                log.info("similar memories unavailable (%s); recall shows none for %.0f s", error, SIMILAR_RETRY_S)
+        return relations.with_relations(hits, histories, similar)
 
     async def get_memory_by_key(self, c: Caller, query: GetMemoryByKey, *, project: str | None) -> MemoryLookup:
         c.require(Scope.MEMORY_READ)
@@ -186,11 +236,17 @@ class Operations:
         result: SharedMemoryList = await self._ask(c, query)
         return result
 
-    async def list_projects(self, c: Caller) -> ProjectList:
-        """The user's projects (only the reachable one for a restricted credential or connection)."""
+    async def list_projects(self, c: Caller, *, refresh: bool = True) -> ProjectList:
+        """The user's projects (only the reachable one for a restricted credential or connection).
+        Without ``refresh``, the list this process cached within its TTL (``project_cache.py``); a
+        refresh reads it now and updates the cache the tools' descriptions are written from."""
         c.require(Scope.MEMORY_READ)
-        result: ProjectList = await self._ask(c, ListProjects())
-        return result
+
+        async def fetch() -> ProjectList:
+            result: ProjectList = await self._ask(c, ListProjects())
+            return result
+
+        return await self.projects.get(_projects_key(c), fetch, refresh=refresh)
 
     async def profile(self, c: Caller, query: GetProfile) -> Profile:
         c.require(Scope.MEMORY_READ)
@@ -200,7 +256,9 @@ class Operations:
     async def who_am_i(self, c: Caller) -> WhoAmI:
         c.require(Scope.MEMORY_READ)
         return WhoAmI(user_id=c.tenant, client_id=c.who.client_id, key_id=c.who.key_id,
-                      scopes=sorted(c.who.scopes), project=c.who.project or c.pin)
+                      scopes=sorted(c.who.scopes), project=c.who.project or c.pin,
+                      client_name=c.client.name if c.client else None,
+                      client_version=c.client.version if c.client else None)
 
     # the memory graph ---------------------------------------------------------------------
     async def graph_page(self, c: Caller, query: GraphPageQuery) -> GraphPage:
@@ -296,6 +354,15 @@ class Operations:
         _operator(c)
         result: ApiKeyView = await self._send(c, cmd, key)
         return result
+
+
+def _client(c: Caller) -> dict[str, Any]:
+    """The write's ``client`` field: the MCP client that makes it (nothing over REST)."""
+    return {"client": c.client.label} if c.client is not None else {}
+
+
+def _projects_key(c: Caller) -> tuple[str, str | None]:
+    return (c.tenant, c.project_scope)
 
 
 def _operator(c: Caller) -> None:

@@ -2,23 +2,62 @@
 
 from __future__ import annotations
 
-from contracts.memory import ForgetMemoryResult, MemoryView, Profile, ProjectList, RecallHit, SaveMemoryResult
+from contracts.memory import (
+    ForgetMemoryResult,
+    MemoryRelation,
+    MemoryView,
+    Profile,
+    ProjectList,
+    RecallHit,
+    RelationKind,
+    SaveMemoryResult,
+    SourceDocument,
+)
 
 MAX_OUTPUT_CHARS = 200_000
 LEGEND = ("Legend: [rank] (score) content — project · date · id · ↻vN = revised N-1 times (updates its earlier "
-          "versions) · from log DATE = extracted from that day's conversation log")
+          "versions) · from log DATE = extracted from that day's conversation log · then, indented: ← vN the "
+          "version it replaced · → vN a newer version (trust it over this one) · ~ a similar memory (cosine "
+          "similarity; [rank] when it is a hit here)")
 
 
-def _marker(m: MemoryView) -> str:
+def _marker(m: MemoryView, documents: list[SourceDocument] | None = None) -> str:
     revised = f" · ↻v{m.version}" if m.version > 1 else ""
-    return revised + _from_log(m)
+    return revised + _from_logs(m, documents)
 
 
-def _from_log(m: MemoryView) -> str:
-    """Where an extracted memory came from: the day of its log (else the log's id)."""
-    if m.provenance is None:
-        return ""
-    return f" · from log {m.provenance.log_date.isoformat() if m.provenance.log_date else m.provenance.log_id}"
+def _from_logs(m: MemoryView, documents: list[SourceDocument] | None) -> str:
+    """Where an extracted memory came from: the day of each log (else its id), with the turns."""
+    if not documents:
+        if m.provenance is None:
+            return ""
+        documents = [SourceDocument(log_id=m.provenance.log_id, log_date=m.provenance.log_date,
+                                    task_id=m.provenance.task_id, turns=m.provenance.turns)]
+    parts = []
+    for d in documents:
+        turns = f" (turns {','.join(str(t) for t in d.turns[:8])}{'…' if len(d.turns) > 8 else ''})" if d.turns else ""
+        parts.append(f" · from log {d.log_date.isoformat() if d.log_date else d.log_id}{turns}")
+    return "".join(parts)
+
+
+_ARROWS = {RelationKind.PREVIOUS_VERSION: "←", RelationKind.NEWER_VERSION: "→", RelationKind.SIMILAR: "~"}
+
+
+def _relation(r: MemoryRelation) -> str:
+    """One relation in the compact form: ``← v2 “…”``, ``→ v4 “…”``, ``~ [3] 0.84`` or ``~ “…” (id) 0.78``."""
+    arrow = _ARROWS[r.kind]
+    if r.kind is not RelationKind.SIMILAR:
+        return f"{arrow} v{r.version} “{r.excerpt}”" if r.excerpt else f"{arrow} v{r.version}"
+    score = f" {r.score:.2f}" if r.score is not None else ""
+    if r.rank is not None:
+        return f"{arrow} [{r.rank}]{score}"
+    text = f" “{r.excerpt}”" if r.excerpt else ""
+    return f"{arrow}{text} ({r.memory_id}){score}"
+
+
+def format_relations(relations: list[MemoryRelation]) -> str:
+    """A hit's relations on one indented line (empty when it has none)."""
+    return "    " + " · ".join(_relation(r) for r in relations) if relations else ""
 
 
 def _fact(m: MemoryView) -> str:
@@ -46,7 +85,9 @@ def format_recall(query: str, hits: list[RecallHit], project: str | None, profil
     for rank, hit in enumerate(hits, 1):
         m = hit.memory
         day = (m.updated_at or m.created_at).date().isoformat()
-        lines.append(f"[{rank}] ({hit.score:.3f}) {m.content} — {m.project} · {day} · {m.id}{_marker(m)}")
+        lines.append(f"[{rank}] ({hit.score:.3f}) {m.content} — {m.project} · {day} · {m.id}{_marker(m, hit.documents)}")
+        if hit.relations:
+            lines.append(format_relations(hit.relations))
     parts.append("\n".join(lines))
     return cap("\n\n".join(parts))
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextvars
+import json
+import re
+import secrets
 from dataclasses import dataclass
 
 from mcp.server.auth.provider import AccessToken
@@ -59,8 +65,73 @@ class Principal:
         return self.project_for(requested, pinned)
 
 
+# Who is calling: the MCP client's self-description from ``initialize``, carried in the session id ---------
+#: ``Mcp-Session-Id`` values minted by this gateway: ``egs1.<nonce>.<base64url JSON {"n": name, "v": version}>``
+SESSION_PREFIX = "egs1"
+MAX_CLIENT_NAME = 100
+MAX_CLIENT_VERSION = 50
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]+$")
+session_client: contextvars.ContextVar[ClientInfo | None] = contextvars.ContextVar("engram_session_client",
+                                                                                 default=None)
 
 
+@dataclass(frozen=True)
+class ClientInfo:
+    """The assistant's MCP client as it named itself at ``initialize`` (``clientInfo``). Self-declared:
+    shown and recorded ("saved by …"), never used to decide access."""
+
+    name: str
+    version: str | None = None
+
+    @classmethod
+    def parse(cls, name: object, version: object = None) -> ClientInfo | None:
+        """A client info from untrusted values, or None when they are not short printable strings."""
+        if not isinstance(name, str) or not 1 <= len(name.strip()) <= MAX_CLIENT_NAME or not _PRINTABLE.match(name):
+            return None
+        ok_version = isinstance(version, str) and 1 <= len(version.strip()) <= MAX_CLIENT_VERSION and \
+            _PRINTABLE.match(version)
+        return cls(name.strip(), version.strip() if ok_version else None)  # type: ignore[union-attr]
+
+    @property
+    def label(self) -> str:
+        """``name/version`` (what a memory's history records)."""
+        return f"{self.name}/{self.version}" if self.version else self.name
+
+
+def client_from_initialize(body: bytes) -> ClientInfo | None:
+    """The ``clientInfo`` of a JSON-RPC ``initialize`` request body (None for any other body)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(message, dict) or message.get("method") != "initialize":
+        return None
+    params = message.get("params")
+    info = params.get("clientInfo") if isinstance(params, dict) else None
+    return ClientInfo.parse(info.get("name"), info.get("version")) if isinstance(info, dict) else None
+
+
+def session_id_for(client: ClientInfo) -> str:
+    """A session id carrying the client info (visible ASCII only, as the MCP spec requires), unique per
+    session. Not signed: it holds only what the client itself said at ``initialize``."""
+    payload = json.dumps({"n": client.name, "v": client.version}, separators=(",", ":"), ensure_ascii=False)
+    encoded = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+    return f"{SESSION_PREFIX}.{secrets.token_urlsafe(12)}.{encoded}"
+
+
+def client_from_session_id(value: str | None) -> ClientInfo | None:
+    """The client info a session id minted by :func:`session_id_for` carries (None for anything else)."""
+    if not value or len(value) > 1024:
+        return None
+    prefix, _, rest = value.partition(".")
+    _, _, encoded = rest.partition(".")
+    if prefix != SESSION_PREFIX or not encoded:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+    return ClientInfo.parse(data.get("n"), data.get("v")) if isinstance(data, dict) else None
 
 
 def bearer_challenge(

@@ -206,7 +206,7 @@ class Memories:
                     message="That memory was already forgotten.",
                 )
             now = self.clock()
-            new_state = model.forget(current, cmd.reason, now)
+            new_state = model.forget(current, cmd.reason, now, cmd.client)
             event = model.event_for(
                 new_state, MemoryEventType.FORGOTTEN, command_id=env.command_id,
                 correlation_id=env.correlation_id, now=now,

@@ -101,6 +101,7 @@ def new_memory(
         created_at=now,
         updated_at=now,
         provenance=cmd.provenance,
+        client=cmd.client,
     )
 
 
@@ -116,7 +117,7 @@ def save_over(current: MemoryState, cmd: SaveMemory, now: datetime) -> MemorySta
         "status": MemoryStatus.ACTIVE,
         "forget_reason": None,
     }
-    return _new_version(current, changes, now, cmd.provenance)
+    return _new_version(current, changes, now, cmd.provenance, cmd.client)
 
 
 def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryState | None:
@@ -137,18 +138,21 @@ def update(current: MemoryState, cmd: UpdateMemory, now: datetime) -> MemoryStat
             if problem:  # the stored memory's key decides: a conflict with it, not a malformed request
                 raise Conflict(problem, "category")
         changes["category"] = cmd.category
-    return _new_version(current, changes, now, cmd.provenance or current.provenance)
+    return _new_version(current, changes, now, cmd.provenance or current.provenance, cmd.client)
 
 
 def _new_version(
     current: MemoryState, changes: dict[str, object], now: datetime, provenance: Provenance | None,
+    client: str | None = None,
 ) -> MemoryState | None:
-    """A new version with ``changes`` (and the given provenance), or None when nothing would change:
-    provenance alone never makes a new version (the same fact found again in another log)."""
+    """A new version with ``changes`` (and the given provenance; ``client``, the assistant writing
+    it), or None when nothing would change: provenance or client alone never makes a new version
+    (the same fact found again in another log, or said again by another assistant)."""
     if all(getattr(current, k) == v for k, v in changes.items()):
         return None
     return current.model_copy(
-        update={**changes, "provenance": provenance, "version": current.version + 1, "updated_at": now}
+        update={**changes, "provenance": provenance, "client": client, "version": current.version + 1,
+                "updated_at": now}
     )
 
 
@@ -164,12 +168,13 @@ def history(events: list[tuple[EventEnvelope, int]]) -> list[MemoryVersion]:
                 content=state.content, context=state.context, status=state.status, category=state.category,
                 memory_key=state.memory_key, importance=state.importance, confidence=state.confidence,
                 forget_reason=state.forget_reason, valid_until=following, provenance=state.provenance,
+                source=state.source, client=state.client,
             )
         )
     return versions
 
 
-def forget(state: MemoryState, reason: str | None, now: datetime) -> MemoryState:
+def forget(state: MemoryState, reason: str | None, now: datetime, client: str | None = None) -> MemoryState:
     """The state after forgetting: it leaves recall but stays in history with its reason."""
     if state.status is MemoryStatus.FORGOTTEN:
         raise Conflict(f"memory {state.id} is already forgotten", field="memory_id")
@@ -179,6 +184,7 @@ def forget(state: MemoryState, reason: str | None, now: datetime) -> MemoryState
             "forget_reason": reason or "forgotten at the user's request",
             "version": state.version + 1,
             "updated_at": now,
+            "client": client,
         }
     )
 

@@ -1,0 +1,148 @@
+"""Who is calling and what they have (issue 18 items 2 and 3): the session id carrying clientInfo,
+the project cache and the containerTag description, and the time box on a recall's relations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from contracts.errors import ErrorBody, ErrorCode
+from contracts.graph import SimilarMemories, SimilarMemoryList
+from contracts.memory import MemoryHistoryQuery, ProjectInfo, ProjectList, RecallHit, RecallResult
+from kit.client import ServiceFailure
+from services.gateway.operations import Caller, Operations
+from services.gateway.principal import (
+    ClientInfo,
+    Principal,
+    client_from_initialize,
+    client_from_session_id,
+    session_id_for,
+)
+from services.gateway.project_cache import MAX_NAMES_IN_DESCRIPTION, ProjectCache, describe_projects
+
+pytestmark = pytest.mark.unit
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def initialize(client_info: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client_info}}).encode()
+
+
+def test_client_info_round_trips_through_a_visible_ascii_session_id() -> None:
+    client = client_from_initialize(initialize({"name": "Claude Desktop — 日本", "version": "0.9.1"}))
+    assert client == ClientInfo("Claude Desktop — 日本", "0.9.1") and client.label == "Claude Desktop — 日本/0.9.1"
+    session = session_id_for(client)
+    assert all(0x21 <= ord(ch) <= 0x7E for ch in session)  # the MCP spec's rule for session ids
+    assert client_from_session_id(session) == client
+    assert session_id_for(client) != session  # one id per session
+
+
+@pytest.mark.parametrize("body", [
+    b"not json", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode(),
+    initialize("a string"), initialize({"name": ""}), initialize({"name": "x" * 101}), initialize({"name": "a\x00b"}),
+])
+def test_anything_but_a_sane_initialize_gives_no_client(body: bytes) -> None:
+    assert client_from_initialize(body) is None
+
+
+def test_a_bad_version_is_dropped_but_the_name_kept() -> None:
+    assert client_from_initialize(initialize({"name": "cli", "version": 3})) == ClientInfo("cli", None)
+
+
+@pytest.mark.parametrize("value", [None, "", "abc", "egs1.x", "egs1.x.!!!", "egs1.x.bm90IGpzb24", "other.x.e30",
+                                   "egs1.x." + "A" * 2000])
+def test_foreign_or_broken_session_ids_give_no_client(value: str | None) -> None:
+    assert client_from_session_id(value) is None
+
+
+def projects(*names: str) -> ProjectList:
+    return ProjectList(projects=[ProjectInfo(project=n, memories=1, last_updated=NOW - timedelta(days=i))
+                                 for i, n in enumerate(names)])
+
+
+async def test_cache_serves_within_the_ttl_refreshes_on_demand_and_forgets_on_a_new_project() -> None:
+    now = [0.0]
+    cache = ProjectCache(ttl_s=60, clock=lambda: now[0])
+    fetched: list[ProjectList] = [projects("a"), projects("a", "b"), projects("a", "b", "c"), projects("x")]
+
+    async def fetch() -> ProjectList:
+        return fetched.pop(0)
+
+    key = ("alice", None)
+    assert [p.project for p in (await cache.get(key, fetch)).projects] == ["a"]
+    assert [p.project for p in (await cache.get(key, fetch)).projects] == ["a"]  # cached
+    assert [p.project for p in (await cache.get(key, fetch, refresh=True)).projects] == ["a", "b"]
+    cache.saw(key, "b")  # known: still cached
+    assert len((await cache.get(key, fetch)).projects) == 2
+    cache.saw(key, "c")  # new: read again
+    assert len((await cache.get(key, fetch)).projects) == 3
+    now[0] = 61.0  # expired
+    assert [p.project for p in (await cache.get(key, fetch)).projects] == ["x"]
+
+
+async def test_cache_entries_are_per_tenant_and_scope_and_bounded() -> None:
+    cache = ProjectCache(max_entries=2)
+    cache.store(("alice", None), projects("home"))
+    cache.store(("bob", None), projects("work"))
+    cache.store(("alice", "home"), projects("home"))
+    assert cache.fresh(("alice", None)) is None  # the oldest went
+    assert cache.fresh(("bob", None)) == projects("work")
+
+
+def test_description_names_projects_newest_first_and_is_bounded() -> None:
+    assert describe_projects("Base.", None) == "Base."
+    assert "no projects yet" in describe_projects("Base.", projects())
+    assert describe_projects("Base.", projects("new", "old")) == "Base. The user's projects: new, old."
+    many = describe_projects("Base.", projects(*(f"p{i}" for i in range(MAX_NAMES_IN_DESCRIPTION + 7))))
+    assert many.endswith("and 7 more (listProjects).") and f"p{MAX_NAMES_IN_DESCRIPTION}," not in many
+
+
+HIT = {"memory": {"id": "00000000-0000-0000-0000-000000000001", "content": "Likes green tea", "project": "default",
+                  "importance": 3, "confidence": 1.0, "source": "mcp", "version": 2, "status": "active",
+                  "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}, "score": 0.5}
+
+
+class SlowClient:
+    """Answers recall at once; relations slowly, or with a refusal."""
+
+    def __init__(self, delay_s: float, similar_error: ErrorCode | None = None) -> None:
+        self.delay_s = delay_s
+        self.similar_error = similar_error
+        self.asked: list[type[BaseModel]] = []
+
+    async def ask(self, tenant: str | None, query: BaseModel, *, project_scope: str | None = None) -> Any:
+        self.asked.append(type(query))
+        if isinstance(query, SimilarMemories) and self.similar_error is not None:
+            raise ServiceFailure(ErrorBody(code=self.similar_error, message="unknown query 'similar_memories'"))
+        if isinstance(query, SimilarMemories | MemoryHistoryQuery):
+            await asyncio.sleep(self.delay_s)
+            return SimilarMemoryList(found=True, similar=[]) if isinstance(query, SimilarMemories) else None
+        return RecallResult(hits=[RecallHit.model_validate(HIT)])
+
+
+CALLER = Caller(Principal(tenant="alice", client_id="c", scopes=frozenset({"memory:read"})))
+
+
+async def test_relations_late_past_the_budget_are_left_out() -> None:
+    from contracts.memory import Recall
+
+    client = SlowClient(delay_s=5.0)
+    ops = Operations(client)  # type: ignore[arg-type]
+    result = await asyncio.wait_for(ops.recall(CALLER, Recall(query="tea")), timeout=2.0)
+    assert result.hits[0].relations == [] and result.hits[0].memory.content == "Likes green tea"
+
+
+async def test_a_memory_service_without_similar_memories_is_not_asked_again_at_once() -> None:
+    from contracts.memory import Recall
+
+    client = SlowClient(delay_s=0.0, similar_error=ErrorCode.INVALID_ARGUMENT)
+    ops = Operations(client)  # type: ignore[arg-type]
+    await ops.recall(CALLER, Recall(query="tea"))
+    await ops.recall(CALLER, Recall(query="tea"))
+    assert client.asked.count(SimilarMemories) == 1
