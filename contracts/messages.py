@@ -77,6 +77,7 @@ def load_all() -> None:
     import contracts.daily_logs  # noqa: F401
     import contracts.graph  # noqa: F401
     import contracts.memory  # noqa: F401
+    import contracts.portability  # noqa: F401
 
 
 def messages_of(service: str, kind: Kind) -> dict[str, MessageSpec]:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contracts.auth import Scope
+from deploy.portability import register as register_portability
 from kit.config import default_home
 
 app = typer.Typer(help="Engram: long-term memory for AI assistants, served over MCP.", no_args_is_help=True)
@@ -404,6 +405,9 @@ class ProgressLines:
         left = f", about {(total - done) / rate / 60:.0f} min left" if rate > 0 and done < total else ""
         share = f" ({100 * done / total:.0f}%)" if total else ""
         self.out.print(f"{self.what}: {done:,}/{total:,}{share}, {rate:,.0f} {self.unit}/s{left}", highlight=False)
+
+
+register_portability(app)  # engram export | import | purge (deploy/portability.py)
 
 
 def main() -> None:

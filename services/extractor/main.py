@@ -29,6 +29,7 @@ from services.extractor.application.extraction import Extractor, recover_stuck, 
 from services.extractor.application.ports import ExtractionEngine, LogSource
 from services.extractor.application.reextract import Progress, ReextractReport
 from services.extractor.application.reextract import reextract as run_reextract
+from services.extractor.commands import start_commands
 from services.extractor.config import ExtractorSettings
 from services.extractor.entrypoints import nats as nats_entry
 
@@ -87,6 +88,7 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
                               task_id=settings.task_id, tenants=tenants)
         spec = nats_entry.consumer_spec(settings.names, DAILY_LOG_AGGREGATE, ack_wait_s=settings.extractor_ack_wait_s)
         consumer = nats_entry.start(bus, extractor, spec, stop, concurrency=settings.extractor_concurrency)
+        commands = await start_commands(bus, pool, settings.extractor_schema, settings.namespace, stop)  # purge
 
         async def recover_round(round_id: str) -> None:
             n = await recover_stuck(logs, tenants, stuck_minutes=settings.log_stuck_minutes, round_id=round_id)
@@ -100,6 +102,7 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
 
         tasks = [
             consumer,
+            commands,
             asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
             asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
             *metrics.start("extractor", bus, stop),  # /metrics on ENGRAM_EXTRACTOR_METRICS_PORT, consumer lag

@@ -5,6 +5,7 @@
   *before* authentication, so guessing tokens costs the guesser, not the auth service (a valid token
   that the gateway has cached is never charged there). A request costs one token plus one per
   started ``bytes_per_token`` (10 kB) of body beyond the first: a 200,000-character save costs 21.
+  A bulk save over REST (``ONE_REQUEST_PATHS``) costs one, whatever it carries.
   Over the limit: 429 with Retry-After; on ``POST /mcp`` the body is a JSON-RPC error the `mcp`
   clients surface (code -32000, ``data: {retry_after, limit, cost}``). Buckets live in each
   gateway replica's memory, so N replicas allow up to N× the rate in total — fine for abuse
@@ -43,6 +44,10 @@ BYTES_PER_TOKEN = 10_000
 RATE_LIMITED_JSONRPC_CODE = -32000  # JSON-RPC "server error" range: implementation-defined
 MAX_ID_PEEK_BYTES = 64 * 1024  # a rate-limited MCP request's body is read this far to echo its id
 CHARGED = "engram.address_charged"  # scope key: the pre-auth stage already charged this address
+#: Bulk routes: one request costs one token however many memories it carries (issue 17). Over MCP a
+#: `save_memories` call is one request too, weighted by its body like every MCP call (the gateway does
+#: not read JSON-RPC bodies before authentication): 500 short memories, ~60 kB, cost 6 tokens, not 500.
+ONE_REQUEST_PATHS = frozenset({"/v1/memories/bulk"})
 
 
 def request_cost(body_bytes: int | None, bytes_per_token: int = BYTES_PER_TOKEN) -> int:
@@ -193,6 +198,8 @@ class RateLimitMiddleware:
         key = f"cred:{claims.get('key_id') or user.access_token.client_id}:{user.access_token.subject}"
         announced = _content_length(scope)
         cost = request_cost(announced, self.limits.bytes_per_token)
+        if scope.get("path", "").rstrip("/") in ONE_REQUEST_PATHS:
+            announced, cost = 0, 1  # a bulk save is one request, whatever its size (the body limit bounds it)
         buckets = self.limits.authenticated
         wait = buckets.take(key, now, cost)
         if wait > 0:

@@ -20,6 +20,7 @@ from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import build_embedder
 from services.memory.adapters.embedding_cache import PgEmbeddingCache
 from services.memory.adapters.late_encoder import build_late_encoder
+from services.memory.adapters.pg_portability import PgPortability
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vector_factory import build_vector_index
@@ -99,6 +100,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             store, index, models, bus, settings.names, rerank_candidates=settings.rerank_candidates,
             late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
             log_retention_days=settings.log_retention_days,
+            portability=PgPortability(pool, settings.memory_schema),
         )
         service.bind(ServiceRuntime(MEMORY, service.command_handlers(), service.query_handlers(), command_log))
         yield MemoryApp(settings, bus, store, index, service)

@@ -30,11 +30,14 @@ from contracts.auth import (
 )
 from contracts.envelope import EventEnvelope, utcnow
 from contracts.errors import ErrorCode, ServiceError
+from contracts.portability import PurgeAuthUser, RestoreAuthUser
 from contracts.subjects import Names
 from kit.service import Call, CommandCall
 from services.auth.adapters.oauth_store import OAuthStore
 from services.auth.adapters.pg_store import AuthStore
+from services.auth.adapters.purge_store import PgAuthPurge
 from services.auth.application.events import AuthEvents, EventLog
+from services.auth.application.purge import AuthPurge
 from services.auth.domain import keys, passwords
 from services.auth.domain import oauth as oauth_rules
 
@@ -43,6 +46,10 @@ AGGREGATE = "apikey"
 
 
 __all__ = ["AuthService", "EventLog"]
+
+
+def _portability(handlers: AuthPurge) -> dict[type[BaseModel], Any]:
+    return {PurgeAuthUser: handlers.purge, RestoreAuthUser: handlers.restore_user}
 
 
 class AuthService:
@@ -55,7 +62,8 @@ class AuthService:
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {CreateApiKey: self.create_key, RevokeApiKey: self.revoke_key, CreateUser: self.create_user,
-                DisableUser: self.disable_user}
+                DisableUser: self.disable_user,
+                **_portability(AuthPurge(PgAuthPurge(self.store.pool, self.store.s), self.auth_events))}
 
     def query_handlers(self) -> dict[type[BaseModel], Any]:
         return {IntrospectToken: self.introspect_query, ListApiKeys: self.list_keys, ListUsers: self.list_users}

@@ -72,6 +72,7 @@ from contracts.memory import (
 from kit.bus import validation_reply
 from kit.client import ServiceFailure
 from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints.portability import portability_tools
 from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations
 from services.gateway.pin import pinned_project
@@ -193,7 +194,7 @@ def _success(result: BaseModel) -> dict[str, Any]:
 
 def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
     """(function, name, title, annotations, toolset) for every tool; docstrings are the model's manual."""
-    return memory_tools(ops) + daily_log_tools(ops)
+    return memory_tools(ops) + daily_log_tools(ops) + portability_tools(ops, tool_errors, caller)
 
 
 def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:

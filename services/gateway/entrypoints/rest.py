@@ -100,6 +100,7 @@ from contracts.memory import (
     UpdateMemory,
 )
 from kit.client import ServiceFailure
+from services.gateway.entrypoints.portability import portability_routes
 from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations, WhoAmI
 from services.gateway.pin import pinned_project
@@ -363,7 +364,7 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
             raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc)),
                            {"WWW-Authenticate": challenge}) from exc
 
-    for add in (_memory_routes, _daily_log_routes, _key_routes):
+    for add in (_memory_routes, _daily_log_routes, _key_routes, portability_routes):
         add(router, ops, Caller, IdempotencyKey, call)
     _method_not_allowed(router)
     return router

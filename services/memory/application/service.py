@@ -52,6 +52,7 @@ from contracts.memory import (
     SaveSharedMemory,
     UpdateMemory,
 )
+from contracts.portability import ExportPage, PurgeMemoryUser, RestoreRecords
 from contracts.subjects import Names
 from kit.service import ServiceRuntime
 from services.memory.application.common import Activity
@@ -59,6 +60,7 @@ from services.memory.application.daily_logs import DailyLogs
 from services.memory.application.extraction import Extraction
 from services.memory.application.late import LATE_CANDIDATES
 from services.memory.application.memories import Memories, MemoryReads
+from services.memory.application.portability import Portability, PortabilityStore
 from services.memory.application.ports import EventLog, Models, ReadModel, VectorIndex
 from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S, MemoryProjection
 from services.memory.application.recall import RecallPipeline
@@ -83,6 +85,7 @@ class MemoryService:
         late_candidates: int = LATE_CANDIDATES,
         keyword_feedback: bool = False,
         log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS,
+        portability: PortabilityStore | None = None,
     ) -> None:
         self.models = models
         self.activity = Activity()
@@ -98,6 +101,8 @@ class MemoryService:
             late_candidates=late_candidates, keyword_feedback=keyword_feedback,
         )
         self.recall = self.recall_pipeline.recall
+        self.portability = Portability(portability, index, models, events, names, self.projection, self.forget_caches) \
+            if portability is not None else None
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {SaveMemory: self.memories.save, UpdateMemory: self.memories.update,
@@ -107,7 +112,9 @@ class MemoryService:
                 UpdateLogStatus: self.daily_logs.update_status, RecoverStuckLogs: self.daily_logs.recover_stuck,
                 ReconcileLogStatuses: self.daily_logs.reconcile, DeleteLogs: self.daily_logs.delete,
                 RecordExtractionTask: self.extraction.record_task,
-                RecordExtractionResult: self.extraction.record_result}
+                RecordExtractionResult: self.extraction.record_result,
+                **({RestoreRecords: self.portability.restore, PurgeMemoryUser: self.portability.purge}
+                   if self.portability else {})}
 
     def query_handlers(self) -> dict[type[BaseModel], Any]:
         return {Recall: self.recall_pipeline.recall_query, GetMemoryByKey: self.reads.get_by_key,
@@ -115,7 +122,17 @@ class MemoryService:
                 GetSharedMemories: self.shared.list, ListProjects: self.reads.projects,
                 GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
                 GetDailyLog: self.daily_logs.get, GetExtractionTasks: self.extraction.list_tasks,
-                GetExtractionResults: self.extraction.list_results}
+                GetExtractionResults: self.extraction.list_results,
+                **({ExportPage: self.portability.export_page} if self.portability else {})}
+
+    def forget_caches(self, tenant: str) -> None:
+        """Drop what this process holds of a purged user (cached profiles, content hints)."""
+        profiles = self.reads._profiles
+        for key in [k for k in profiles if k[0] == tenant]:
+            profiles.pop(key, None)
+        self.memories._absent_contents = {c for c in self.memories._absent_contents if c[0] != tenant}
+        self.memories._content_written = {c: n for c, n in self.memories._content_written.items() if c[0] != tenant}
+        self.projection.tenant_writes[tenant] += 1
 
     def bind(self, runtime: ServiceRuntime) -> None:
         """Attach kit's runtime built over :meth:`command_handlers` / :meth:`query_handlers`."""

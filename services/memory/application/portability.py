@@ -1,0 +1,253 @@
+"""Export pages, restores and the purge of a user: the memory service's part of portability.
+
+* ``export_page`` (query): a page of the user's records of one kind in id order, from the read
+  model's ids; each record's state comes from the event log (a memory's every version, the
+  others' last event), so an export says exactly what the log says. Pages are bounded in count
+  and bytes, so an export of any size runs in constant memory on both ends.
+* ``restore`` (command): exported records appended back to the event log as they were (ids,
+  versions, timestamps, event types) and projected, each only if its subject does not already
+  hold that version: an import run twice changes nothing. A batch's memory texts are embedded in
+  one call, as a batch of saves is.
+* ``purge`` (command): every row of the user in this service's schema, their vectors and the
+  in-process caches that hold their content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import date
+from typing import Any, Protocol
+from uuid import UUID, uuid5
+
+from contracts.daily_logs import DAILY_LOG_AGGREGATE, EXTRACTION_RESULT_AGGREGATE, EXTRACTION_TASK_AGGREGATE
+from contracts.envelope import EventEnvelope
+from contracts.errors import ErrorBody, ErrorCode, ServiceError
+from contracts.memory import MemoryStatus
+from contracts.portability import (
+    EXPORT_PAGE_BYTES,
+    DailyLogRecord,
+    ExportedVersion,
+    ExportPage,
+    ExportPageResult,
+    ExtractionResultRecord,
+    ExtractionTaskRecord,
+    MemoryRecord,
+    PurgeMemoryUser,
+    PurgeResult,
+    RecordKind,
+    RestoreItem,
+    RestoreRecords,
+    RestoreResult,
+    RestoreStatus,
+    SharedMemoryRecord,
+)
+from contracts.subjects import MEMORY, Names
+from kit.bus import ConcurrencyConflict
+from kit.service import Call, CommandCall
+from services.memory.application.indexing import embedding_texts
+from services.memory.application.late import late_document
+from services.memory.application.ports import EventLog, Models, VectorIndex
+from services.memory.application.projection import MemoryProjection, prime
+from services.memory.domain import model, shared
+from services.memory.domain.portability import Remap, portable
+
+_NS = UUID("2c7e9a41-5b3d-4e8f-a1c6-9d0e7f3b5a24")
+_AGGREGATE: dict[RecordKind, str] = {
+    "memory": model.AGGREGATE, "shared_memory": shared.AGGREGATE, "daily_log": DAILY_LOG_AGGREGATE,
+    "extraction_task": EXTRACTION_TASK_AGGREGATE, "extraction_result": EXTRACTION_RESULT_AGGREGATE,
+}
+
+
+class PortabilityStore(Protocol):
+    """What portability needs from the read model beyond the usual reads."""
+
+    async def page_ids(self, kind: RecordKind, tenant: str, project: str | None, after: UUID | None,
+                       limit: int) -> list[UUID]:
+        """Ids of the tenant's records of ``kind`` after ``after``, in id order."""
+        ...
+
+    async def log_refs(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, tuple[str, date]]:
+        """(project, date) of the tenant's logs among ``ids``."""
+        ...
+
+    async def memory_ids(self, tenant: str) -> list[UUID]: ...
+
+    async def delete_tenant(self, tenant: str) -> dict[str, int]:
+        """Delete every row of ``tenant`` in the service's schema; rows removed per table."""
+        ...
+
+
+class Portability:
+    """The handlers of export pages, restores and the purge."""
+
+    def __init__(self, port: PortabilityStore, index: VectorIndex, models: Models, events: EventLog, names: Names,
+                 projection: MemoryProjection, forget_caches: Callable[[str], None]) -> None:
+        self.port = port
+        self.index = index
+        self.models = models
+        self.events = events
+        self.names = names
+        self.projection = projection
+        self.forget_caches = forget_caches
+
+    def _subject(self, kind: RecordKind, tenant: str, record_id: UUID) -> str:
+        return self.names.event(tenant, _AGGREGATE[kind], str(record_id))
+
+    # export ------------------------------------------------------------------------------
+    async def export_page(self, call: Call, q: ExportPage) -> ExportPageResult:
+        """A page of the caller's records of one kind (a restricted caller: its project only;
+        shared memories belong to no project, so such a caller gets none)."""
+        project = call.search_project(q.project)
+        if q.kind == "shared_memory" and project is not None:
+            return ExportPageResult(records=[])
+        try:
+            after = UUID(q.after) if q.after else None
+        except ValueError as exc:
+            raise ServiceError("after must be the `next` of the previous page", "after") from exc
+        ids = await self.port.page_ids(q.kind, call.tenant, project, after, q.limit)
+        records: list[Any] = []
+        size = 0
+        last: UUID | None = None
+        for record_id in ids:
+            record = await self._record(q.kind, call.tenant, record_id)
+            last = record_id
+            if record is None:
+                continue
+            records.append(record)
+            size += len(record.model_dump_json())
+            if size >= EXPORT_PAGE_BYTES:
+                break
+        more = last is not None and (len(ids) == q.limit or last != ids[-1])
+        return ExportPageResult(records=records, next=str(last) if more else None)
+
+    async def _record(self, kind: RecordKind, tenant: str, record_id: UUID) -> Any:
+        subject = self._subject(kind, tenant, record_id)
+        if kind == "memory":
+            history = await self.events.history(subject)
+            if not history:
+                return None
+            return MemoryRecord(id=record_id, versions=[
+                ExportedVersion(event=e.type, occurred_at=e.occurred_at, state=portable(model.state_of(e)))
+                for e, _ in history
+            ])
+        loaded = await self.events.last_event(subject)
+        if loaded is None:
+            return None
+        event = loaded[0]
+        data = dict(event.data)
+        data.pop("tenant", None)
+        base = {"event": event.type, "occurred_at": event.occurred_at, "state": data}
+        if kind == "shared_memory":
+            return SharedMemoryRecord.model_validate(base)
+        if kind == "daily_log":
+            return DailyLogRecord.model_validate(base)
+        if kind == "extraction_task":
+            refs = await self.port.log_refs(tenant, [UUID(str(i)) for i in data.get("log_ids") or []])
+            return ExtractionTaskRecord.model_validate({
+                **base, "log_dates": {k: v[1] for k, v in refs.items()}, "log_projects": {k: v[0] for k, v in refs.items()},
+            })
+        refs = await self.port.log_refs(tenant, [UUID(str(data["log_id"]))])
+        found = refs.get(UUID(str(data["log_id"])))
+        return ExtractionResultRecord.model_validate({**base, "log_date": found[1] if found else None})
+
+    # restore -----------------------------------------------------------------------------
+    async def restore(self, env: CommandCall, cmd: RestoreRecords) -> RestoreResult:
+        """Append exported records back to the event log and project them; a record whose
+        subject already holds its version is a duplicate."""
+        remap = Remap(cmd.source_user, env.tenant)
+        await self._prime(remap, cmd)
+        items = []
+        for i, record in enumerate(cmd.records):
+            try:
+                items.append(await self._restore_one(env, remap, i, record))
+            except ServiceError as exc:
+                items.append(RestoreItem(index=i, status=RestoreStatus.ERROR,
+                                         error=ErrorBody(code=exc.code, message=exc.message,
+                                                         field=f"records[{i}].{exc.field}" if exc.field else f"records[{i}]")))
+        return RestoreResult(items=items)
+
+    async def _prime(self, remap: Remap, cmd: RestoreRecords) -> None:
+        """Embed every memory that will be projected, in one call (as a batch of saves is)."""
+        finals = [remap.memory_states(r)[-1][2] for r in cmd.records if isinstance(r, MemoryRecord)]
+        active = [s for s in finals if s.status is MemoryStatus.ACTIVE]
+        applied = await self.projection.store.applied_sequences([s.id for s in active])
+        fresh = [s for s in active if s.id not in applied]
+        if fresh:
+            await prime(self.models, [t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
+
+    async def _restore_one(self, env: CommandCall, remap: Remap, index: int, record: Any) -> RestoreItem:
+        if isinstance(record, MemoryRecord):
+            return await self._restore_memory(env, remap, index, record)
+        if isinstance(record, SharedMemoryRecord):
+            state: Any = remap.shared_state(record)
+            kind: RecordKind = "shared_memory"
+        elif isinstance(record, DailyLogRecord):
+            state, kind = remap.log_state(record), "daily_log"
+        elif isinstance(record, ExtractionTaskRecord):
+            state, kind = remap.task_state(record), "extraction_task"
+        else:
+            state, kind = remap.result_state(record), "extraction_result"
+        subject = self._subject(kind, env.tenant, state.id)
+        loaded = await self.events.last_event(subject)
+        if loaded is not None and int(loaded[0].data.get("version") or 0) >= state.version:
+            return RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=state.id)
+        event = self._event(env, _AGGREGATE[kind], state.id, state.version, record.event, record.occurred_at,
+                            state.model_dump(mode="json"))
+        seq = await self._append(subject, event, loaded[1] if loaded else 0)
+        if kind == "shared_memory":
+            await self.projection.apply_shared(event, seq)
+        else:
+            await self.projection.apply_record(event, seq)
+        return RestoreItem(index=index, status=RestoreStatus.RESTORED, id=state.id)
+
+    async def _restore_memory(self, env: CommandCall, remap: Remap, index: int, record: MemoryRecord) -> RestoreItem:
+        versions = remap.memory_states(record)
+        memory_id = versions[-1][2].id
+        subject = self._subject("memory", env.tenant, memory_id)
+        async with self.projection.projecting_inline(memory_id):
+            history = await self.events.history(subject)
+            present = {int(e.data.get("version") or 0) for e, _ in history}
+            newest = max(present, default=0)
+            missing = [v for v in versions if v[2].version > newest and v[2].version not in present]
+            if not missing:
+                return RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=memory_id)
+            expected = history[-1][1] if history else 0
+            event = None
+            for event_type, occurred_at, state in missing:
+                event = self._event(env, model.AGGREGATE, memory_id, state.version, event_type, occurred_at,
+                                    state.model_dump(mode="json"))
+                expected = await self._append(subject, event, expected)
+            assert event is not None
+            await self.projection.apply(event, expected)
+        return RestoreItem(index=index, status=RestoreStatus.RESTORED, id=memory_id)
+
+    @staticmethod
+    def _event(env: CommandCall, aggregate: str, record_id: UUID, version: int, event_type: str, occurred_at: Any,
+               data: dict[str, Any]) -> EventEnvelope:
+        return EventEnvelope(
+            event_id=uuid5(_NS, f"restore:{env.tenant}:{aggregate}:{record_id}:{version}"), type=event_type,
+            occurred_at=occurred_at, tenant=env.tenant, aggregate=aggregate, aggregate_id=str(record_id),
+            correlation_id=env.correlation_id, causation_id=env.command_id, data=data,
+        )
+
+    async def _append(self, subject: str, event: EventEnvelope, expected: int) -> int:
+        try:
+            return await self.events.append_event(subject, event, expected_last_seq=expected)
+        except ConcurrencyConflict as exc:
+            raise ServiceError(f"{subject} changed while being restored; import again", None,
+                               code=ErrorCode.CONFLICT) from exc
+
+    # purge -------------------------------------------------------------------------------
+    async def purge(self, env: CommandCall, cmd: PurgeMemoryUser) -> PurgeResult:
+        """Delete every row of the user in this service's schema, their vectors and cached
+        content. Idempotent: a second purge removes nothing. The user's events are purged from
+        the event stream by the caller (kit/purge.py), before and after this command."""
+        user = cmd.user_id
+        ids = [str(i) for i in await self.port.memory_ids(user)]
+        for start in range(0, len(ids), 1_000):
+            await self.index.delete(ids[start:start + 1_000])
+        removed = await self.port.delete_tenant(user)
+        removed["vectors"] = len(ids)
+        self.forget_caches(user)
+        return PurgeResult(service=MEMORY, removed=removed)
+

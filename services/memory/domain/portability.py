@@ -1,0 +1,106 @@
+"""Restoring exported records into a user: the states as they were, with ids of the new user.
+
+Pure rules, no I/O. A record restored into the user it was exported from keeps every id. Into
+another user, the ids that Engram derives from the user (a keyed memory's, a shared memory's, a
+daily log's, an extraction task's and result's) are derived again for the new user, so that later
+saves by key, title or day land on the restored records; other ids (free-form memories) become
+``uuid5(new user, old id)``. Ids are global keys of the read model and the vector index, so the
+same file imported into two users never makes them share a row or a point.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+from uuid import UUID, uuid5
+
+from contracts.daily_logs import (
+    DailyLogState,
+    ExtractionResultState,
+    ExtractionTaskState,
+    daily_log_id,
+    extraction_result_id,
+    extraction_task_uuid,
+)
+from contracts.memory import MemoryState, SharedMemoryState
+from contracts.portability import (
+    DailyLogRecord,
+    ExtractionResultRecord,
+    ExtractionTaskRecord,
+    MemoryRecord,
+    SharedMemoryRecord,
+)
+from services.memory.domain.model import keyed_memory_id
+from services.memory.domain.shared import shared_id
+
+_NS = UUID("8f5b1c2e-6d3a-4f7e-9b0c-1a2d3e4f5a6b")
+
+
+class Remap:
+    """Ids of records exported from ``source`` as they are in ``target``."""
+
+    def __init__(self, source: str | None, target: str) -> None:
+        self.same = source is None or source == target
+        self.target = target
+
+    def other(self, old: UUID) -> UUID:
+        return old if self.same else uuid5(_NS, f"import:{self.target}:{old}")
+
+    def log(self, old: UUID, project: str | None, log_date: date | None) -> UUID:
+        if self.same or project is None or log_date is None:
+            return self.other(old)
+        return daily_log_id(self.target, project, log_date)
+
+    def memory_states(self, record: MemoryRecord) -> list[tuple[str, Any, MemoryState]]:
+        """(event type, occurred_at, state) of every version, in the target user."""
+        out = []
+        for version in record.versions:
+            data = version.state.model_dump()
+            data["tenant"] = self.target
+            if not self.same:
+                key = data.get("memory_key")
+                data["id"] = keyed_memory_id(self.target, data["project"], key) if key else self.other(data["id"])
+                prov = data.get("provenance")
+                if prov:
+                    prov["log_id"] = self.log(prov["log_id"], data["project"], prov.get("log_date"))
+            out.append((version.event, version.occurred_at, MemoryState.model_validate(data)))
+        return out
+
+    def shared_state(self, record: SharedMemoryRecord) -> SharedMemoryState:
+        data = record.state.model_dump()
+        data["tenant"] = self.target
+        if not self.same:
+            data["id"] = shared_id(self.target, data["title"])
+        return SharedMemoryState.model_validate(data)
+
+    def log_state(self, record: DailyLogRecord) -> DailyLogState:
+        data = record.state.model_dump()
+        data["tenant"] = self.target
+        if not self.same:
+            data["id"] = daily_log_id(self.target, data["project"], data["log_date"])
+        return DailyLogState.model_validate(data)
+
+    def task_state(self, record: ExtractionTaskRecord) -> ExtractionTaskState:
+        data = record.state.model_dump()
+        data["tenant"] = self.target
+        if not self.same:
+            data["id"] = extraction_task_uuid(self.target, data["task_id"])
+            data["log_ids"] = [self.log(i, record.log_projects.get(i), record.log_dates.get(i)) for i in data["log_ids"]]
+        return ExtractionTaskState.model_validate(data)
+
+    def result_state(self, record: ExtractionResultRecord) -> ExtractionResultState:
+        data = record.state.model_dump()
+        data["tenant"] = self.target
+        if not self.same:
+            data["log_id"] = self.log(data["log_id"], data["project"], record.log_date)
+            data["id"] = extraction_result_id(self.target, data["log_id"], data["task_id"])
+            data["memory_ids"] = [self.other(i) for i in data["memory_ids"]]
+            data["shared_memory_ids"] = [self.other(i) for i in data["shared_memory_ids"]]
+        return ExtractionResultState.model_validate(data)
+
+
+def portable(state: Any) -> dict[str, Any]:
+    """A state as an export writes it: without its tenant."""
+    data: dict[str, Any] = state.model_dump(mode="json")
+    data.pop("tenant", None)
+    return data
