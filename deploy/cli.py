@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contracts.auth import Scope
+from deploy.dlq import app as dlq_app
 from deploy.portability import register as register_portability
 from kit.config import default_home
 
@@ -22,6 +23,7 @@ keys = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=Tru
 app.add_typer(keys, name="keys")
 users = typer.Typer(help="Create, list and disable users who sign in with a password (OAuth).", no_args_is_help=True)
 app.add_typer(users, name="users")
+app.add_typer(dlq_app, name="dlq")
 console = Console()
 err = Console(stderr=True)
 

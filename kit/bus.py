@@ -39,7 +39,7 @@ from contracts.subjects import (
     StreamSpec,
 )
 from kit import metrics, tracing
-from kit.pg import redact
+from kit.pg import deterministic_error, redact
 
 log = logging.getLogger("engram.bus")
 
@@ -524,6 +524,9 @@ class Bus:
                 return
             except Exception as exc:
                 tracing.mark_error(current, type(exc).__name__)
+                if deterministic_error(exc):  # the same data fails the same way: retries would only hold it up
+                    await self._dead_letter(spec, msg, f"{type(exc).__name__}: {exc} (poison: not retried)", on_dead)
+                    return
                 if attempt >= spec.max_deliver:
                     log.exception("%s: giving up on seq %s after %s attempts", spec.durable,
                                   msg.metadata.sequence.stream, attempt)

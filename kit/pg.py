@@ -66,6 +66,28 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asy
     return pool
 
 
+#: SQLSTATEs a statement raises again with the same data: bad data (class 22: a NUL byte in text,
+#: a value out of range, ...), a NOT NULL or a CHECK constraint it can never satisfy.
+_DETERMINISTIC_CLASSES = ("22",)
+_DETERMINISTIC_STATES = frozenset({"23502", "23514"})
+
+
+def deterministic_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a Postgres error that retrying the same message can
+    never clear (see ``_DETERMINISTIC_CLASSES``): the bus dead-letters such a message at once
+    instead of retrying it ``max_deliver`` times. A unique violation is not one (a concurrent
+    writer, gone on retry); nor is a lost connection or a serialization failure."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        state = getattr(seen, "sqlstate", None) if isinstance(seen, asyncpg.PostgresError) else None
+        if state and (state.startswith(_DETERMINISTIC_CLASSES) or state in _DETERMINISTIC_STATES):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
