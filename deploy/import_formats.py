@@ -202,10 +202,10 @@ def chat_days(data: Any, today: date) -> list[tuple[date, list[Turn]]]:
     current = today
     for i, turn in enumerate(samples):
         if not isinstance(turn, dict):
-            raise ImportFormatError(f"chat turn {i} is not an object")
+            raise ImportFormatError(f"chat turn [{i}] is not an object")
         when = _when(turn.get("at"))
         if turn.get("at") is not None and when is None:
-            raise ImportFormatError(f"chat turn {i}: 'at' must be an ISO 8601 time")
+            raise ImportFormatError(f"chat turn [{i}]: 'at' must be an ISO 8601 time")
         if when is not None:
             current = when.date()
         days.setdefault(current, []).append(_turn(turn, f"[{i}]", when))
