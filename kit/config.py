@@ -56,6 +56,7 @@ class CommonSettings(BaseSettings):
     stall_warning_ms: float = Field(
         250, ge=0, description="log a warning when the event loop was blocked this long (0: off)"
     )
+    metrics_host: str = Field("127.0.0.1", description="bind address of the /metrics port (kit/metrics.py)")
 
     uses_database: ClassVar[bool] = True
     """Whether the service connects to Postgres (the gateway does not: its password is not checked)."""

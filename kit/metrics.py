@@ -126,12 +126,13 @@ def metrics_port(service: str) -> int:
     return port
 
 
-def serve(service: str) -> int:
-    """Serve ``/metrics`` on ``ENGRAM_<SERVICE>_METRICS_PORT`` (a thread of prometheus_client's);
-    returns the port, 0 when off."""
-    port = metrics_port(service)
+def serve(service: str, port: int | None = None, host: str | None = None) -> int:
+    """Serve ``/metrics`` on ``port`` (the service's ``<service>_metrics_port`` setting; read from
+    ``ENGRAM_<SERVICE>_METRICS_PORT`` when not given) on ``host`` (``ENGRAM_METRICS_HOST``), in a
+    thread of prometheus_client's; returns the port, 0 when off."""
+    port = metrics_port(service) if port is None else port
     if port:
-        host = os.environ.get("ENGRAM_METRICS_HOST", "127.0.0.1")
+        host = host or os.environ.get("ENGRAM_METRICS_HOST", "127.0.0.1")
         start_http_server(port, addr=host)
         log.info("%s metrics at http://%s:%d/metrics", service, host, port)
     return port
@@ -184,9 +185,10 @@ async def sample_every(stop: asyncio.Event, every_s: float, step: Callable[[], A
             pass
 
 
-def start(service: str, bus: Bus, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+def start(service: str, bus: Bus, stop: asyncio.Event, *, port: int | None = None,
+          host: str | None = None) -> list[asyncio.Task[None]]:
     """A service's metrics: its ``/metrics`` port (when configured) and the lag sampler."""
-    serve(service)
+    serve(service, port, host)
     return [asyncio.create_task(sample_bus(bus, stop))]
 
 

@@ -13,6 +13,7 @@ class AuthSettings(CommonSettings):
     auth_schema: str = "auth"
     auth_host: str = Field("127.0.0.1", description="bind address of the OAuth authorization server")
     auth_port: int = Field(8081, ge=0, le=65535)
+    auth_metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port (0: off)")
     auth_public_url: str | None = Field(None, description="the issuer: externally visible URL; default http://host:port")
     # The MCP URL tokens are issued for (RFC 8707 audience). ENGRAM_RESOURCE_URL wins; otherwise it
     # is derived exactly as the gateway derives its own: ENGRAM_PUBLIC_URL (or gateway host:port) + /mcp.

@@ -93,7 +93,8 @@ async def run(settings: AuthSettings, stop: asyncio.Event | None = None) -> None
         consumer = runtime.start_commands(bus, stop)
         await runtime.serve_queries(bus, concurrency=64)
         stalls = asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms))
-        sampling = metrics.start(AUTH, bus, stop)  # /metrics on ENGRAM_AUTH_METRICS_PORT, consumer lag
+        sampling = metrics.start(AUTH, bus, stop, port=settings.auth_metrics_port,  # /metrics, consumer lag
+                                 host=settings.metrics_host)
         freeze_startup_heap()
         log.info("auth service ready (namespace %s)", settings.namespace)
         await stop.wait()

@@ -11,6 +11,7 @@ from kit.config import CommonSettings
 
 class ExtractorSettings(CommonSettings):
     extractor_schema: str = "extractor"
+    extractor_metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port (0: off)")
     extractor_engine: Literal["builtin", "llm"] = Field(
         "builtin", description="builtin: offline rules (default); llm: an OpenAI-compatible chat endpoint"
     )

@@ -105,7 +105,8 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
             commands,
             asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
             asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
-            *metrics.start("extractor", bus, stop),  # /metrics on ENGRAM_EXTRACTOR_METRICS_PORT, consumer lag
+            *metrics.start("extractor", bus, stop, port=settings.extractor_metrics_port,  # /metrics, consumer lag
+                           host=settings.metrics_host),
             asyncio.create_task(metrics.sample_every(
                 stop, 15.0, lambda: _sample_tasks(ledger), "extraction tasks")),  # engram_extraction_tasks
         ]

@@ -13,6 +13,7 @@ from kit.config import CommonSettings
 class GatewaySettings(CommonSettings):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
+    gateway_metrics_port: int = Field(0, ge=0, le=65535, description="this replica's own /metrics port (0: off)")
     public_url: str | None = Field(None, description="externally visible base URL; default http://host:port")
     allowed_hosts: list[str] = Field(default_factory=list, description="extra Host header values accepted")
     command_timeout_s: float = 15.0

@@ -290,7 +290,7 @@ def main() -> None:
     settings.check_production()  # ENGRAM_ENV=production refuses unsafe settings (kit/config.py)
     setup_logging(settings.log_level)
     tracing.setup("gateway")
-    metrics.serve("gateway")  # this replica's own /metrics port too (ENGRAM_GATEWAY_METRICS_PORT; 0 = off)
+    metrics.serve("gateway", settings.gateway_metrics_port, settings.metrics_host)  # a /metrics port of its own too
     config = uvicorn.Config(  # forwarded headers: ClientAddressMiddleware, from ENGRAM_TRUSTED_PROXIES only
         create_app(settings), host=settings.gateway_host, port=settings.gateway_port,
         log_level=settings.log_level.lower(), proxy_headers=False,

@@ -15,6 +15,7 @@ class MemorySettings(CommonSettings):
     )
     qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
     qdrant_collection: str = "memories"
+    memory_metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port (0: off)")
     qdrant_api_key: str | None = None
     embedder: str = Field("minilm", description="minilm (offline, default) | openai")
     embedder_url: str | None = None

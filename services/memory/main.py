@@ -143,7 +143,8 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
     tracing.setup(MEMORY)
     async with memory_app(settings) as app:
         tasks = nats_entry.start(app.bus, app.service, stop)
-        tasks += metrics.start(MEMORY, app.bus, stop)  # /metrics on ENGRAM_MEMORY_METRICS_PORT, consumer lag
+        tasks += metrics.start(MEMORY, app.bus, stop, port=settings.memory_metrics_port,  # /metrics, consumer lag
+                               host=settings.metrics_host)
         tasks.append(asyncio.create_task(maintain_index(app, stop)))
         tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)

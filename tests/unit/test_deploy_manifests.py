@@ -45,6 +45,11 @@ ALLOWED_ENV = {
     "ENGRAM_STREAM_REPLICAS",
     "ENGRAM_LOG_LEVEL",
     "ENGRAM_STALL_WARNING_MS",
+    "ENGRAM_METRICS_HOST",  # /metrics of every service (kit/metrics.py), with each service's port:
+    "ENGRAM_GATEWAY_METRICS_PORT",
+    "ENGRAM_AUTH_METRICS_PORT",
+    "ENGRAM_MEMORY_METRICS_PORT",
+    "ENGRAM_EXTRACTOR_METRICS_PORT",
     # memory
     "ENGRAM_QDRANT_URL",
     "ENGRAM_QDRANT_COLLECTION",
