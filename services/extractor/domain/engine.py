@@ -10,15 +10,18 @@ within the log. One sentence → at most one fact; each fact names the turn it c
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from contracts.memory import Category
 from services.extractor.domain.classify import classify
 from services.extractor.domain.model import Fact, Turn
+from services.extractor.domain.select import THRESHOLD, Features, features, score
 from services.extractor.domain.text import (
     FIRST_PERSON,
     SECOND_PERSON,
+    STOPWORDS,
     content_words,
     is_filler,
     is_question,
@@ -57,6 +60,7 @@ _EMPTY_STATEMENT = re.compile(
 class EngineSettings:
     min_content_words: int = 3
     duplicate_overlap: float = 0.8
+    threshold: float = THRESHOLD  # the selector's bar (``domain/select.py``); -inf keeps every candidate
 
 
 def display_name(speaker: str) -> str:
@@ -157,6 +161,39 @@ def _overlap(a: set[str], b: set[str]) -> float:
     return len(a & b) / min(len(a), len(b))
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A statement the engine could keep, with what the selector reads of it."""
+
+    fact: Fact
+    features: Features
+    slot: bool  # fills a slot of identity or preference (always kept)
+
+    @property
+    def score(self) -> float:
+        return score(self.features)
+
+
+def reported(sentence: str, speaker: str, listener: str | None) -> str | None:
+    """A statement the speaker makes that is not about themselves, as "<Name> says …" ("Boston's
+    music scene is awesome" by Dave → "Dave says Boston's music scene is awesome.")."""
+    if is_question(sentence) or is_filler(sentence):
+        return None
+    said = strip_interjections(sentence).strip().rstrip(" ,;:-")
+    if not said or is_filler(said) or _EMPTY_STATEMENT.match(said) or FIRST_PERSON.search(said):
+        return None
+    if len(content_words(said)) < 3:
+        return None
+    first = said.split(" ", 1)[0]
+    common = first.lower() in STOPWORDS or first.lower().removesuffix("'s").endswith("ing")
+    text = f"{display_name(speaker)} says {said[:1].lower() if common else said[:1]}{said[1:]}"
+    if SECOND_PERSON.search(text):
+        if listener is None or is_assistant(listener):
+            return None
+        text = resolve_second_person(text, display_name(listener))
+    return (text.rstrip(" .!") + ".")[:MAX_FACT_CHARS]
+
+
 class BuiltinEngine:
     """Rules only: no model, no network, deterministic (the same log always gives the same facts)."""
 
@@ -166,47 +203,90 @@ class BuiltinEngine:
         self.settings = settings or EngineSettings()
 
     def extract(self, turns: Sequence[Turn]) -> list[Fact]:
-        """Every fact the turns state about their speakers, in conversation order."""
-        facts: list[Fact] = []
+        """The facts worth remembering that the turns state about their speakers, in conversation
+        order: every candidate statement, the informative ones kept (``domain/select.py``), near-
+        duplicates within the log dropped."""
+        kept = [c for c in self.candidates(turns) if c.slot or c.score >= self.settings.threshold]
+        return self.unique([c.fact for c in kept])
+
+    def unique(self, facts: Sequence[Fact]) -> list[Fact]:
+        """The facts without near-duplicates of an earlier fact about the same person."""
+        out: list[Fact] = []
         seen: dict[str, list[set[str]]] = {}
+        for fact in facts:
+            name = display_name(fact.speaker)
+            tokens = set(content_words(fact.content)) - set(content_words(name))
+            earlier = seen.setdefault(name, [])
+            if any(_overlap(tokens, other) >= self.settings.duplicate_overlap for other in earlier):
+                continue
+            earlier.append(tokens)
+            out.append(fact)
+        return out
+
+    def candidates(self, turns: Sequence[Turn]) -> list[Candidate]:
+        """Every statement the turns make, as a fact with the selector's features."""
+        out: list[Candidate] = []
+        vocab = [frozenset(content_words(t.text)) for t in turns]
+        used = Counter(w for words in vocab for w in words)
         for index, turn in enumerate(turns):
             if is_assistant(turn.speaker) or not turn.text.strip():
                 continue
-            listener = _listener(turns, index)
-            context = self._context(turns, index)
-            name = display_name(turn.speaker)
-            last: int | None = None
-            for sentence in (c for s in sentences(turn.text) for c in clauses(s)):
-                if last is not None and continuation(sentence) and not is_question(sentence):
-                    merged = self._continue(facts[last], sentence, turn.speaker, listener)
-                    if merged is not None:
-                        facts[last] = merged
-                        seen[name][-1] |= set(content_words(merged.content))
-                        continue
-                text = statement_of(sentence, turn.speaker, listener)
-                request = style_request(sentence, turn.speaker, listener) if text is None else None
-                if text is None and request is None:
+            out.extend(self._turn(turns, index, vocab, used))
+        return out
+
+    def _turn(self, turns: Sequence[Turn], index: int, vocab: Sequence[frozenset[str]],
+              used: Counter[str]) -> list[Candidate]:
+        turn = turns[index]
+        listener = _listener(turns, index)
+        context = self._context(turns, index)
+        name = display_name(turn.speaker)
+        found: list[tuple[Fact, str, bool]] = []  # fact, the speaker's words, fills a slot
+        last: int | None = None
+        for sentence in (c for s in sentences(turn.text) for c in clauses(s)):
+            if last is not None and continuation(sentence) and not is_question(sentence):
+                merged = self._continue(found[last][0], sentence, turn.speaker, listener)
+                if merged is not None:
+                    found[last] = (merged, found[last][1], found[last][2])
+                    continue
+            text = statement_of(sentence, turn.speaker, listener)
+            request = style_request(sentence, turn.speaker, listener) if text is None else None
+            said = strip_interjections(sentence)
+            if text is None and request is None:
+                text = reported(sentence, turn.speaker, listener)
+                if text is None:
                     last = None
                     continue
-                kind = classify(strip_interjections(sentence))
+                kind = classify(said)
+                kind = replace(kind, topic=None, confidence=round(max(0.1, kind.confidence - 0.1), 2))
+            else:
+                kind = classify(said)
                 if request is not None:
                     text = request
                     kind = replace(kind, category=Category.CONVERSATION_STYLE,
                                    topic=kind.topic if kind.category is Category.CONVERSATION_STYLE else None)
-                assert text is not None
-                tokens = set(content_words(text)) - set(content_words(name))
-                if len(tokens) < (1 if kind.topic else self.settings.min_content_words):
-                    continue
-                earlier = seen.setdefault(name, [])
-                if any(_overlap(tokens, other) >= self.settings.duplicate_overlap for other in earlier):
-                    continue
-                earlier.append(tokens)
-                facts.append(Fact(
-                    content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
-                    turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
-                ))
-                last = len(facts) - 1
-        return facts
+            assert text is not None
+            tokens = set(content_words(text)) - set(content_words(name))
+            if len(tokens) < (1 if kind.topic else self.settings.min_content_words):
+                last = None
+                continue
+            found.append((Fact(
+                content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
+                turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
+            ), said, kind.slot))
+            last = len(found) - 1
+        answers = index > 0 and "?" in turns[index - 1].text
+        n = len(found)
+        before = vocab[index - 1] if index else frozenset()
+        after = vocab[index + 1] if index + 1 < len(vocab) else frozenset()
+        own = vocab[index]
+        sizes = [len(content_words(said)) for _, said, _ in found]
+        elsewhere = [frozenset(w for w in content_words(said) if used[w] > (w in own)) for _, said, _ in found]
+        return [
+            Candidate(fact, features(said, first=i == 0, last=i == n - 1, statements=n, turn_chars=len(turn.text),
+                                     answers=answers, before=before, after=after, said_elsewhere=elsewhere[i],
+                                     longest=sizes[i] == max(sizes)), slot)
+            for i, (fact, said, slot) in enumerate(found)
+        ]
 
     def _continue(self, fact: Fact, sentence: str, speaker: str, listener: str | None) -> Fact | None:
         """The fact with the sentence that goes on about it appended, when that says something."""
