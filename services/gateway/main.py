@@ -22,8 +22,9 @@ from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
@@ -45,7 +46,16 @@ from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
 from services.gateway.operations import Operations
 from services.gateway.pin import PinMiddleware, pinned_project
-from services.gateway.principal import AccessDenied, Principal, bearer_challenge
+from services.gateway.principal import (
+    AccessDenied,
+    ClientInfo,
+    Principal,
+    bearer_challenge,
+    client_from_message,
+    client_from_session_id,
+    session_client,
+    session_id_for,
+)
 from services.gateway.ratelimit import (
     ClientAddressMiddleware,
     PreAuthLimitMiddleware,
@@ -117,10 +127,17 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return bearer_challenge(metadata_url, default_scope, "invalid_token", "the access token is invalid, expired, "
                                 "revoked or issued for another resource")
 
+    local_install = is_loopback(settings.base_url)
+
     class McpEndpoint:
         """One /mcp URL: a pinned connection gets the tools without `containerTag`. Stateless: POST
         only. No GET SSE stream (the spec's answer for a server that offers none is 405) and no
-        sessions to DELETE."""
+        sessions to DELETE.
+
+        Who is calling (issue 18 item 3): the answer to ``initialize`` carries an ``Mcp-Session-Id``
+        holding the client's ``clientInfo`` (``principal.session_id_for``); the client sends it back
+        on every later request, and the tools read it from ``session_client``. No process memory: any
+        replica reads any session."""
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
             if scope["method"] != "POST":
@@ -132,7 +149,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 )(scope, receive, send)
                 return
             if not isinstance(scope.get("user"), AuthenticatedUser):
-                await error_response(unauthorized(Request(scope)))(scope, receive, send)
+                refused = unauthorized(Request(scope))
+                await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32000, "message": f"Unauthorized: {refused.body.message}",
+                    "data": {"error": refused.body.model_dump(mode="json")}}},
+                    status_code=401, headers=refused.headers)(scope, receive, send)
                 return
             request = Request(scope)
             try:
@@ -149,7 +170,17 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 challenge = f'Bearer error="insufficient_scope", scope="{exc.scope}"'
                 await error_response(ApiError(403, body, {"WWW-Authenticate": challenge}))(scope, receive, send)
                 return
-            await endpoints[(pinned_project.get() is not None, sets)](scope, receive, send)
+            if not local_install:  # a browser client on any origin (CORS is open): the bearer token is the credential
+                scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"origin"]}
+            body, receive = await _read_body(receive, settings.max_body_bytes)
+            named, initialize = client_from_message(body) if body is not None else (None, False)
+            token = session_client.set(named or client_from_session_id(request.headers.get("mcp-session-id")))
+            try:
+                if initialize and named is not None:
+                    send = _with_session_id(send, named)
+                await endpoints[(pinned_project.get() is not None, sets)](scope, receive, send)
+            finally:
+                session_client.reset(token)
 
     state: dict[str, Any] = {}
 
@@ -193,7 +224,24 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         )
 
     app.include_router(build_router(ops, unauthorized))
-    app.router.routes.append(Route("/mcp", endpoint=McpEndpoint()))  # every method: the endpoint answers 405
+    mcp_endpoint = McpEndpoint()
+    app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint))  # every method: the endpoint answers 405
+    about = {"name": "Engram", "version": app.version, "description": "Long-term memory for AI assistants (MCP)",
+             "mcp": settings.mcp_url, "rest": settings.base_url + "/v1", "openapi": settings.base_url + "/openapi.json",
+             "docs": settings.base_url + "/docs", "health": settings.base_url + "/health",
+             "oauth_protected_resource": metadata_url}
+
+    class RootEndpoint:
+        """``GET /``: a short self-description (the Supermemory design's); ``POST /``: the MCP endpoint
+        (the AI-memory design's clients post to the root)."""
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["method"] in ("GET", "HEAD"):
+                await JSONResponse(about)(scope, receive, send)
+            else:
+                await mcp_endpoint(scope, receive, send)
+
+    app.router.routes.append(Route("/", endpoint=RootEndpoint()))
     prm_path = urlparse(metadata_url).path  # /.well-known/oauth-protected-resource/mcp: ours, not the SDK's
     for route in apps[(False, toolsets.DEFAULT)].routes:
         if getattr(route, "path", None) not in ("/mcp", prm_path):
@@ -238,7 +286,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return Response(body, media_type=content_type)
 
     @app.get("/healthz", tags=["ops"])
+    @app.get("/health", tags=["ops"])
     async def healthz() -> dict[str, str]:
+        """Liveness: the process answers (``/health`` for the AI-memory design's clients; readiness is ``/readyz``)."""
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"])
@@ -282,7 +332,81 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     tool_names = frozenset(t.name for server in servers.values() for t in server._tool_manager.list_tools())
     app.add_middleware(metrics.HttpMetricsMiddleware, tools=tool_names,  # outermost: 401/413/429 counted too
                        routes=lambda: app.router.routes)
+    app.add_middleware(EdgeCors, local_install=local_install)  # outermost: a preflight needs no credential
     return app
+
+
+def is_loopback(url: str) -> bool:
+    """Whether the gateway's public URL is on this machine only (a local install)."""
+    return (urlparse(url).hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
+#: what a browser's JavaScript may read of an MCP answer: the session, and the OAuth challenge
+EXPOSED_HEADERS = ["Mcp-Session-Id", "WWW-Authenticate", "Retry-After"]
+CORS_REQUEST_HEADERS = ["Authorization", "Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version",
+                        "Last-Event-ID", "X-Engram-Project", "X-Engram-Toolsets"]
+LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
+
+
+class EdgeCors:
+    """CORS (Starlette's middleware) on what a browser MCP client meets: ``/mcp``, ``/`` and the discovery
+    documents; the REST API under ``/v1`` is left as it was. Any origin may read the discovery documents.
+    For ``/mcp`` (and ``POST /``), a public install accepts any origin — the bearer token is the only
+    credential, never a cookie — while a local install (public URL on loopback) keeps answering only
+    pages served from this machine, as the SDK's Origin check did. The Host check, the protection
+    against DNS rebinding, runs on every install."""
+
+    def __init__(self, app: ASGIApp, *, local_install: bool) -> None:
+        self.app = app
+        common: dict[str, Any] = {"allow_methods": ["GET", "POST", "DELETE", "OPTIONS"],
+                                  "allow_headers": CORS_REQUEST_HEADERS, "expose_headers": EXPOSED_HEADERS,
+                                  "max_age": 600}
+        self.public = CORSMiddleware(app, allow_origins=["*"], **common)
+        self.mcp = (CORSMiddleware(app, allow_origin_regex=LOOPBACK_ORIGINS, **common) if local_install
+                    else self.public)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path == "/mcp" or (path == "/" and scope["method"] not in ("GET", "HEAD")):
+            await self.mcp(scope, receive, send)
+        elif path in ("/", "/health", "/healthz") or path.startswith("/.well-known/"):
+            await self.public(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes | None, Receive]:
+    """The request body (None past ``limit``: the SDK answers 413) and a ``receive`` that hands it on
+    to the SDK unchanged (the SDK reads and parses whole bodies too)."""
+    chunks: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunks.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if size > limit or not message.get("more_body", False):
+            break
+    complete = chunks[-1]["type"] == "http.request" and not chunks[-1].get("more_body", False) and size <= limit
+
+    async def replay() -> Message:
+        return chunks.pop(0) if chunks else await receive()
+
+    body = b"".join(m.get("body", b"") for m in chunks if m["type"] == "http.request") if complete else None
+    return body, replay
+
+
+def _with_session_id(send: Send, client: ClientInfo) -> Send:
+    """``send`` with an ``Mcp-Session-Id`` carrying ``client`` on a successful answer to ``initialize``."""
+
+    async def stamped(message: Message) -> None:
+        if message["type"] == "http.response.start" and message.get("status") == 200:
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (b"mcp-session-id", session_id_for(client).encode())]}
+        await send(message)
+
+    return stamped
 
 
 def main() -> None:

@@ -98,17 +98,33 @@ class ClientInfo:
         return f"{self.name}/{self.version}" if self.version else self.name
 
 
-def client_from_initialize(body: bytes) -> ClientInfo | None:
-    """The ``clientInfo`` of a JSON-RPC ``initialize`` request body (None for any other body)."""
+#: where a client of the stateless protocol revision (2026-07-28) names itself on every request
+CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
+
+
+def client_from_message(body: bytes) -> tuple[ClientInfo | None, bool]:
+    """The client a JSON-RPC request body names — ``params.clientInfo`` of an ``initialize``, else
+    ``params._meta["io.modelcontextprotocol/clientInfo"]`` (the stateless revision sends it with every
+    request) — and whether the body is an ``initialize``."""
+    if b"clientInfo" not in body:
+        return None, False
     try:
         message = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(message, dict) or message.get("method") != "initialize":
-        return None
-    params = message.get("params")
-    info = params.get("clientInfo") if isinstance(params, dict) else None
-    return ClientInfo.parse(info.get("name"), info.get("version")) if isinstance(info, dict) else None
+        return None, False
+    params = message.get("params") if isinstance(message, dict) else None
+    if not isinstance(params, dict):
+        return None, False
+    initialize = message.get("method") == "initialize"
+    meta = params.get("_meta")
+    info = params.get("clientInfo") if initialize else meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, dict) else None
+    return (ClientInfo.parse(info.get("name"), info.get("version")) if isinstance(info, dict) else None), initialize
+
+
+def client_from_initialize(body: bytes) -> ClientInfo | None:
+    """The ``clientInfo`` of a JSON-RPC ``initialize`` request body (None for any other body)."""
+    client, initialize = client_from_message(body)
+    return client if initialize else None
 
 
 def session_id_for(client: ClientInfo) -> str:

@@ -5,6 +5,8 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 """
 
 
+import asyncio
+import copy
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -83,7 +85,8 @@ from services.gateway.presentation import (
     format_recall,
     format_save,
 )
-from services.gateway.principal import AccessDenied, Principal
+from services.gateway.principal import AccessDenied, Principal, session_client
+from services.gateway.project_cache import describe_projects
 from services.gateway.toolsets import ASSISTANT, MAINTENANCE
 from services.gateway.toolsets import DEFAULT as DEFAULT_TOOLSETS
 
@@ -96,14 +99,13 @@ INSTRUCTIONS = (
     "Use these memory tools rather than any other note-taking or memory tool."
 )
 
+CONTAINER_TAG_DESCRIPTION = "Project to work in (1-128 chars of letters, digits, _ . : -). Omit for the default project."
 ContainerTag = Annotated[
     str | None,
-    Field(
-        default=None,
-        pattern=PROJECT_PATTERN,
-        description="Project to work in (1-128 chars of letters, digits, _ . : -). Omit for the default project.",
-    ),
+    Field(default=None, pattern=PROJECT_PATTERN, description=CONTAINER_TAG_DESCRIPTION),
 ]
+#: tools/list waits at most this long for the user's projects (else the description stays generic)
+PROJECTS_FOR_DESCRIPTION_S = 1.0
 Importance = Annotated[int, Field(ge=1, le=5, description="1 (trivia) to 5 (core fact); default 3")]
 Confidence = Annotated[float, Field(ge=0.0, le=1.0, description="0-1, how sure you are; default 0.8")]
 Context = Annotated[
@@ -140,7 +142,7 @@ def caller() -> OpCaller:
     token = get_access_token()
     if token is None:
         raise ToolError("not authenticated")
-    return OpCaller(Principal.from_token(token), pinned_project.get())
+    return OpCaller(Principal.from_token(token), pinned_project.get(), session_client.get())
 
 
 def contract(model: type[M], **fields: Any) -> M:
@@ -242,7 +244,9 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
 
         Call this before answering whenever earlier conversations might matter: the user's preferences,
         facts about them, their projects and decisions. With includeProfile (default) the user's stable
-        profile and recent context come first. Results are ranked, most relevant first.
+        profile and recent context come first. Results are ranked, most relevant first; a one-line legend
+        explains the marks: the daily log a memory was extracted from, and under the best hits their
+        relations (← the version it replaced, → a newer version, ~ a similar memory; at most 4 each).
         """
         c = caller()
         found = await ops.recall(c, contract(Recall, query=query, project=containerTag, limit=limit, rerank=rerank,
@@ -252,18 +256,22 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
 
     @tool_errors
     async def list_projects(
-        refresh: Annotated[bool, Field(description="Accepted for compatibility: the list is always current.")] = False,
+        refresh: Annotated[bool, Field(description="Read the list now instead of the copy cached for up to a "
+                                             "minute (which the containerTag descriptions are written from).")] = False,
     ) -> str:
         """List the user's projects (containerTags) with how many memories each holds.
 
-        A project used for the first time shows up at once.
+        The list is cached for up to a minute; a project this connection writes to for the first time
+        shows up at once. Pass refresh: true for the current counts, or after another assistant created
+        a project; the tools' containerTag descriptions are then updated from it too.
         """
         c = caller()
-        return format_projects(await ops.list_projects(c))
+        return format_projects(await ops.list_projects(c, refresh=refresh))
 
     @tool_errors
     async def who_am_i() -> dict[str, Any]:
-        """Tell which user (tenant) and credential this connection acts as, with its scopes and project."""
+        """Tell which user (tenant) and credential this connection acts as, with its scopes and project, and
+        which assistant is calling (the MCP client's name and version from its initialize)."""
         return (await ops.who_am_i(caller())).model_dump(mode="json")
 
     @tool_errors
@@ -527,7 +535,33 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
 
 class EngramMCPServer(MCPServer):
     """The SDK's server, with a wrong prompt request answered as one: an unknown prompt or argument
-    is -32602 invalid params naming it (the SDK turns both into -32603 "Internal server error")."""
+    is -32602 invalid params naming it (the SDK turns both into -32603 "Internal server error"), and
+    the tools' ``containerTag`` described with the calling user's projects."""
+
+    ops: Operations | None = None
+
+    async def list_tools(self) -> list[Any]:
+        """The tools, each ``containerTag`` description naming the caller's current projects (this
+        request's copy: the registered tools are shared by every user and never changed)."""
+        tools = await super().list_tools()
+        if self.ops is None or not any("containerTag" in (t.input_schema or {}).get("properties", {}) for t in tools):
+            return tools  # a pinned connection's tools have no containerTag
+        try:
+            projects = await asyncio.wait_for(self.ops.list_projects(caller(), refresh=False),
+                                              PROJECTS_FOR_DESCRIPTION_S)
+        except (AccessDenied, ServiceFailure, ToolError, TimeoutError):
+            return tools
+        description = describe_projects(CONTAINER_TAG_DESCRIPTION, projects)
+        described = []
+        for t in tools:
+            properties = (t.input_schema or {}).get("properties", {})
+            if "containerTag" not in properties:
+                described.append(t)
+                continue
+            schema = copy.deepcopy(t.input_schema)
+            schema["properties"]["containerTag"]["description"] = description
+            described.append(t.model_copy(update={"input_schema": schema}))
+        return described
 
     async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
         prompt = next((p for p in await self.list_prompts() if p.name == name), None)
@@ -561,6 +595,7 @@ def build_mcp(
         ),
         extensions=list(extensions),
     )
+    mcp.ops = ops
     for fn, name, title, annotations, toolset in build_tools(ops):
         if toolset not in toolsets:
             continue
