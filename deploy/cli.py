@@ -409,6 +409,30 @@ class ProgressLines:
         self.out.print(f"{self.what}: {done:,}/{total:,}{share}, {rate:,.0f} {self.unit}/s{left}", highlight=False)
 
 
+@app.command(name="graph")
+def graph_command(
+    no_browser: Annotated[bool, typer.Option("--no-browser", help="only print the URL")] = False,
+) -> None:
+    """Open the memory graph of the running stack (the gateway's web page /graph) in the browser and
+    print its URL. Sign in there with an API key (kept in the browser tab only, never in the URL)."""
+    from deploy.client import StackInfo
+
+    base = os.environ.get("ENGRAM_PUBLIC_URL")
+    if not base:
+        stack = StackInfo.load(default_home())
+        if stack is None:
+            err.print("[red]error:[/red] no running stack found: start one with `engram up` or set ENGRAM_PUBLIC_URL")
+            raise typer.Exit(1)
+        base = stack.gateway_url
+    url = base.rstrip("/") + "/graph"
+    console.print(f"Memory graph: {url}", highlight=False)
+    if not no_browser:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            console.print("(no browser found here: open the URL yourself)")
+
+
 register_portability(app)  # engram export | import | purge (deploy/portability.py)
 
 

@@ -41,6 +41,7 @@ from services.gateway.adapters.token_verifier import (
     bearer_credential,
 )
 from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints.graph_page import graph_routes
 from services.gateway.entrypoints.graph_tools import graph_app
 from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
@@ -224,6 +225,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         )
 
     app.include_router(build_router(ops, unauthorized))
+    app.router.routes.extend(graph_routes())  # the web page /graph (entrypoints/graph_page.py)
     mcp_endpoint = McpEndpoint()
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint))  # every method: the endpoint answers 405
     about = {"name": "Engram", "version": app.version, "description": "Long-term memory for AI assistants (MCP)",
