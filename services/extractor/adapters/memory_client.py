@@ -46,7 +46,11 @@ class ClientMemoryWriter:
         if not found.found or found.memory is None:
             return None
         m = found.memory
-        return KnownMemory(memory_id=m.id, content=m.content, memory_key=m.memory_key, version=m.version)
+        as_of = (m.updated_at.date(), -1)
+        if m.provenance is not None and m.provenance.log_date is not None:
+            as_of = (m.provenance.log_date, min(m.provenance.turns, default=-1))
+        return KnownMemory(memory_id=m.id, content=m.content, memory_key=m.memory_key, version=m.version,
+                           as_of=as_of)
 
     async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
                    origin: Origin | None = None) -> Written:

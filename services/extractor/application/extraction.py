@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import date
 from enum import StrEnum
 from uuid import UUID
 
@@ -28,7 +29,15 @@ from services.extractor.application.ports import (
     Tenants,
 )
 from services.extractor.domain.engine import split_turns
-from services.extractor.domain.merge import Action, decide, fact_key, memory_key_of, step_key
+from services.extractor.domain.merge import (
+    Action,
+    as_of,
+    decide,
+    fact_key,
+    memory_key_of,
+    person_keys,
+    step_key,
+)
 from services.extractor.domain.model import Extraction, Fact
 
 log = logging.getLogger("engram.extractor")
@@ -115,6 +124,8 @@ class Extractor:
             total.facts.extend(part.facts)
             total.prompt_tokens += part.prompt_tokens
             total.completion_tokens += part.completion_tokens
+        people = [t.speaker for t in claimed.turns if t.ref.startswith("turn:")]
+        total.facts = person_keys(total.facts, people)
         return total
 
     async def write(self, claimed: ClaimedLog, facts: list[Fact]) -> TaskReport:
@@ -122,10 +133,12 @@ class Extractor:
         report = TaskReport(Outcome.DONE, facts=len(facts))
         ids: list[UUID] = []
         origin = Origin(claimed.log_id, self.task_id)
+        log_date = date.fromisoformat(claimed.log_date)
         for fact in facts:
             key = memory_key_of(fact)
             known = await self.memories.by_key(claimed.tenant, claimed.project, key)
-            action = decide(fact, known.content if known else None)
+            action = decide(fact, known.content if known else None, as_of(fact, log_date),
+                            known.as_of if known else None)
             if action is Action.KEEP and known is not None:
                 report.kept += 1
                 ids.append(known.memory_id)

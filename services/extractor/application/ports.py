@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -57,6 +57,9 @@ class KnownMemory:
     content: str
     memory_key: str | None
     version: int
+    #: when its content was said: (its log's date, its first turn) for an extracted memory, (the day
+    #: it was last written, -1) for another; None when unknown
+    as_of: tuple[date, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,7 @@ class BuiltinEngine:
             found.append((Fact(
                 content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
                 turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
+                at=turn.at,
             ), said, kind.slot))
             last = len(found) - 1
         answers = index > 0 and "?" in turns[index - 1].text

@@ -13,9 +13,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import date
 from enum import StrEnum
 
 from contracts.memory import NAMESPACE_FOR_CATEGORY
+from services.extractor.domain.engine import USER_SPEAKERS, is_assistant
 from services.extractor.domain.model import Fact
 from services.extractor.domain.text import content_words, slug
 
@@ -52,13 +57,52 @@ def similarity(a: str, b: str) -> float:
     return len(x & y) / min(len(x), len(y))
 
 
-def decide(fact: Fact, known_content: str | None) -> Action:
-    """Save, update or keep, given the content now stored under the fact's key (None: nothing)."""
+#: When a fact was said, for ordering the versions of a slot: (day, turn index in its log).
+AsOf = tuple[date, int]
+
+
+def decide(fact: Fact, known_content: str | None, said: AsOf | None = None, known: AsOf | None = None) -> Action:
+    """Save, update or keep, given the content now stored under the fact's key (None: nothing).
+
+    With ``said`` (when the fact was said) and ``known`` (when the stored content was), a fact older
+    than what is stored does not replace it (KEEP): the current value of a slot is the latest said,
+    whatever order the logs are extracted in."""
     if known_content is None:
         return Action.SAVE
     if similarity(fact.content, known_content) >= NEAR_DUPLICATE:
         return Action.KEEP
+    if said is not None and known is not None and said < known:
+        return Action.KEEP
     return Action.UPDATE
+
+
+def as_of(fact: Fact, log_date: date) -> AsOf:
+    """When a fact was said: its turn's day (``at``), else its log's date; then its turn's index."""
+    day = fact.at.date() if fact.at is not None else log_date
+    turns = [int(r.partition(":")[2]) for r in fact.turn_refs if r.startswith("turn:") and r[5:].isdigit()]
+    return day, min(turns) if turns else -1
+
+
+
+
+def person_keys(facts: Sequence[Fact], people: Sequence[str]) -> list[Fact]:
+    """Slots per person: in a log where several people speak, a slot fact of a named speaker is keyed
+    to them (``profile.occupation`` said by Caroline → ``profile.caroline__occupation``), so one
+    person's job never becomes another's version; the user's own slots (and those of a log's only
+    person, the user) keep the plain key."""
+    persons = {p.strip().casefold() for p in people if not is_assistant(p)} - {""}
+    if len(persons) < 2:
+        return list(facts)
+    out = []
+    for fact in facts:
+        who = fact.speaker.strip().casefold()
+        if not fact.memory_key or who in USER_SPEAKERS:
+            out.append(fact)
+            continue
+        namespace, _, topic = fact.memory_key.partition(".")
+        person = re.sub(r"[^a-z0-9]+", "_", who).strip("_")[:24].strip("_") or _digest(who, size=8)
+        out.append(replace(fact, memory_key=f"{namespace}.{person}__{topic}"[: len(namespace) + 65].rstrip("_")))
+    return out
 
 
 def fact_key(log_id: str, task_id: str, fact: Fact, action: str) -> str:

@@ -35,6 +35,7 @@ class Fact:
     speaker: str
     memory_key: str | None = None
     context: str | None = None
+    at: datetime | None = None  # when it was said (the turn's ``at``), when the log gives it
 
 
 @dataclass
