@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 INSPECTOR := tools/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: run test test-unit test-integration lint bench clean
+.PHONY: run test test-unit test-integration faults lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
@@ -34,6 +34,13 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP) $(INSPECTOR)
 	$(BIN)/python -m pytest -q -m "integration or e2e"
+
+# The fault suite (~20 min on 2 cores): kill -9 of every service mid-ingest, a 3-node NATS cluster
+# losing a node, Postgres stopped and started, a poison message (docs/reliability.md). Each
+# trial's figures are printed, and appended as JSON lines to FAULTS_OUT when given.
+FAULTS_OUT ?=
+faults: $(STAMP)
+	ENGRAM_FAULTS_OUT=$(FAULTS_OUT) $(BIN)/python -m pytest -q -s -m faults tests/faults
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
