@@ -94,9 +94,33 @@ EMBED_SECONDS = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 EMBEDDED_TEXTS = Counter("engram_embedded_texts_total", "Texts the embedder embedded", ["model"])
-EMBEDDING_CACHE = Counter(
-    "engram_embedding_cache_total", "Embedding cache lookups by result (hit: no embedder call)", ["result"],
-)
+
+
+class _EmbeddingCacheCollector:
+    """``engram_embedding_cache_total{result=hit|miss}``, read at scrape time from the memory
+    service's cache object (its ``hits`` / ``misses`` counts; :func:`track_embedding_cache`)."""
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily("engram_embedding_cache", "Embedding cache lookups of texts and token rows, "
+                                     "by result (hit: not embedded again)", labels=["result"])
+        if self.cache is not None:
+            family.add_metric(["hit"], float(getattr(self.cache, "hits", 0)))
+            family.add_metric(["miss"], float(getattr(self.cache, "misses", 0)))
+        yield family
+
+
+EMBEDDING_CACHE = _EmbeddingCacheCollector()
+REGISTRY.register(EMBEDDING_CACHE)  # type: ignore[arg-type]
+
+
+def track_embedding_cache(cache: Any) -> None:
+    """Export the hits and misses of this embedding cache (an object with ``hits`` and ``misses``)."""
+    EMBEDDING_CACHE.cache = cache
 
 SAMPLE_EVERY_S = 5.0
 

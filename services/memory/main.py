@@ -96,6 +96,7 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
             cache=VectorCache(PgEmbeddingCache(pool, settings.memory_schema)),
         )
+        metrics.track_embedding_cache(models.cache)  # engram_embedding_cache_total{result=hit|miss}
         service = MemoryService(
             store, index, models, bus, settings.names, rerank_candidates=settings.rerank_candidates,
             late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
