@@ -2,7 +2,6 @@
 the export stream (``GET /v1/export``) and the purge of a user (``POST /v1/users/{user_id}/purge``,
 admin). Thin declarations over :mod:`services.gateway.portability`."""
 
-from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal

@@ -1,0 +1,222 @@
+"""Your memories are yours (issue 17), through REST, MCP and the `engram` CLI on the running stack:
+bulk saves, export, purge, import (round trip exact, idempotent), imports from mem0, Supermemory
+and chat histories."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from contracts.daily_logs import daily_log_id
+
+pytestmark = pytest.mark.e2e
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "portability"
+
+
+def engram(running: Any, home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """The `engram` CLI against the running stack (its NATS, as the operator)."""
+    env = {**os.environ, "ENGRAM_NATS_URL": running.stack.nats_url, "ENGRAM_NAMESPACE": running.stack.o.namespace,
+           "ENGRAM_HOME": str(home), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "deploy", *args], env=env, capture_output=True, text=True, timeout=180)
+    if check:
+        assert done.returncode == 0, f"engram {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def new_user(running: Any, name: str) -> tuple[str, str]:
+    made = running.stack.create_key(None, name, ["memory:read", "memory:write", "memory:maintenance"])
+    return made["view"]["user_id"], made["key"]
+
+
+def rest(running: Any, key: str) -> httpx.Client:
+    return httpx.Client(base_url=running.base_url + "/v1", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def body_of(export: str) -> list[str]:
+    """The records of an export (the header is the export's own metadata)."""
+    lines = export.splitlines()
+    assert json.loads(lines[0])["type"] == "header"
+    return lines[1:]
+
+
+def test_bulk_saves_answer_item_by_item_and_are_idempotent(running) -> None:  # type: ignore[no-untyped-def]
+    user, key = new_user(running, "bulk")
+    items = [{"content": f"Bulk fact {i} {uuid.uuid4().hex[:6]}"} for i in range(5)]
+    items += [{"content": ""}, {"content": "Keyed fact", "category": "goal", "memory_key": "goal.run"},
+              {"content": "In another project", "project": "side", "context": "asked about side projects"},
+              {"content": "A bad key", "category": "goal", "memory_key": "preference.x"}]
+    with rest(running, key) as http:
+        first = http.post("/memories/bulk", json={"memories": items}, headers={"Idempotency-Key": "bulk-request-1"})
+        assert first.status_code == 200, first.text
+        out = first.json()
+        statuses = [r["status"] for r in out["results"]]
+        assert statuses == ["saved"] * 5 + ["error", "saved", "saved", "error"]
+        assert out["results"][5]["error"]["field"] == "memories[5].content"
+        assert out["results"][8]["error"]["field"] == "memories[8].memory_key"
+        assert out["results"][7]["project"] == "side" and (out["saved"], out["errors"]) == (7, 2)
+        again = http.post("/memories/bulk", json={"memories": items}, headers={"Idempotency-Key": "bulk-request-1"})
+        assert [r["memory_id"] for r in again.json()["results"]] == [r["memory_id"] for r in out["results"]]
+        listed = http.get("/memories", params={"limit": 100}).json()["memories"]
+        assert len(listed) == 7  # the retry saved nothing twice
+        dup = http.post("/memories/bulk", json={"memories": items[:2]}).json()
+        assert [r["status"] for r in dup["results"]] == ["duplicate", "duplicate"]  # same contents, new request
+        too_many = http.post("/memories/bulk", json={"memories": [{"content": "x"}] * 501})
+        assert too_many.status_code == 422 and too_many.json()["error"]["field"] == "memories"
+
+    data = asyncio.run(_save_over_mcp(running, key, [{"content": "From MCP one"},
+                                                     {"content": "From MCP two", "importance": 9}]))
+    assert [r["status"] for r in data["results"]] == ["saved", "error"]
+    assert data["results"][1]["error"]["field"] == "memories[1].importance"
+
+
+async def _save_over_mcp(running: Any, key: str, memories: list[dict[str, Any]]) -> dict[str, Any]:
+    """`save_memories` through the `mcp` SDK client."""
+    http2 = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30.0, read=60.0))
+    async with http2, Client(streamable_http_client(running.mcp_url, http_client=http2)) as mcp:
+        assert "save_memories" in {t.name for t in (await mcp.list_tools()).tools}
+        result = await mcp.call_tool("save_memories", {"memories": memories})
+        data: dict[str, Any] = result.structured_content or json.loads(result.content[0].text)  # type: ignore[union-attr]
+        return data
+
+
+def _wait_processed(http: httpx.Client, log_id: str, timeout: float = 90.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = http.get(f"/daily-logs/{log_id}").json()
+        if found.get("found") and found["log"]["processing_status"] == "processed":
+            results = http.get("/extraction-results", params={"log_id": log_id}).json()["results"]
+            if results:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"log {log_id} was not processed in {timeout}s")
+
+
+def test_export_purge_import_round_trip_is_exact(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    user, key = new_user(running, "mover")
+    marker = "MARKER" + uuid.uuid4().hex[:8]
+    with rest(running, key) as http:
+        assert http.post("/memories", json={"content": f"Keeps bees on the roof {marker}",
+                                            "context": "What do you do on weekends?"}).status_code == 201
+        for content in ("Runs 5 km", "Runs 10 km"):
+            http.post("/memories", json={"content": content, "category": "goal", "memory_key": "goal.running"})
+        http.post("/memories/update", json={"memory_key": "goal.running", "importance": 5})
+        gone = http.post("/memories", json={"content": "Used to smoke", "project": "health"}).json()
+        http.post("/memories/forget", json={"memory_id": gone["memory_id"], "reason": "quit"})
+        http.post("/shared-memories", json={"title": "Trip to Kyoto", "event": f"We planned the trip {marker}"})
+        log = http.post("/daily-logs", json={"log_date": "2024-06-01", "turns": [
+            {"speaker": "user", "text": "I moved to Berlin last month and I love the parks."},
+            {"speaker": "assistant", "text": "Berlin has wonderful parks!"}]}).json()
+        _wait_processed(http, log["id"])
+        rest_export = http.get("/export")
+        assert rest_export.status_code == 200 and rest_export.headers["content-type"].startswith("application/x-ndjson")
+        markdown = http.get("/export", params={"format": "markdown"}).text
+        assert "Keeps bees on the roof" in markdown and "# Engram export" in markdown
+
+    first = tmp_path / "first.jsonl"
+    engram(running, tmp_path, "export", "--user", user, "-o", str(first))
+    records = body_of(first.read_text())
+    assert records == body_of(rest_export.text)  # the CLI and REST write the same records
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for line in records:
+        by_type.setdefault(json.loads(line)["type"], []).append(json.loads(line))
+    assert {"memory", "shared_memory", "daily_log", "extraction_result"} <= by_type.keys()
+    keyed = next(m for m in by_type["memory"] if m["versions"][-1]["state"].get("memory_key") == "goal.running")
+    assert [v["state"]["content"] for v in keyed["versions"]] == ["Runs 5 km", "Runs 10 km", "Runs 10 km"]
+    assert any(m["versions"][-1]["state"]["status"] == "forgotten" for m in by_type["memory"])
+    assert any(m["versions"][-1]["state"].get("context") == "What do you do on weekends?" for m in by_type["memory"])
+    assert any(m["versions"][-1]["state"].get("provenance") for m in by_type["memory"])  # extracted from the log
+    assert user not in "\n".join(records)  # states are written without their tenant
+
+    other_before = _memories(running, running.other_key)
+    assert engram(running, tmp_path, "purge", "--user", user, check=False).returncode == 2  # refused without --yes
+    purged = engram(running, tmp_path, "purge", "--user", user, "--yes")
+    assert "Purged" in purged.stderr
+    with rest(running, key) as http:
+        assert http.get("/memories").status_code == 401  # the key is gone at once
+    empty = tmp_path / "empty.jsonl"
+    engram(running, tmp_path, "export", "--user", user, "-o", str(empty))
+    assert body_of(empty.read_text()) == []
+    assert _memories(running, running.other_key) == other_before  # other users untouched
+
+    imported = engram(running, tmp_path, "import", str(first))
+    assert f"{len(records):,} restored" in imported.stderr, imported.stderr
+    second = tmp_path / "second.jsonl"
+    engram(running, tmp_path, "export", "--user", user, "-o", str(second))
+    assert body_of(second.read_text()) == records  # exact, but for the export's own header
+
+    # importing twice changes nothing: each batch's key is derived from its records, so the second
+    # import is answered with the first one's outcomes and no event is appended
+    twice = engram(running, tmp_path, "import", str(first), "--user", user)
+    assert "error" not in twice.stderr, twice.stderr
+    third = tmp_path / "third.jsonl"
+    engram(running, tmp_path, "export", "--user", user, "-o", str(third))
+    assert body_of(third.read_text()) == records
+
+    made = engram(running, tmp_path, "keys", "create", "--user", user)
+    new_key = next(w for w in made.stdout.split() if w.startswith("egm_"))
+    with rest(running, new_key) as http:
+        hits = http.post("/recall", json={"query": "bees on the roof"}).json()["hits"]
+        assert hits and marker in hits[0]["memory"]["content"]  # vectors are back too
+        assert http.get("/shared-memories", params={"title": "Trip to Kyoto"}).json()["shared_memories"]
+
+
+def _memories(running: Any, key: str) -> list[str]:
+    with rest(running, key) as http:
+        return sorted(m["id"] for m in http.get("/memories", params={"limit": 100}).json()["memories"])
+
+
+def test_imports_from_mem0_supermemory_and_chat(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    user, key = new_user(running, "switcher")
+    for name, expected in (("mem0_get_all.json", "3 saved"), ("supermemory_documents.json", "3 saved"),
+                           ("chat_turns.json", "2 saved")):
+        done = engram(running, tmp_path, "import", str(FIXTURES / name), "--user", user)
+        assert expected in done.stderr, done.stderr
+        with rest(running, key) as http:
+            before = http.get("/memories", params={"limit": 100}).json()["memories"]
+            again = engram(running, tmp_path, "import", str(FIXTURES / name), "--user", user)
+            assert "error" not in again.stderr, again.stderr
+            assert http.get("/memories", params={"limit": 100}).json()["memories"] == before  # nothing changed
+    with rest(running, key) as http:
+        contents = {m["content"] for m in http.get("/memories", params={"limit": 100}).json()["memories"]}
+        assert {"Allergic to peanuts MARKER-MEM0", "Is travelling to Paris in June"} <= contents
+        personal = http.get("/memories", params={"project": "personal"}).json()["memories"]
+        assert {m["content"] for m in personal} == {"Dana is moving to Lisbon in September",
+                                                    "Dana wants a flat near the river MARKER-SM"}
+        log = http.get(f"/daily-logs/{daily_log_id(user, 'default', date(2024, 7, 1))}").json()
+        assert log["found"] and log["log"]["turns"][0]["text"].endswith("MARKER-CHAT")
+    bad = engram(running, tmp_path, "import", str(FIXTURES / "README.md"), "--user", user, check=False)
+    assert bad.returncode == 2 and "--format" in bad.stderr
+
+
+def test_purge_over_rest_needs_an_unrestricted_admin(running) -> None:  # type: ignore[no-untyped-def]
+    user, key = new_user(running, "doomed")
+    with rest(running, key) as http:
+        http.post("/memories", json={"content": "Soon gone"})
+        refused = http.post(f"/users/{user}/purge")
+        assert refused.status_code == 403
+    admin = running.stack.create_key(None, "admin", ["admin"])["key"]
+    with rest(running, admin) as http:
+        report = http.post(f"/users/{user}/purge")
+        assert report.status_code == 200, report.text
+        removed = {s["service"]: s["removed"] for s in report.json()["services"]}
+        assert removed["memory"]["memories"] == 1 and removed["auth"]["api_keys"] == 1
+        assert report.json()["events"] >= 2
+        again = http.post(f"/users/{user}/purge").json()  # idempotent: nothing left but its own announcement
+        assert again["events"] <= 1 and all(sum(s["removed"].values()) == 0 for s in again["services"])
+    with rest(running, key) as http:
+        assert http.get("/memories").status_code == 401
