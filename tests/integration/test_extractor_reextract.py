@@ -10,7 +10,7 @@ from datetime import date
 
 import pytest
 
-from contracts.daily_logs import Turn
+from contracts.daily_logs import GetExtractionTasks, TaskStatus, Turn
 from services.extractor.adapters.ledger import PgTaskLedger
 from services.extractor.config import ExtractorSettings
 from services.extractor.main import reextract
@@ -64,6 +64,17 @@ async def test_reextract_records_results_for_the_new_task_once(pipeline: Pipelin
         assert len(contents) == len(set(contents)), contents  # no duplicate memory
         assert {(m.id, m.version, m.content) for m in listed} == before[tenant]  # nothing rewritten
 
+    # the run is recorded as a task of each user: success, its logs, engine and counts
+    for tenant, ids in saved.items():
+        listed = (await p.client.ask(tenant, GetExtractionTasks(task_id=NEW_TASK))).tasks
+        assert len(listed) == 1, listed
+        task = listed[0]
+        assert task.status is TaskStatus.SUCCESS and task.engine == "builtin" and task.error is None
+        assert set(task.log_ids) == set(ids)
+        assert task.metrics["logs"] == 3 and task.metrics["done"] == 3 and task.metrics["failed"] == 0
+        assert task.metrics["kept"] == task.metrics["facts"] > 0
+        assert task.started_at is not None and task.finished_at is not None
+
     # a second run under the same task id writes nothing
     again = await reextract(settings, NEW_TASK)
     assert again.logs == 6 and again.already_done == 6 and again.done == 0 and again.facts == 0
@@ -71,6 +82,8 @@ async def test_reextract_records_results_for_the_new_task_once(pipeline: Pipelin
         assert {(m.id, m.version, m.content) for m in (await memories(p, tenant)).memories} == before[tenant]
         for log_id in saved[tenant]:
             assert len((await results(p, tenant, log_id)).results) == 2
+        task = (await p.client.ask(tenant, GetExtractionTasks(task_id=NEW_TASK))).tasks[0]
+        assert task.status is TaskStatus.SUCCESS and task.metrics["already_done"] == 3  # the second run, recorded
 
     # --since and --user narrow the logs; a task id outside the pattern is refused
     narrow = await reextract(settings, "builtin-v3", since=date(2025, 6, 2), user="bob")

@@ -22,6 +22,8 @@ from uuid import UUID
 
 from contracts.daily_logs import (
     DAILY_LOG_AGGREGATE,
+    MAX_ERROR_REASON_CHARS,
+    MAX_IDS,
     ClaimDailyLog,
     ClaimResult,
     DailyLogView,
@@ -30,7 +32,9 @@ from contracts.daily_logs import (
     MarkLogFailed,
     MarkLogProcessed,
     RecordExtractionResult,
+    RecordExtractionTask,
     RecoverStuckLogs,
+    TaskStatus,
 )
 from contracts.errors import ErrorCode
 from kit.client import Client, ServiceFailure
@@ -103,6 +107,15 @@ class ClientLogSource:
             if exc.error.code not in _NOT_OURS:
                 raise
             log.warning("log %s not marked failed: %s", log_id, exc.error.message)
+
+    async def record_task(self, tenant: str, task_id: str, *, status: str, engine: str,
+                          log_ids: Sequence[str] = (), metrics: dict[str, float] | None = None,
+                          error: str | None = None, key: str) -> None:
+        ids = [UUID(i) for i in dict.fromkeys(log_ids)]
+        await self.client.send(tenant, RecordExtractionTask(
+            task_id=task_id, status=TaskStatus(status), engine=engine, log_ids=ids[:MAX_IDS] or None,
+            metrics=metrics or None, error=error[:MAX_ERROR_REASON_CHARS] if error else None,
+        ), key=key)
 
     async def recover_stuck(self, tenant: str, timeout_minutes: int, *, key: str) -> int:
         result: LogBatchResult = await self.client.send(tenant, RecoverStuckLogs(timeout_minutes=timeout_minutes),

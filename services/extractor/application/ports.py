@@ -96,6 +96,12 @@ class LogSource(Protocol):
 
     async def mark_failed(self, tenant: str, log_id: str, reason: str, *, key: str) -> None: ...
 
+    async def record_task(self, tenant: str, task_id: str, *, status: str, engine: str,
+                          log_ids: Sequence[str] = (), metrics: dict[str, float] | None = None,
+                          error: str | None = None, key: str) -> None:
+        """Record an extraction run's metadata (RecordExtractionTask: status, engine, logs, counts)."""
+        ...
+
     async def recover_stuck(self, tenant: str, timeout_minutes: int, *, key: str) -> int:
         """Logs of ``tenant`` stuck in processing → pending (or failed): how many changed."""
         ...

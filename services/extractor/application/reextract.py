@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Protocol
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from services.extractor.application.extraction import ExtractionFailed, Extractor, Outcome, TaskReport
 from services.extractor.application.ports import ClaimedLog
@@ -116,13 +116,33 @@ async def reextract_log(extractor: Extractor, catalog: LogCatalog, ref: LogRef) 
     return report
 
 
+def task_metrics(report: ReextractReport) -> dict[str, float]:
+    """A run's counts as the task's metrics (RecordExtractionTask)."""
+    return {name: float(getattr(report, name)) for name in
+            ("logs", "done", "already_done", "failed", "gone", "facts", "saved", "updated", "kept")}
+
+
 async def reextract(
     extractor: Extractor, catalog: LogCatalog, *, since: date | None = None, tenant: str | None = None,
-    on_progress: Progress | None = None, concurrency: int = 2,
+    on_progress: Progress | None = None, concurrency: int = 2, run_id: str | None = None,
 ) -> ReextractReport:
-    """Every past log (from ``since``, of ``tenant`` or all) under ``extractor.task_id``."""
+    """Every past log (from ``since``, of ``tenant`` or all) under ``extractor.task_id``.
+
+    The run is recorded as an extraction task of each user it touches (``RecordExtractionTask``:
+    running with its logs and engine, then success, or failed with the first error, and the run's
+    counts as metrics), as the external-agent workflow records its tasks. ``run_id`` names this run
+    in those records' idempotency keys (a retried command acts once; a new run records again)."""
     refs: Sequence[LogRef] = await catalog.logs(since=since, tenant=tenant)
-    total = ReextractReport(task_id=extractor.task_id, engine=extractor.engine.name, logs=len(refs))
+    task_id, engine = extractor.task_id, extractor.engine.name
+    total = ReextractReport(task_id=task_id, engine=engine, logs=len(refs))
+    per_user: dict[str, ReextractReport] = {}
+    for ref in refs:
+        per_user.setdefault(ref.tenant, ReextractReport(task_id=task_id, engine=engine)).logs += 1
+    run = run_id or uuid4().hex
+    for user in per_user:
+        await extractor.logs.record_task(
+            user, task_id, status="running", engine=engine, log_ids=[r.log_id for r in refs if r.tenant == user],
+            key=step_key("task-running", user, task_id, run))
     if on_progress is not None:
         on_progress(0, len(refs))
     gate = asyncio.Semaphore(max(1, concurrency))
@@ -131,14 +151,23 @@ async def reextract(
     async def one(ref: LogRef) -> None:
         nonlocal done
         async with gate:
-            report = await reextract_log(extractor, catalog, ref)
+            try:
+                report = await reextract_log(extractor, catalog, ref)
+            except Exception as exc:  # transient: the run is recorded failed, the log is retried by a new run
+                report = TaskReport(Outcome.FAILED, error=f"log {ref.log_id}: {type(exc).__name__}: {exc}"[:1000])
         total.add(report)
+        per_user[ref.tenant].add(report)
         done += 1
         if on_progress is not None:
             on_progress(done, len(refs))
 
     await asyncio.gather(*(one(ref) for ref in refs))
+    for user, mine in per_user.items():
+        status = "failed" if mine.failed else "success"
+        await extractor.logs.record_task(
+            user, task_id, status=status, engine=engine, metrics=task_metrics(mine),
+            error=mine.errors[0] if mine.errors else None, key=step_key(f"task-{status}", user, task_id, run))
     return total
 
 
-__all__ = ["LogCatalog", "LogRef", "ReextractReport", "reextract", "reextract_log"]
+__all__ = ["LogCatalog", "LogRef", "ReextractReport", "reextract", "reextract_log", "task_metrics"]
