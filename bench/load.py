@@ -63,7 +63,11 @@ class Run:
         self.ok: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.limited: Counter[str] = Counter()  # 429: the rate limit, by design
+        self.lost: Counter[str] = Counter()  # sessions whose connection broke (then opened again)
         self.started = 0
+
+    def more(self) -> bool:
+        return self.budget > 0 and time.monotonic() < self.deadline
 
     def take(self) -> bool:
         """One more operation, if the run is not over (time or count)."""
@@ -79,56 +83,74 @@ def error_kind(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     text = str(exc)
-    if "429" in text or "Too Many Requests" in text:
-        return "429"
     status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status == 429 or "Too Many Requests" in text or "rate_limited" in text or "rate limit exceeded" in text:
+        return "429"
     if status is not None:
         return f"HTTP {status}"
     return f"{type(exc).__name__}: {text[:80]}"
 
 
 async def session(index: int, url: str, key: str, corpus: list[str], weights: list[int], run: Run,
-                  opened: asyncio.Event, ready: list[int], failures: Counter[str]) -> None:
+                  opened: asyncio.Event, ready: list[int], failures: Counter[str], think_s: float) -> None:
+    """One MCP session: open it, then operate until the run ends; a session whose connection is
+    lost (the transport raises out of the client) is counted and opened again, as a client would."""
     rng = random.Random(index)
     project = f"load-{index % 20}"
-    async with AsyncExitStack() as stack:
+    first = True
+    while first or run.more():
         try:
-            http = await stack.enter_async_context(httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(60.0),
-                limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1)))
-            client = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
-        except BaseException as exc:  # noqa: BLE001 - counted, the run goes on
-            failures[error_kind(exc)] += 1
+            async with AsyncExitStack() as stack:
+                http = await stack.enter_async_context(httpx2.AsyncClient(
+                    headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(60.0),
+                    limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1)))
+                client = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
+                if first:
+                    ready[0] += 1
+                    first = False
+                    await opened.wait()  # every session starts its operations at once
+                await operate(client, index, rng, project, corpus, weights, run, think_s)
             return
-        ready[0] += 1
-        await opened.wait()  # every session starts its operations at once
-        while run.take():
-            op = rng.choices(OPERATIONS, weights)[0]
-            started = time.perf_counter()
-            try:
-                if op == "save":
-                    text = rng.choice(corpus)
-                    result = await client.call_tool("memory", {"content": f"{text} [{index}-{run.started}]",
-                                                               "containerTag": project})
-                elif op == "recall":
-                    words = rng.choice(corpus).split()
-                    query = " ".join(words[max(0, len(words) // 2 - 3): len(words) // 2 + 3]) or "what"
-                    result = await client.call_tool("recall", {"query": query, "includeProfile": False,
-                                                               "containerTag": project})
-                else:
-                    result = await client.read_resource("engram://profile")
-                failed = getattr(result, "is_error", False)
-                elapsed = 1000 * (time.perf_counter() - started)
-                if failed:
-                    text = " ".join(getattr(c, "text", "") for c in result.content)
-                    kind = "429" if "429" in text or "rate limit" in text.lower() else f"tool error: {text[:80]}"
-                    (run.limited if kind == "429" else run.errors)[f"{op} {kind}"] += 1
-                else:
-                    run.latency_ms[op].append(elapsed)
-                    run.ok[op] += 1
-            except Exception as exc:  # noqa: BLE001 - counted by kind
-                kind = error_kind(exc)
+        except BaseException as exc:  # noqa: BLE001 - counted, the session is opened again
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if first:
+                failures[error_kind(exc)] += 1
+                return
+            run.lost[error_kind(exc)] += 1
+
+
+async def operate(client: Client, index: int, rng: random.Random, project: str, corpus: list[str],
+                  weights: list[int], run: Run, think_s: float) -> None:
+    while run.take():
+        if think_s > 0:  # an assistant's pause between tool calls (exponential, mean think_s)
+            await asyncio.sleep(rng.expovariate(1 / think_s))
+        op = rng.choices(OPERATIONS, weights)[0]
+        started = time.perf_counter()
+        try:
+            if op == "save":
+                text = rng.choice(corpus)
+                result = await client.call_tool("memory", {"content": f"{text} [{index}-{run.started}]",
+                                                           "containerTag": project})
+            elif op == "recall":
+                words = rng.choice(corpus).split()
+                query = " ".join(words[max(0, len(words) // 2 - 3): len(words) // 2 + 3]) or "what"
+                result = await client.call_tool("recall", {"query": query, "includeProfile": False,
+                                                           "containerTag": project})
+            else:
+                result = await client.read_resource("engram://profile")
+            failed = getattr(result, "is_error", False)
+            elapsed = 1000 * (time.perf_counter() - started)
+            if failed:
+                text = " ".join(getattr(c, "text", "") for c in result.content)
+                kind = "429" if "rate_limited" in text or "Too Many Requests" in text else f"tool error: {text[:80]}"
                 (run.limited if kind == "429" else run.errors)[f"{op} {kind}"] += 1
+            else:
+                run.latency_ms[op].append(elapsed)
+                run.ok[op] += 1
+        except Exception as exc:  # noqa: BLE001 - counted by kind
+            kind = error_kind(exc)
+            (run.limited if kind == "429" else run.errors)[f"{op} {kind}"] += 1
 
 
 def rss_of(stack: Stack) -> dict[str, float]:
@@ -165,7 +187,7 @@ async def measure(stack: Stack, key: str, args: argparse.Namespace) -> list[str]
     failures: Counter[str] = Counter()
     samples: list[tuple[float, dict[str, float]]] = []
     t_open = time.monotonic()
-    tasks = [asyncio.create_task(session(i, url, key, corpus, weights, run, opened, ready, failures))
+    tasks = [asyncio.create_task(session(i, url, key, corpus, weights, run, opened, ready, failures, args.think))
              for i in range(args.sessions)]
     while ready[0] + sum(failures.values()) < args.sessions and time.monotonic() - t_open < 120:
         await asyncio.sleep(0.1)
@@ -188,6 +210,7 @@ async def measure(stack: Stack, key: str, args: argparse.Namespace) -> list[str]
     total_ok = sum(run.ok.values())
     lines = [f"{args.sessions} MCP sessions (the `mcp` SDK client, one connection each) for {elapsed:.0f} s "
              f"(bound {args.duration:.0f} s / {args.max_operations} operations), mix save:recall:profile = {args.mix}, "
+             f"think time {'none (closed loop)' if args.think <= 0 else f'{args.think:g} s mean'}, "
              f"replicas {args.replicas}, rate limits {'as shipped' if args.product_limits else 'lifted'}",
              f"sessions opened: {ready[0]} of {args.sessions} in {open_s:.1f} s"
              + (f"; failed to open: {dict(failures)}" if failures else ""),
@@ -199,6 +222,8 @@ async def measure(stack: Stack, key: str, args: argparse.Namespace) -> list[str]
     lines.append(f"errors (not 429): {sum(run.errors.values())}"
                  + (f" — {dict(run.errors.most_common(8))}" if run.errors else ""))
     lines.append(f"429 (rate limit, by design): {sum(run.limited.values())}")
+    lines.append(f"sessions lost and opened again: {sum(run.lost.values())}"
+                 + (f" — {dict(run.lost.most_common(5))}" if run.lost else ""))
     names = list(samples[0][1]) if samples else []
     if samples:
         picks = samples if len(samples) <= 8 else [samples[round(i * (len(samples) - 1) / 7)] for i in range(8)]
@@ -212,7 +237,8 @@ async def report_progress(run: Run, t0: float) -> None:
         await asyncio.sleep(10)
         done = sum(run.ok.values())
         print(f"  {time.monotonic() - t0:5.0f} s: {done} ok ({done / (time.monotonic() - t0):.1f}/s), "
-              f"{sum(run.errors.values())} errors, {sum(run.limited.values())} × 429", flush=True)
+              f"{sum(run.errors.values())} errors, {sum(run.limited.values())} × 429, "
+              f"{sum(run.lost.values())} sessions lost", flush=True)
 
 
 def main() -> None:
@@ -221,6 +247,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load (bound)")
     parser.add_argument("--max-operations", type=int, default=1_000_000, help="operations in all (bound)")
     parser.add_argument("--mix", default="3:6:1", help="weights save:recall:profile")
+    parser.add_argument("--think", type=float, default=0.0,
+                        help="mean seconds a session waits between operations (0: none, a closed loop)")
     parser.add_argument("--replicas", type=int, default=1, help="processes of every service (engram up --replicas)")
     parser.add_argument("--product-limits", action="store_true", help="keep the shipped rate limits (429s counted)")
     parser.add_argument("--rss-every", type=float, default=5.0, help="seconds between RSS samples")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -50,6 +51,11 @@ QUEUED_AFTER_S = 2.0
 WRONG_LAST_SEQUENCE = 10071
 PIPELINE_MIN_BATCH = 8
 STREAM_NAME_IN_USE = 10058
+#: a query's deadline (Unix time, seconds) in its NATS headers: past it the caller has given up, so a
+#: service still holding the query in its queue drops it instead of answering no one (load shedding)
+HEADER_DEADLINE = "Engram-Deadline"
+#: clocks of the hosts may differ a little: a query is dropped only this long after its deadline
+DEADLINE_SLACK_S = 0.25
 
 
 class ConcurrencyConflict(Exception):
@@ -374,7 +380,8 @@ class Bus:
         }), tracing.span(f"query {service}.{name}", kind=tracing.SpanKind.CLIENT,
                          attributes={"messaging.system": "nats", "engram.operation": name}) as current:
             try:
-                msg = await self.nc.request(subject, dumps(query), timeout=timeout, headers=tracing.inject({}) or None)
+                headers = tracing.inject({HEADER_DEADLINE: f"{time.time() + timeout:.3f}"})
+                msg = await self.nc.request(subject, dumps(query), timeout=timeout, headers=headers)
             except nats.errors.NoRespondersError as exc:
                 raise BusUnavailable(f"no {service} service answers {subject}: is it running?") from exc
             except nats.errors.TimeoutError:
@@ -399,6 +406,9 @@ class Bus:
         def make_cb(name: str, handler: Callable[[QueryEnvelope], Awaitable[Reply[Any]]]) -> Handler:
             async def answer(msg: Msg) -> None:
                 async with gate:
+                    if _expired(msg):  # waited in this queue past the caller's timeout: nobody would read it
+                        metrics.QUERIES_SHED.labels(service, name).inc()
+                        return
                     with tracing.span(f"{service} answer {name}", kind=tracing.SpanKind.SERVER,
                                       headers=msg.headers, attributes={"engram.operation": name}):
                         try:
@@ -558,6 +568,17 @@ class Bus:
             except Exception:
                 log.exception("%s: dead-letter hook failed", spec.durable)
         await msg.term()
+
+
+def _expired(msg: Msg) -> bool:
+    """Whether a query's caller has given up on it (its deadline header is past)."""
+    raw = (msg.headers or {}).get(HEADER_DEADLINE)
+    if not raw:
+        return False
+    try:
+        return time.time() > float(raw) + DEADLINE_SLACK_S
+    except ValueError:
+        return False
 
 
 def _first_field(exc: ValidationError) -> str | None:

@@ -68,6 +68,10 @@ HANDLER_SECONDS = Histogram(
     "engram_handler_duration_seconds", "Commands and queries handled by this service, by operation and outcome",
     ["service", "kind", "operation", "outcome"], buckets=LATENCY_BUCKETS,
 )
+QUERIES_SHED = Counter(
+    "engram_queries_shed_total", "Queries dropped unanswered because their caller's deadline passed while queued",
+    ["service", "operation"],
+)
 CONSUMER_MESSAGES = Counter(
     "engram_consumer_messages_total", "Messages this replica's durable consumers handled (ack, retry, dead)",
     ["durable", "result"],

@@ -1,0 +1,47 @@
+"""Load shedding on the bus: a query still queued at a service after its caller gave up (its
+deadline header is past) is dropped, not handled for nobody (kit/bus.py, Engram-Deadline)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from contracts.envelope import QueryEnvelope, Reply
+from kit import metrics
+from kit.bus import Bus
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_query_whose_caller_gave_up_is_not_handled(bus: Bus) -> None:
+    release = asyncio.Event()
+    handled: list[str] = []
+
+    async def slow(query: QueryEnvelope) -> Reply[dict[str, str]]:
+        handled.append(str(query.payload["n"]))
+        await release.wait()
+        return Reply.success({"n": str(query.payload["n"])})
+
+    subs = await bus.serve_queries("svc", {"slow": slow}, concurrency=1)  # one at a time: the rest queue
+    shed_before = metrics.QUERIES_SHED.labels("svc", "slow")._value.get()
+    try:
+        first = asyncio.create_task(bus.query("svc", "slow", QueryEnvelope(type="slow", payload={"n": 0}), timeout=30))
+        while not handled:  # the first query holds the only slot
+            await asyncio.sleep(0.01)
+        # two more queries wait behind it; their callers give up (the bus answers TIMEOUT)
+        late = await asyncio.gather(*(bus.query("svc", "slow", QueryEnvelope(type="slow", payload={"n": i}),
+                                                timeout=0.3) for i in (1, 2)))
+        assert [r.ok for r in late] == [False, False]
+        await asyncio.sleep(0.3)  # past the deadline slack
+        release.set()
+        assert (await first).ok
+        for _ in range(200):  # bounded: the queued two are taken from the queue and dropped
+            if metrics.QUERIES_SHED.labels("svc", "slow")._value.get() - shed_before == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert handled == ["0"]
+        assert metrics.QUERIES_SHED.labels("svc", "slow")._value.get() - shed_before == 2
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
