@@ -32,6 +32,9 @@ DEFAULT_GRAPH_PAGE = 200
 MAX_GRAPH_PAGE = 1000
 MAX_CURSOR_CHARS = 512
 MAX_SIMILAR = 20
+#: the memory service's aggregate on the event log (``<ns>.evt.<tenant>.memory.<id>``), whose events'
+#: ``data`` is a :class:`contracts.memory.MemoryState`; the graph projects it
+MEMORY_AGGREGATE = "memory"
 
 
 class NodeType(StrEnum):
@@ -115,6 +118,8 @@ class SimilarMemory(BaseModel):
 class SimilarMemoryList(BaseModel):
     found: bool = Field(description="false when the memory is unknown (or not visible to the caller)")
     similar: list[SimilarMemory]
+    version: int | None = Field(None, description="the memory's version the neighbours were found for (its "
+                                "current one in the memory service's read model)")
 
 
 query(GRAPH, "graph_page", result=GraphPage)(GraphPageQuery)

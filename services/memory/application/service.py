@@ -8,6 +8,7 @@ kit's :class:`~kit.service.ServiceRuntime` dispatches through.
 ``extraction.py``          extraction tasks and results
 ``recall.py``              the ranking pipeline: hybrid search, keyword feedback, late
                            interaction, rerank
+``similar.py``             a memory's nearest neighbours (the graph's ``similar`` edges)
 ``projection.py``          events → Postgres rows and vectors, once per sequence (kit's projector)
 ``ports.py``               what the application needs from adapters
 =========================  =====================================================================
@@ -39,6 +40,7 @@ from contracts.daily_logs import (
     UpdateLogStatus,
 )
 from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply, utcnow
+from contracts.graph import SimilarMemories
 from contracts.memory import (
     ForgetMemory,
     GetMemoryByKey,
@@ -65,6 +67,7 @@ from services.memory.application.ports import EventLog, Models, ReadModel, Vecto
 from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S, MemoryProjection
 from services.memory.application.recall import RecallPipeline
 from services.memory.application.shared import SharedMemories
+from services.memory.application.similar import SimilarSearch
 
 __all__ = ["PROJECTOR", "PROJECTOR_GRACE_S", "MemoryService"]
 
@@ -101,6 +104,7 @@ class MemoryService:
             late_candidates=late_candidates, keyword_feedback=keyword_feedback,
         )
         self.recall = self.recall_pipeline.recall
+        self.similar = SimilarSearch(store, index, self.projection)
         self.portability = Portability(portability, index, models, events, names, self.projection, self.forget_caches) \
             if portability is not None else None
 
@@ -122,7 +126,7 @@ class MemoryService:
                 GetSharedMemories: self.shared.list, ListProjects: self.reads.projects,
                 GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
                 GetDailyLog: self.daily_logs.get, GetExtractionTasks: self.extraction.list_tasks,
-                GetExtractionResults: self.extraction.list_results,
+                GetExtractionResults: self.extraction.list_results, SimilarMemories: self.similar.similar,
                 **({ExportPage: self.portability.export_page} if self.portability else {})}
 
     def forget_caches(self, tenant: str) -> None:

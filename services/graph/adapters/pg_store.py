@@ -1,0 +1,298 @@
+"""The graph's read model in Postgres (schema ``graph`` by default).
+
+Every projection transaction takes one transaction-scoped advisory lock first, and a node's order
+number is drawn from the sequence only under it: so order numbers are committed in the order they
+were drawn, and a reader that has seen number n has already seen every committed node below n —
+what makes "every node exactly once across pages" hold while memories are being written (and with
+several graph replicas projecting).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from contracts.graph import EdgeType, GraphEdge, NodeType, SimilarMemoryList
+from kit.command_log import OutcomeRecord
+from kit.pg import migrate
+from services.graph.application.ports import PageFilter, SimilarTask
+from services.graph.domain.model import NodeRow, project_row
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_NODE_COLUMNS = ("seq, tenant, id, type, project, label, forgotten, category, memory_key, family, log_id, importance, "
+                 "version, expires_at, created_at, updated_at, detail")
+
+
+def _row(record: asyncpg.Record) -> NodeRow:
+    return NodeRow(
+        tenant=record["tenant"], id=record["id"], type=NodeType(record["type"]), label=record["label"],
+        project=record["project"], created_at=record["created_at"], updated_at=record["updated_at"],
+        forgotten=record["forgotten"], category=record["category"], memory_key=record["memory_key"],
+        family=record["family"], log_id=record["log_id"], importance=record["importance"],
+        version=record["version"], expires_at=record["expires_at"], detail=json.loads(record["detail"]),
+    )
+
+
+def _filter_sql(alias: str, f: PageFilter, args: list[Any]) -> str:
+    """The page's filters on one aliased node (arguments appended to ``args``)."""
+    args.append(f.tenant)
+    parts = [f"{alias}.tenant = ${len(args)}"]
+    if f.project is not None:
+        args.append(f.project)
+        parts.append(f"{alias}.project = ${len(args)}")
+    if f.node_types:
+        args.append([t.value for t in f.node_types])
+        parts.append(f"{alias}.type = ANY(${len(args)}::text[])")
+    if f.since is not None:
+        args.append(f.since)
+        parts.append(f"{alias}.updated_at >= ${len(args)}")
+    if f.until is not None:
+        args.append(f.until)
+        parts.append(f"{alias}.updated_at < ${len(args)}")
+    return " AND ".join(parts)
+
+
+class PgGraphTx:
+    def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
+        self.c = conn
+        self.s = schema
+
+    async def advance_checkpoint(self, projection: str, seq: int) -> None:
+        await self.c.execute(
+            f"INSERT INTO {self.s}.checkpoints (projection, last_seq) VALUES ($1, $2) ON CONFLICT (projection) "
+            f"DO UPDATE SET last_seq = GREATEST({self.s}.checkpoints.last_seq, $2), updated_at = now()",
+            projection, seq,
+        )
+
+    async def record_outcome(self, outcome: OutcomeRecord) -> None:  # the graph has no commands
+        raise NotImplementedError("the graph service records no command outcomes")
+
+    async def lock(self, tenant: str, key: str) -> int | None:
+        await self.c.execute(f"INSERT INTO {self.s}.applied (tenant, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                             tenant, key)
+        seq = await self.c.fetchval(f"SELECT last_seq FROM {self.s}.applied WHERE tenant = $1 AND key = $2 FOR UPDATE",
+                                    tenant, key)
+        return int(seq) or None
+
+    async def mark_applied(self, tenant: str, key: str, seq: int) -> None:
+        await self.c.execute(f"UPDATE {self.s}.applied SET last_seq = $3 WHERE tenant = $1 AND key = $2",
+                             tenant, key, seq)
+
+    async def upsert_node(self, row: NodeRow, seq: int) -> tuple[int, NodeRow | None]:
+        before = await self.c.fetchrow(f"SELECT {_NODE_COLUMNS} FROM {self.s}.nodes WHERE tenant = $1 AND id = $2",
+                                       row.tenant, row.id)
+        values = (row.tenant, row.id, row.type.value, row.project, row.label, row.forgotten, row.category,
+                  row.memory_key, row.family, row.log_id, row.importance, row.version, row.expires_at,
+                  row.created_at, row.updated_at, json.dumps(row.detail))
+        if before is None:
+            order = await self.c.fetchval(
+                f"INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, forgotten, category, memory_key,"
+                f" family, log_id, importance, version, expires_at, created_at, updated_at, detail) VALUES"
+                f" (nextval('{self.s}.node_order'), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
+                f" $16::jsonb) RETURNING seq", *values,
+            )
+            return int(order), None
+        await self.c.execute(
+            f"UPDATE {self.s}.nodes SET type = $3, project = $4, label = $5, forgotten = $6, category = $7,"
+            f" memory_key = $8, family = $9, log_id = $10, importance = $11, version = $12, expires_at = $13,"
+            f" created_at = $14, updated_at = $15, detail = $16::jsonb WHERE tenant = $1 AND id = $2", *values,
+        )
+        return int(before["seq"]), _row(before)
+
+    async def touch_project(self, tenant: str, project: str, at: datetime, seq: int) -> None:
+        row = project_row(tenant, project, at)
+        await self.c.execute(
+            f"INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, created_at, updated_at)"
+            f" SELECT nextval('{self.s}.node_order'), $1, $2, $3, $4, $4, $5, $5"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {self.s}.nodes WHERE tenant = $1 AND id = $2)",
+            tenant, row.id, NodeType.PROJECT.value, project, at,
+        )
+        await self.c.execute(
+            f"UPDATE {self.s}.nodes SET updated_at = $3 WHERE tenant = $1 AND id = $2 AND updated_at < $3",
+            tenant, row.id, at,
+        )
+
+    async def delete_node(self, tenant: str, node_id: str) -> None:
+        await self.c.execute(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND (source = $2 OR target = $2)",
+                             tenant, node_id)
+        await self.c.execute(f"DELETE FROM {self.s}.nodes WHERE tenant = $1 AND id = $2", tenant, node_id)
+
+    async def set_edges(self, tenant: str, source: str, type: EdgeType, targets: Sequence[str]) -> None:
+        await self.c.execute(
+            f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2 AND type = $3 AND NOT target = ANY($4::text[])",
+            tenant, source, type.value, list(targets),
+        )
+        await self.add_edges(tenant, [GraphEdge(source=source, target=t, type=type) for t in targets])
+
+    async def add_edges(self, tenant: str, edges: Sequence[GraphEdge]) -> None:
+        if not edges:
+            return
+        await self.c.executemany(
+            f"INSERT INTO {self.s}.edges (tenant, source, target, type, weight) VALUES ($1, $2, $3, $4, $5)"
+            f" ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight",
+            [(tenant, e.source, e.target, e.type.value, e.weight) for e in edges],
+        )
+
+    async def drop_edges_touching(self, tenant: str, node_id: str, type: EdgeType) -> None:
+        await self.c.execute(
+            f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND type = $3 AND (source = $2 OR target = $2)",
+            tenant, node_id, type.value,
+        )
+
+    async def drop_edges_into(self, tenant: str, target: str, type: EdgeType) -> None:
+        await self.c.execute(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND target = $2 AND type = $3",
+                             tenant, target, type.value)
+
+    async def previous_in_family(self, tenant: str, project: str, family: str, before: int) -> str | None:
+        return await self.c.fetchval(  # type: ignore[no-any-return]
+            f"SELECT id FROM {self.s}.nodes WHERE tenant = $1 AND project = $2 AND family = $3 AND seq < $4"
+            f" ORDER BY seq DESC LIMIT 1", tenant, project, family, before,
+        )
+
+    async def previous_from_log(self, tenant: str, log_id: str, before: int) -> str | None:
+        return await self.c.fetchval(  # type: ignore[no-any-return]
+            f"SELECT id FROM {self.s}.nodes WHERE tenant = $1 AND log_id = $2 AND seq < $3 ORDER BY seq DESC LIMIT 1",
+            tenant, log_id, before,
+        )
+
+    async def next_in_family(self, tenant: str, project: str, family: str, after: int) -> str | None:
+        return await self.c.fetchval(  # type: ignore[no-any-return]
+            f"SELECT id FROM {self.s}.nodes WHERE tenant = $1 AND project = $2 AND family = $3 AND seq > $4"
+            f" ORDER BY seq LIMIT 1", tenant, project, family, after,
+        )
+
+    async def forgotten_without_successor(self, tenant: str, project: str, family: str, before: int) -> list[str]:
+        rows = await self.c.fetch(
+            f"SELECT n.id FROM {self.s}.nodes n WHERE n.tenant = $1 AND n.project = $2 AND n.family = $3"
+            f" AND n.seq < $4 AND n.forgotten AND NOT EXISTS (SELECT 1 FROM {self.s}.edges e WHERE e.tenant = $1"
+            f" AND e.target = n.id AND e.type = 'updates') ORDER BY n.seq", tenant, project, family, before,
+        )
+        return [r["id"] for r in rows]
+
+    async def queue_similar(self, task: SimilarTask) -> None:
+        await self.c.execute(
+            f"INSERT INTO {self.s}.similar_queue (tenant, memory_id, project, version) VALUES ($1, $2, $3, $4)"
+            f" ON CONFLICT (tenant, memory_id) DO UPDATE SET project = EXCLUDED.project, version = EXCLUDED.version,"
+            f" attempts = 0, next_at = now(), queued_at = now() WHERE {self.s}.similar_queue.version < EXCLUDED.version",
+            task.tenant, task.memory_id, task.project, task.version,
+        )
+
+    async def unqueue_similar(self, tenant: str, memory_id: str) -> None:
+        await self.c.execute(f"DELETE FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2",
+                             tenant, memory_id)
+
+
+class PgGraphStore:
+    def __init__(self, pool: asyncpg.Pool, schema: str = "graph") -> None:
+        self.pool = pool
+        self.s = schema
+
+    async def migrate(self, owner: str) -> list[str]:
+        return await migrate(self.pool, self.s, MIGRATIONS, owner=owner)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PgGraphTx]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # order numbers are drawn and committed one transaction at a time (see the module's doc)
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"engram-graph-order-{self.s}")
+            yield PgGraphTx(conn, self.s)
+
+    async def checkpoint(self, projection: str) -> int:
+        return int(await self.pool.fetchval(
+            f"SELECT coalesce(max(last_seq), 0) FROM {self.s}.checkpoints WHERE projection = $1", projection))
+
+    async def page(self, f: PageFilter, after: int, limit: int) -> list[tuple[int, NodeRow]]:
+        args: list[Any] = []
+        where = _filter_sql("n", f, args)
+        args += [after, limit]
+        rows = await self.pool.fetch(
+            f"SELECT {_NODE_COLUMNS} FROM {self.s}.nodes n WHERE {where} AND n.seq > ${len(args) - 1}"
+            f" ORDER BY n.seq LIMIT ${len(args)}", *args,
+        )
+        return [(int(r["seq"]), _row(r)) for r in rows]
+
+    async def count(self, f: PageFilter) -> int:
+        args: list[Any] = []
+        where = _filter_sql("n", f, args)
+        return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.nodes n WHERE {where}", *args))
+
+    async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]:
+        """Edges with one end among ``ids`` (this page) and the other on this page or an earlier one
+        (order number ≤ ``last``, within the filters)."""
+        args: list[Any] = [list(ids), last]
+        src = _filter_sql("s", f, args)
+        dst = _filter_sql("t", f, args)
+        rows = await self.pool.fetch(
+            f"WITH e AS ("
+            f"  SELECT * FROM {self.s}.edges WHERE tenant = $3 AND source = ANY($1::text[])"
+            f"  UNION SELECT * FROM {self.s}.edges WHERE tenant = $3 AND target = ANY($1::text[]))"
+            f" SELECT e.source, e.target, e.type, e.weight FROM e"
+            f" JOIN {self.s}.nodes s ON s.tenant = e.tenant AND s.id = e.source"
+            f" JOIN {self.s}.nodes t ON t.tenant = e.tenant AND t.id = e.target"
+            f" WHERE s.seq <= $2 AND t.seq <= $2 AND {src} AND {dst}"
+            f" ORDER BY greatest(s.seq, t.seq), e.type, s.seq, t.seq", *args,
+        )
+        return [GraphEdge(source=r["source"], target=r["target"], type=EdgeType(r["type"]), weight=r["weight"])
+                for r in rows]
+
+    # similar edges -------------------------------------------------------------------------
+    async def claim_similar(self, limit: int) -> list[SimilarTask]:
+        rows = await self.pool.fetch(
+            f"UPDATE {self.s}.similar_queue q SET next_at = now() + interval '30 seconds' FROM ("
+            f" SELECT tenant, memory_id FROM {self.s}.similar_queue WHERE next_at <= now() ORDER BY next_at"
+            f" LIMIT $1 FOR UPDATE SKIP LOCKED) c WHERE q.tenant = c.tenant AND q.memory_id = c.memory_id"
+            f" RETURNING q.tenant, q.memory_id, q.project, q.version, q.attempts", limit,
+        )
+        return [SimilarTask(r["tenant"], r["memory_id"], r["project"], r["version"], r["attempts"]) for r in rows]
+
+    async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None) -> bool:
+        async with self.pool.acquire() as conn, conn.transaction():
+            version = await conn.fetchval(
+                f"SELECT version FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2 FOR UPDATE",
+                task.tenant, task.memory_id,
+            )
+            if version != task.version:
+                return False  # forgotten since (unqueued), or a newer version waits for its own round
+            await conn.execute(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2 AND type = 'similar'",
+                               task.tenant, task.memory_id)
+            if found is not None:
+                await conn.executemany(
+                    f"INSERT INTO {self.s}.edges (tenant, source, target, type, weight) VALUES ($1, $2, $3, 'similar',"
+                    f" $4) ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight",
+                    [(task.tenant, task.memory_id, str(s.memory_id), s.score) for s in found.similar
+                     if str(s.memory_id) != task.memory_id],
+                )
+            await conn.execute(f"DELETE FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2",
+                               task.tenant, task.memory_id)
+            return True
+
+    async def retry_similar(self, task: SimilarTask, delay_s: float, max_attempts: int) -> None:
+        if task.attempts + 1 >= max_attempts:
+            await self.set_similar(task, None)
+            return
+        await self.pool.execute(
+            f"UPDATE {self.s}.similar_queue SET attempts = attempts + 1, next_at = now() + make_interval(secs => $4)"
+            f" WHERE tenant = $1 AND memory_id = $2 AND version = $3",
+            task.tenant, task.memory_id, task.version, delay_s,
+        )
+
+    async def similar_backlog(self) -> int:
+        return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.similar_queue"))
+
+    async def counts(self) -> dict[str, int]:
+        """Nodes by type and edges by type, over every tenant (for `engram status` and the bench)."""
+        nodes = await self.pool.fetch(f"SELECT type, count(*) AS n FROM {self.s}.nodes GROUP BY type")
+        edges = await self.pool.fetch(f"SELECT type, count(*) AS n FROM {self.s}.edges GROUP BY type")
+        return {**{f"nodes.{r['type']}": r["n"] for r in nodes}, **{f"edges.{r['type']}": r["n"] for r in edges}}
+
+    async def drop_read_model(self) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(f"TRUNCATE {self.s}.nodes, {self.s}.edges, {self.s}.applied, {self.s}.checkpoints,"
+                               f" {self.s}.similar_queue")
+            await conn.execute(f"ALTER SEQUENCE {self.s}.node_order RESTART WITH 1")

@@ -1,0 +1,44 @@
+"""The graph's query: keyset pages of nodes with the edges among them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+
+from contracts.envelope import utcnow
+from contracts.graph import GraphPage, GraphPageQuery
+from kit.service import Call
+from services.graph.application.ports import GraphStore, PageFilter
+from services.graph.domain.model import decode_cursor, encode_cursor, filters_digest, graph_node
+
+
+class GraphPages:
+    def __init__(self, store: GraphStore, clock: Callable[[], datetime] = utcnow) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def graph_page(self, call: Call, q: GraphPageQuery) -> GraphPage:
+        """One page of the caller's graph in its stable order: the nodes after ``cursor`` (within
+        the caller's project scope: a restricted key or a pinned connection sees only its project,
+        and naming another is refused), the edges whose ends are both on this page or an earlier
+        one, ``total`` nodes under the same filters, and the cursor of the next page (None at the end)."""
+        project = call.search_project(q.project)
+        digest = filters_digest(q, project)
+        after = decode_cursor(q.cursor, digest) if q.cursor is not None else 0
+        f = PageFilter(tenant=call.tenant, project=project,
+                       node_types=tuple(q.node_types) if q.node_types else None, since=q.since, until=q.until)
+        rows, total = await asyncio.gather(self.store.page(f, after, q.limit + 1), self.store.count(f))
+        more = len(rows) > q.limit
+        rows = rows[: q.limit]
+        last = rows[-1][0] if rows else after
+        edges = await self.store.page_edges(f, [row.id for _, row in rows], last) if rows else []
+        now = self.clock()
+        return GraphPage(
+            nodes=[graph_node(row, now) for _, row in rows], edges=edges,
+            next_cursor=encode_cursor(last, digest) if more else None, total=total,
+        )
+
+    def query_handlers(self) -> dict[type, object]:
+        """The service's query table (kit's ServiceRuntime dispatches through it)."""
+        return {GraphPageQuery: self.graph_page}

@@ -1,0 +1,116 @@
+"""What the graph application needs from its adapters: the read model (Postgres) and the
+memory service's nearest neighbours."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from contracts.graph import EdgeType, GraphEdge, NodeType, SimilarMemoryList
+from kit.command_log import OutcomeRecord
+from services.graph.domain.model import NodeRow
+
+
+@dataclass(frozen=True)
+class PageFilter:
+    tenant: str
+    project: str | None = None
+    node_types: tuple[NodeType, ...] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SimilarTask:
+    """A memory whose neighbours are wanted (queued when its content may have changed)."""
+
+    tenant: str
+    memory_id: str
+    project: str
+    version: int
+    attempts: int = 0
+
+
+class GraphTx(Protocol):
+    """One projection transaction."""
+
+    async def advance_checkpoint(self, projection: str, seq: int) -> None: ...
+
+    async def record_outcome(self, outcome: OutcomeRecord) -> None: ...
+
+    async def lock(self, tenant: str, key: str) -> int | None:
+        """Lock an aggregate's projection (a memory, a log, a result) and return the stream
+        sequence it reflects (None: nothing yet)."""
+
+    async def mark_applied(self, tenant: str, key: str, seq: int) -> None: ...
+
+    async def upsert_node(self, row: NodeRow, seq: int) -> tuple[int, NodeRow | None]:
+        """Write the node; returns its order number (a new node gets the next one) and the row it
+        had before (None when it is new)."""
+
+    async def touch_project(self, tenant: str, project: str, at: datetime, seq: int) -> None:
+        """Create the project's node if missing (with the next order number), else move its updated_at."""
+
+    async def delete_node(self, tenant: str, node_id: str) -> None:
+        """Remove a node and every edge touching it."""
+
+    async def set_edges(self, tenant: str, source: str, type: EdgeType, targets: Sequence[str]) -> None:
+        """Make ``targets`` the only edges of ``type`` from ``source``."""
+
+    async def add_edges(self, tenant: str, edges: Sequence[GraphEdge]) -> None: ...
+
+    async def drop_edges_touching(self, tenant: str, node_id: str, type: EdgeType) -> None: ...
+
+    async def drop_edges_into(self, tenant: str, target: str, type: EdgeType) -> None: ...
+
+    async def previous_in_family(self, tenant: str, project: str, family: str, before: int) -> str | None: ...
+
+    async def previous_from_log(self, tenant: str, log_id: str, before: int) -> str | None: ...
+
+    async def next_in_family(self, tenant: str, project: str, family: str, after: int) -> str | None: ...
+
+    async def forgotten_without_successor(self, tenant: str, project: str, family: str, before: int) -> list[str]: ...
+
+    async def queue_similar(self, task: SimilarTask) -> None: ...
+
+    async def unqueue_similar(self, tenant: str, memory_id: str) -> None: ...
+
+
+class GraphStore(Protocol):
+    """The graph's read model."""
+
+    def transaction(self) -> AbstractAsyncContextManager[GraphTx]: ...
+
+    async def checkpoint(self, projection: str) -> int: ...
+
+    async def page(self, f: PageFilter, after: int, limit: int) -> list[tuple[int, NodeRow]]: ...
+
+    async def count(self, f: PageFilter) -> int: ...
+
+    async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]: ...
+
+    async def claim_similar(self, limit: int) -> list[SimilarTask]: ...
+
+    async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None) -> bool:
+        """Replace the memory's similar edges with ``found`` and take it off the queue, if the queue
+        still holds this version (else a newer one is waiting): returns whether it did. ``found``
+        None: the memory is gone or forgotten; its edges go."""
+
+    async def retry_similar(self, task: SimilarTask, delay_s: float, max_attempts: int) -> None: ...
+
+    async def similar_backlog(self) -> int: ...
+
+    async def drop_read_model(self) -> None: ...
+
+
+class NeighboursUnavailable(Exception):
+    """The memory service did not answer (down, busy): ask again later."""
+
+
+class Neighbours(Protocol):
+    """The memory service's nearest neighbours of a memory (its vector index)."""
+
+    async def similar(self, task: SimilarTask, limit: int, min_score: float) -> SimilarMemoryList: ...

@@ -1,0 +1,371 @@
+"""The graph service on real JetStream and Postgres, next to the memory service (in-process, on
+the bus, with the embedded Qdrant engine): pages hold every node exactly once while memories are
+being written (a property over page sizes and concurrent writes), edges appear right after an
+update, a forget and an extraction, every graph query is tenant- and project-isolated, a bad
+cursor is refused naming ``cursor``, and a replay rebuilds the same graph."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import date
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from contracts.daily_logs import RecordExtractionResult, SaveDailyLog, Turn
+from contracts.errors import ErrorCode
+from contracts.graph import EdgeType, GraphPage, GraphPageQuery, NodeState, NodeType
+from contracts.memory import Category, ForgetMemory, Provenance, SaveMemory, UpdateMemory
+from kit.client import Client, ServiceFailure
+from services.graph import main as graph_main
+from services.graph.config import GraphSettings
+from services.memory.config import MemorySettings
+from services.memory.entrypoints import nats as memory_entry
+from services.memory.main import memory_app
+
+pytestmark = pytest.mark.integration
+T = TypeVar("T")
+
+
+class Stack:
+    """The memory and graph services of one namespace, running on one event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: Client, graph: graph_main.GraphApp,
+                 graph_settings: GraphSettings) -> None:
+        self.loop = loop
+        self.client = client
+        self.graph = graph
+        self.graph_settings = graph_settings
+        self.graph_stop = asyncio.Event()
+        self.graph_tasks: list[asyncio.Task[None]] = []
+
+    def run(self, coro: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(coro)  # type: ignore[arg-type]
+
+    async def save(self, tenant: str, content: str, **kw: Any) -> str:
+        result = await self.client.send(tenant, SaveMemory(content=content, **kw))
+        return str(result.memory_id)
+
+    async def page(self, tenant: str, scope: str | None = None, **kw: Any) -> GraphPage:
+        page: GraphPage = await self.client.ask(tenant, GraphPageQuery(**kw), project_scope=scope)
+        return page
+
+    async def everything(self, tenant: str, scope: str | None = None, **kw: Any) -> tuple[list[Any], list[Any]]:
+        nodes, edges, cursor = [], [], None
+        while True:
+            page = await self.page(tenant, scope, cursor=cursor, **kw)
+            nodes += page.nodes
+            edges += page.edges
+            cursor = page.next_cursor
+            if cursor is None:
+                return nodes, edges
+
+
+@pytest.fixture(scope="module")
+def stack(infra, tmp_path_factory) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
+    loop = asyncio.new_event_loop()
+    namespace = infra.fresh_namespace()
+    mem_settings = MemorySettings(
+        home=tmp_path_factory.mktemp("graph"), nats_url=infra.nats_url, database_url=infra.database_url,
+        namespace=namespace, memory_schema="gmem_" + uuid.uuid4().hex[:8], late_interaction="none", reranker="none",
+    )
+    graph_settings = GraphSettings(nats_url=infra.nats_url, database_url=infra.database_url, namespace=namespace,
+                                   graph_schema="graph_" + uuid.uuid4().hex[:8])
+    mem_cm = memory_app(mem_settings)
+    graph_cm = graph_main.graph_app(graph_settings)
+    mem_stop = asyncio.Event()
+
+    async def setup() -> tuple[Any, list[asyncio.Task[None]], Stack]:
+        mem = await mem_cm.__aenter__()
+        mem_tasks = memory_entry.start(mem.bus, mem.service, mem_stop)
+        await memory_entry.serve_queries(mem.bus, mem.service)
+        graph = await graph_cm.__aenter__()
+        s = Stack(loop, Client(mem.bus, command_timeout_s=30), graph, graph_settings)
+        s.graph_tasks = await graph_main.start(graph, s.graph_stop)
+        return mem, mem_tasks, s
+
+    mem, mem_tasks, s = loop.run_until_complete(setup())
+    graph = s.graph
+    try:
+        yield s
+    finally:
+        s.graph_stop.set()
+        mem_stop.set()
+        loop.run_until_complete(asyncio.gather(*s.graph_tasks, *mem_tasks, return_exceptions=True))
+        loop.run_until_complete(graph.pool.execute(f"DROP SCHEMA IF EXISTS {graph_settings.graph_schema} CASCADE"))
+        loop.run_until_complete(graph_cm.__aexit__(None, None, None))
+        loop.run_until_complete(mem.bus.delete_streams())
+        loop.run_until_complete(mem_cm.__aexit__(None, None, None))
+        loop.close()
+
+
+async def until(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = 30.0) -> T:
+    """Poll until ``probe`` answers something (the bound only ends a hang; nothing is timed)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found = await probe()
+        if found:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def tenant() -> str:
+    return "g" + uuid.uuid4().hex[:10]
+
+
+def edge_set(edges: list[Any], *types: EdgeType) -> set[tuple[str, str, str]]:
+    return {(e.source, e.target, e.type.value) for e in edges if not types or e.type in types}
+
+
+# pagination ----------------------------------------------------------------------------------------
+@settings(max_examples=6, deadline=None, phases=[Phase.explicit, Phase.generate],  # no shrinking: minutes
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(limit=st.integers(1, 7), before=st.integers(0, 8), during=st.integers(1, 12), types=st.booleans())
+def test_every_node_once_across_pages_while_memories_are_written(
+    stack: Stack, limit: int, before: int, during: int, types: bool,
+) -> None:
+    user = tenant()
+    filters: dict[str, Any] = {"node_types": [NodeType.MEMORY]} if types else {}
+
+    async def case() -> None:
+        for i in range(before):
+            await stack.save(user, f"earlier fact number {i} about {user}", project=("home", "work")[i % 2])
+        expected_first = before + (0 if types else min(before, 2))
+        await until(lambda: _total(stack, user, filters, expected_first), "the first saves in the graph")
+        present = {n.id for n in (await stack.everything(user, **filters))[0]}
+        assert len(present) == expected_first
+
+        async def writer() -> None:
+            for i in range(during):
+                await stack.save(user, f"concurrent fact number {i} about {user}", project="home")
+
+        writing = asyncio.create_task(writer())
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = await stack.page(user, cursor=cursor, limit=limit, **filters)
+            assert len(page.nodes) <= limit
+            seen += [n.id for n in page.nodes]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+            await asyncio.sleep(0)  # let the writer interleave
+        await writing
+        assert len(seen) == len(set(seen)), "a node was on two pages"
+        assert present <= set(seen), "a node present throughout was on no page"
+        final_total = before + during + (0 if types else (2 if before >= 2 else 1))
+        await until(lambda: _total(stack, user, filters, final_total), "every save in the graph")
+        all_nodes, _ = await stack.everything(user, **filters)
+        ids = [n.id for n in all_nodes]
+        assert len(ids) == len(set(ids)) == final_total
+        assert set(seen) <= set(ids)
+        page = await stack.page(user, limit=limit, **filters)
+        assert page.total == final_total
+
+    stack.run(case())
+
+
+async def _total(stack: Stack, user: str, filters: dict[str, Any], want: int) -> bool:
+    page = await stack.page(user, limit=1, **filters)
+    return page.total >= want
+
+
+# edges -----------------------------------------------------------------------------------------------
+def test_edges_right_after_update_forget_and_extraction(stack: Stack) -> None:
+    user = tenant()
+
+    async def case() -> None:
+        dog = await stack.save(user, "I have a dog named Rex", category=Category.PREFERENCE,
+                               memory_key="preference.pet_dog")
+        cat = await stack.save(user, "I also have a cat named Tom", category=Category.PREFERENCE,
+                               memory_key="preference.pet_cat")
+
+        async def edges() -> set[tuple[str, str, str]]:
+            return edge_set((await stack.everything(user))[1])
+
+        found = await until(lambda: _having(edges, {(cat, dog, "extends")}), "extends in the key family")
+        assert (dog, "project:default", "in_project") in found and (cat, "project:default", "in_project") in found
+
+        # update: the node shows the new version at once
+        await stack.client.send(user, UpdateMemory(id=uuid.UUID(dog), content="I have a dog named Rex, a beagle"))
+
+        async def updated() -> Any:
+            nodes = {n.id: n for n in (await stack.everything(user))[0]}
+            return nodes[dog] if nodes[dog].version == 2 else None
+
+        node = await until(updated, "the update in the graph")
+        assert node.label == "I have a dog named Rex, a beagle" and node.state is NodeState.NEW
+
+        # forget: the node is forgotten, and the family's next memory updates it
+        await stack.client.send(user, ForgetMemory(memory_id=uuid.UUID(dog), reason="Rex moved out"))
+        await until(lambda: _having(edges, {(cat, dog, "updates")}), "updates after the forget")
+        nodes = {n.id: n for n in (await stack.everything(user))[0]}
+        assert nodes[dog].state is NodeState.FORGOTTEN and nodes[cat].state is NodeState.NEW
+        assert not any(e[2] == "similar" and dog in e[:2] for e in await edges())
+
+        # extraction: a log, memories with provenance, the task's result
+        log = await stack.client.send(user, SaveDailyLog(
+            log_date=date(2026, 11, 30), topics=["hiking"], turns=[Turn(speaker="user", text="I hiked the Alps")]))
+        log_id = log.id
+        facts = []
+        for i, text in enumerate(("I hiked in the Alps", "I want to climb Mont Blanc next year")):
+            facts.append(await stack.save(user, text, category=Category.GOAL, memory_key=f"goal.alps_{i}x",
+                                          provenance=Provenance(log_id=log_id, task_id="t1", turns=[0])))
+        other = await stack.save(user, "I prefer window seats", category=Category.PREFERENCE,
+                                 memory_key="preference.seat")
+        await stack.client.send(user, RecordExtractionResult(log_id=log_id, task_id="t1",
+                                                             memory_ids=[uuid.UUID(facts[0]), uuid.UUID(other)]))
+        lnode = f"log:{log_id}"
+        want = {(lnode, facts[0], "derives"), (lnode, facts[1], "derives"), (lnode, other, "derives"),
+                (facts[1], facts[0], "extends"), (lnode, "project:default", "in_project")}
+        await until(lambda: _having(edges, want), "derives and extends after the extraction")
+        nodes = {n.id: n for n in (await stack.everything(user))[0]}
+        assert nodes[lnode].type is NodeType.LOG and nodes[lnode].detail["log_date"] == "2026-11-30"
+
+    stack.run(case())
+
+
+async def _having(edges: Callable[[], Awaitable[set[tuple[str, str, str]]]],
+                  want: set[tuple[str, str, str]]) -> set[tuple[str, str, str]] | None:
+    found = await edges()
+    return found if want <= found else None
+
+
+def test_similar_edges_come_from_the_memory_service_and_go_with_a_forget(stack: Stack) -> None:
+    user = tenant()
+
+    async def case() -> None:
+        a = await stack.save(user, "My favourite drink is green tea")
+        b = await stack.save(user, "I love drinking green tea every morning")
+        c = await stack.save(user, "The quarterly tax report is due in April")
+
+        async def similar() -> list[Any] | None:
+            found = [e for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR]
+            return found if {(e.source, e.target) for e in found} >= {(b, a)} else None
+
+        found = await until(similar, "a similar edge")
+        assert all(e.weight is not None and e.weight >= 0.6 for e in found)
+        assert not any(c in (e.source, e.target) for e in found)
+        await stack.client.send(user, ForgetMemory(memory_id=uuid.UUID(b)))
+
+        async def gone() -> bool:
+            edges = (await stack.everything(user))[1]
+            return not any(e.type is EdgeType.SIMILAR and b in (e.source, e.target) for e in edges)
+
+        await until(gone, "the forgotten memory's similar edges gone")
+
+    stack.run(case())
+
+
+# isolation and refusals ------------------------------------------------------------------------------
+def test_tenant_and_project_isolation_of_every_graph_query(stack: Stack) -> None:
+    alice, bob = tenant(), tenant()
+
+    async def case() -> None:
+        home = await stack.save(alice, "Alice waters the plants at home", project="home")
+        work = await stack.save(alice, "Alice presents the roadmap at work", project="work")
+        await stack.save(bob, "Bob's secret is the garage code 4711", project="home")
+        await until(lambda: _total(stack, alice, {}, 4), "alice's graph")
+        await until(lambda: _total(stack, bob, {}, 2), "bob's graph")
+
+        nodes, edges = await stack.everything(alice)
+        assert {n.id for n in nodes} == {home, work, "project:home", "project:work"}
+        assert "4711" not in json.dumps([n.model_dump(mode="json") for n in nodes])
+        bob_nodes, _ = await stack.everything(bob)
+        assert {n.id for n in bob_nodes}.isdisjoint({home, work})
+
+        for scope, named in (("home", None), ("home", "home"), (None, "home")):
+            nodes, edges = await stack.everything(alice, scope, project=named)
+            assert {n.id for n in nodes} == {home, "project:home"}, (scope, named)
+            assert all(e.source in {home, "project:home"} and e.target in {home, "project:home"} for e in edges)
+            page = await stack.page(alice, scope, project=named, node_types=[NodeType.MEMORY])
+            assert page.total == 1 and [n.id for n in page.nodes] == [home]
+
+        with pytest.raises(ServiceFailure) as refused:
+            await stack.page(alice, "home", project="work")
+        assert refused.value.error.code is ErrorCode.PERMISSION_DENIED and refused.value.error.field == "project"
+
+        # a cursor of an unscoped walk does not open the other project to a scoped caller
+        first = await stack.page(alice, limit=1)
+        assert first.next_cursor is not None
+        with pytest.raises(ServiceFailure) as refused:
+            await stack.page(alice, "home", cursor=first.next_cursor)
+        assert refused.value.error.field == "cursor"
+
+    stack.run(case())
+
+
+def test_a_bad_cursor_or_limit_is_refused_naming_the_field(stack: Stack) -> None:
+    user = tenant()
+
+    async def case() -> None:
+        for i in range(3):
+            await stack.save(user, f"cursor fact {i}")
+        await until(lambda: _total(stack, user, {}, 4), "the graph")
+        for bad in ("nonsense", "eyJ2IjoxfQ", "eyJ2IjoxLCJzIjotMSwiZiI6IngifQ"):
+            with pytest.raises(ServiceFailure) as refused:
+                await stack.page(user, cursor=bad)
+            assert refused.value.error.field == "cursor" and refused.value.error.code is ErrorCode.INVALID_ARGUMENT
+        memories_only = await stack.page(user, limit=1, node_types=[NodeType.MEMORY])
+        with pytest.raises(ServiceFailure) as refused:
+            await stack.page(user, cursor=memories_only.next_cursor)  # issued for other filters
+        assert refused.value.error.field == "cursor"
+        reply = await stack.client.bus.query("graph", "graph_page", _envelope(user, {"limit": 1001}))
+        assert not reply.ok and reply.error.field == "limit" and "1000" in reply.error.message
+
+    stack.run(case())
+
+
+def _envelope(user: str, payload: dict[str, Any]) -> Any:
+    from contracts.envelope import QueryEnvelope
+
+    return QueryEnvelope(type="graph_page", tenant=user, payload=payload)
+
+
+# replay (last: it stops the graph's consumer) --------------------------------------------------------
+async def _digest(stack: Stack) -> str:
+    """Every node in order (without its order number) and every edge but 'similar' (a replay queues
+    those to be asked again), over every tenant of the namespace."""
+    s = stack.graph_settings.graph_schema
+    nodes = await stack.graph.pool.fetch(
+        f"SELECT tenant, id, type, project, label, forgotten, category, memory_key, family, log_id, importance,"
+        f" version, expires_at, created_at, updated_at, detail FROM {s}.nodes ORDER BY tenant, seq")
+    edges = await stack.graph.pool.fetch(
+        f"SELECT tenant, source, target, type FROM {s}.edges WHERE type <> 'similar' ORDER BY tenant, source, target, type")
+    text = json.dumps([[list(r.values()) for r in nodes], [list(r.values()) for r in edges]], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_replay_rebuilds_the_same_graph(stack: Stack) -> None:
+    user = tenant()
+
+    async def case() -> None:
+        for i in range(5):
+            await stack.save(user, f"replayed fact {i}", category=Category.SKILL, memory_key=f"skill.chess_{i}x")
+        await until(lambda: _total(stack, user, {}, 6), "the graph")
+        stack.graph_stop.set()
+        await asyncio.gather(*stack.graph_tasks, return_exceptions=True)
+        before = await _digest(stack)
+        progress: list[tuple[int, int]] = []
+
+        async def replayed() -> Any:
+            try:
+                return await graph_main.replay(stack.graph_settings, lambda d, t: progress.append((d, t)))
+            except graph_main.runner.ServiceRunning:  # the stopped consumer's last pull has not expired yet
+                return None
+
+        report = await until(replayed, "the replay", timeout=60)
+        assert report.events > 0 and progress[-1][0] == progress[-1][1] == report.events
+        assert await _digest(stack) == before
+        count = await stack.graph.pool.fetchval(f"SELECT count(*) FROM {stack.graph_settings.graph_schema}.nodes")
+        assert count > 0
+
+    stack.run(case())
