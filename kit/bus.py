@@ -336,6 +336,9 @@ class Bus:
                 unanswered += 1
                 if unanswered >= 2:  # the service is down: the accepted command waits in the stream
                     return queued(service, command.command_id)
+            busy = reply is not None and reply.error is not None and reply.error.code == ErrorCode.TIMEOUT
+            if busy:  # the service is alive but did not answer the outcome query in time: ask again
+                reply = None
             if reply is not None and (reply.ok or (reply.error and reply.error.code != ErrorCode.NOT_FOUND)):
                 result = reply.result if reply.ok else None
                 if reply.ok and isinstance(result, dict) and "outcome" in result:
