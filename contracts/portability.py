@@ -26,7 +26,7 @@ from contracts.daily_logs import DailyLogState, ExtractionResultState, Extractio
 from contracts.errors import ErrorBody
 from contracts.memory import PROJECT_PATTERN, MemoryState, SharedMemoryState
 from contracts.messages import command, query
-from contracts.subjects import AUTH, MEMORY
+from contracts.subjects import AUTH, GRAPH, MEMORY
 
 #: The extractor's service name on the bus (its commands: ``<ns>.cmd.extractor.<name>``).
 EXTRACTOR = "extractor"
@@ -255,6 +255,10 @@ class PurgeExtractorUser(PurgeUser):
     """The extractor's part: its task ledger rows and the user's entry in its tenant list."""
 
 
+class PurgeGraphUser(PurgeUser):
+    """The graph service's part: the user's nodes, edges, similar-edge queue and projection marks."""
+
+
 class RestoreAuthUser(PurgeUser):
     """Auth's part of an import: make sure the user exists (brought back after a purge), so that
     ``engram keys create --user`` can give them a key again. Nothing else is restored: keys and
@@ -277,11 +281,12 @@ class PurgeReport(BaseModel):
 
 
 #: Every service's purge command: the purge sends each (a service added later adds its own here).
-PURGE_COMMANDS: tuple[type[PurgeUser], ...] = (PurgeMemoryUser, PurgeAuthUser, PurgeExtractorUser)
+PURGE_COMMANDS: tuple[type[PurgeUser], ...] = (PurgeMemoryUser, PurgeAuthUser, PurgeExtractorUser, PurgeGraphUser)
 
 command(MEMORY, "restore_records", result=RestoreResult)(RestoreRecords)
 command(MEMORY, "purge_user", result=PurgeResult)(PurgeMemoryUser)
 command(AUTH, "purge_user", result=PurgeResult)(PurgeAuthUser)
 command(EXTRACTOR, "purge_user", result=PurgeResult)(PurgeExtractorUser)
 command(AUTH, "restore_user", result=RestoredUser)(RestoreAuthUser)
+command(GRAPH, "purge_user", result=PurgeResult)(PurgeGraphUser)
 query(MEMORY, "export_page", result=ExportPageResult)(ExportPage)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from contracts.portability import PurgeGraphUser
 from contracts.subjects import GRAPH
 from kit import replay as runner
 from kit.bus import Bus
@@ -24,8 +25,10 @@ from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap
 from services.graph.adapters.memory_client import ClientNeighbours
 from services.graph.adapters.pg_store import PgGraphStore
+from services.graph.adapters.purge_store import PgGraphPurge
 from services.graph.application.pages import GraphPages
 from services.graph.application.projection import PROJECTOR, GraphProjection
+from services.graph.application.purge import GraphPurge
 from services.graph.application.similar import SimilarEdges
 from services.graph.config import GraphSettings
 from services.graph.entrypoints import nats as nats_entry
@@ -63,7 +66,8 @@ async def graph_app(settings: GraphSettings, *, name: str = "engram-graph") -> A
         projection = GraphProjection(store, retention_days=settings.log_retention_days,
                                      on_similar_queued=similar.queued)
         pages = GraphPages(store)
-        runtime = ServiceRuntime(GRAPH, {}, pages.query_handlers(), command_log)
+        purge = GraphPurge(PgGraphPurge(pool, settings.graph_schema))  # the purge of a user (contracts/portability.py)
+        runtime = ServiceRuntime(GRAPH, {PurgeGraphUser: purge.purge}, pages.query_handlers(), command_log)
         yield GraphApp(settings, bus, pool, store, projection, similar, runtime)
     finally:
         await pool.close()
@@ -72,7 +76,7 @@ async def graph_app(settings: GraphSettings, *, name: str = "engram-graph") -> A
 
 async def start(app: GraphApp, stop: asyncio.Event) -> list[asyncio.Task[None]]:
     """Start the event consumer and the similar-edge worker (until ``stop``) and answer queries."""
-    tasks = [nats_entry.start(app.bus, app.projection, stop)]
+    tasks = [nats_entry.start(app.bus, app.projection, stop), app.runtime.start_commands(app.bus, stop)]
     if app.settings.graph_similar:
         tasks.append(asyncio.create_task(app.similar.run(stop)))
     await nats_entry.serve_queries(app.bus, app.runtime, app.settings.graph_query_concurrency)
