@@ -241,6 +241,8 @@ class PurgeUser(BaseModel):
 class PurgeResult(BaseModel):
     service: str
     removed: dict[str, int] = Field(default_factory=dict, description="rows (or points) removed, by store")
+    queued: bool = Field(False, description="the service is not running: its purge waits in the command stream "
+                         "and runs exactly once when it is back")
 
 
 class PurgeMemoryUser(PurgeUser):

@@ -316,6 +316,8 @@ def purge_command(
     table.add_row("pending commands", f"{report.commands:,}")
     table.add_row("dead letters", f"{report.dead_letters:,}")
     for result in report.services:
+        if result.queued:
+            table.add_row(result.service, "queued: runs when the service is back")
         for store, n in sorted(result.removed.items()):
             table.add_row(f"{result.service}.{store}", f"{n:,}")
     Console().print(table)

@@ -16,9 +16,11 @@ import asyncio
 import json
 from uuid import uuid4
 
-from contracts.portability import PURGE_COMMANDS, PurgeReport, PurgeResult
+from contracts.errors import ErrorCode
+from contracts.messages import spec_of
+from contracts.portability import PURGE_COMMANDS, PurgeReport, PurgeResult, PurgeUser
 from kit.bus import Bus
-from kit.client import Client
+from kit.client import Client, ServiceFailure
 
 ADMIN_TENANT = "admin"
 
@@ -38,8 +40,8 @@ def _names_user(data: bytes | None, user_id: str) -> bool:
         message = json.loads(data or b"")
     except ValueError:
         return user_id.encode() in (data or b"")
-    if not isinstance(message, dict):
-        return False
+    if not isinstance(message, dict) or message.get("type") == "purge_user":
+        return False  # (a purge queued for a service that is down is kept: it runs when the service is back)
     payload = message.get("payload")
     return message.get("tenant") == user_id or (isinstance(payload, dict) and payload.get("user_id") == user_id)
 
@@ -71,9 +73,17 @@ async def purge_user(bus: Bus, user_id: str, *, timeout_s: float = 300.0) -> Pur
     user_events = f"{names.namespace}.evt.{user_id}.>"
     events = await purge_subject(bus, names.events_stream, user_events)
     client = Client(bus, command_timeout_s=timeout_s)
-    results: list[PurgeResult] = list(await asyncio.gather(*(
-        client.send(ADMIN_TENANT, command(user_id=user_id), key=f"purge-{uuid4().hex}") for command in PURGE_COMMANDS
-    )))
+
+    async def purge_in(command: type[PurgeUser]) -> PurgeResult:
+        try:
+            result: PurgeResult = await client.send(ADMIN_TENANT, command(user_id=user_id), key=f"purge-{uuid4().hex}")
+        except ServiceFailure as exc:
+            if exc.error.code is not ErrorCode.ACCEPTED:
+                raise
+            return PurgeResult(service=spec_of(command).service, queued=True)
+        return result
+
+    results = list(await asyncio.gather(*(purge_in(command) for command in PURGE_COMMANDS)))
     events += await purge_subject(bus, names.events_stream, user_events)
     commands = await drop_messages_of(bus, names.commands_stream, f"{names.namespace}.cmd.>", user_id)
     dead = await drop_messages_of(bus, names.dead_letter_stream, f"{names.namespace}.dlq.>", user_id)
