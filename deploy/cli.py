@@ -32,6 +32,7 @@ SERVICE_MAINS = {
     "auth": "services.auth.main",
     "memory": "services.memory.main",
     "extractor": "services.extractor.main",
+    "graph": "services.graph.main",
 }
 
 
@@ -69,7 +70,7 @@ def up(
 
 
 @app.command()
-def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory | extractor")]) -> None:
+def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory | extractor | graph")]) -> None:
     """Run one service in the foreground, configured by ENGRAM_* environment variables."""
     module = SERVICE_MAINS.get(service)
     if module is None:
@@ -82,7 +83,7 @@ def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory |
 
 @app.command()
 def probe(
-    service: Annotated[str, typer.Argument(help="gateway | auth | memory | extractor")],
+    service: Annotated[str, typer.Argument(help="gateway | auth | memory | extractor | graph")],
     live: Annotated[bool, typer.Option("--live", help="liveness: fail only when NATS is up and the service is not connected")] = False,
     http: Annotated[str | None, typer.Option(help="readiness: this URL must answer 2xx too")] = None,
 ) -> None:
@@ -245,15 +246,19 @@ def _database_url() -> str | None:
 
 @app.command(name="replay")
 def replay_command(
-    service: Annotated[str, typer.Argument(help="the service whose read models to rebuild: memory | extractor")],
+    service: Annotated[str, typer.Argument(help="the service whose read models to rebuild: memory | extractor | graph")],
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Drop a service's read models and rebuild them from the event log (stop the service first)."""
     if service == "extractor":
         _replay_extractor()
         return
+    if service == "graph":
+        _replay_graph(yes)
+        return
     if service != "memory":
-        err.print(f"[red]unknown service {service!r}[/red]: only `memory` and `extractor` have read models to replay")
+        err.print(f"[red]unknown service {service!r}[/red]: only `memory`, `extractor` and `graph` have read models "
+                  "to replay")
         raise typer.Exit(2)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -302,6 +307,40 @@ def _offline_settings(servers: contextlib.ExitStack, settings_class: Any) -> Any
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from exc
     return settings_class(nats_url=nats_url, database_url=database_url, namespace=namespace)
+
+
+def _replay_graph(yes: bool) -> None:
+    """The graph (nodes, edges, its similar-edge queue) rebuilt from the event log, with progress;
+    the graph service must be stopped. Its 'similar' edges are asked again once it runs."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from kit.config import run_service
+    from kit.pg import DatabaseUnavailable
+    from kit.replay import ServiceRunning
+    from services.graph.main import GraphSettings
+    from services.graph.main import replay as run_replay
+
+    if not yes:
+        typer.confirm("Drop the memory graph and rebuild it from events?", abort=True)
+    columns = (TextColumn("replaying events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with contextlib.ExitStack() as servers:
+        settings = _offline_settings(servers, GraphSettings)
+        with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+            task = progress.add_task("replay", total=None)
+            log_line = ProgressLines(console) if not console.is_terminal else None
+
+            def on_progress(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+                if log_line is not None:
+                    log_line(done, total)
+
+            try:
+                report = run_service(run_replay(settings, on_progress))
+            except (ServiceRunning, DatabaseUnavailable) as exc:
+                err.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from exc
+    console.print(f"Rebuilt the memory graph from {report.events:,} events ({report.applied:,} applied) in "
+                  f"{report.seconds:.1f}s: {report.rate:,.0f} events/s.")
 
 
 def _replay_extractor() -> None:

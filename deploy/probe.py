@@ -134,7 +134,7 @@ def check(service: str, *, live: bool, http: str | None, nats_url: str, pid: int
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m deploy.probe", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("service", choices=["gateway", "auth", "memory", "extractor"])
+    parser.add_argument("service", choices=["gateway", "auth", "memory", "extractor", "graph"])
     parser.add_argument("--live", action="store_true", help="liveness: fail only if NATS is up and the process is not connected")
     parser.add_argument("--http", help="readiness: this URL must also answer 2xx")
     parser.add_argument("--pid", type=int, help="check this process (default: the `serve SERVICE` processes here)")

@@ -39,14 +39,14 @@ import httpx
 
 from contracts.envelope import QueryEnvelope
 from contracts.errors import ErrorCode
-from contracts.subjects import MEMORY, Names
+from contracts.subjects import GRAPH, MEMORY, Names
 from deploy.client import StackInfo, admin_command, admin_query
 from deploy.credentials import StackCredentials, private_home, redact_url, write_private
 from deploy.embedded.ports import pick_port
 from deploy.supervisor import CRASH_LOOPING, RUNNING, RestartPolicy, Supervised
 from kit.bus import Bus, BusUnavailable
 
-SERVICES = ("auth", "memory", "extractor", "gateway")
+SERVICES = ("auth", "memory", "graph", "extractor", "gateway")
 #: the extractor's durable consumer of daily-log events (services/extractor/entrypoints/nats.py)
 EXTRACTOR_DURABLE = "extractor-logs"
 SUPERVISOR_FILE = "supervisor.json"
@@ -342,7 +342,7 @@ class Stack:
     async def _wait_services(self, deadline: float) -> None:
         bus = await Bus.connect(self.nats_url, Names(self.o.namespace), name="engram-up")
         try:
-            for service in ("auth", MEMORY):
+            for service in ("auth", MEMORY, GRAPH):
                 while True:
                     self.check_alive()
                     try:

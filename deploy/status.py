@@ -77,6 +77,8 @@ def render_processes(console: Console, found: Processes | None, now: float | Non
 #: the extractor's durable consumer of daily-log events and its schema (services/extractor)
 EXTRACTOR_DURABLE = "extractor-logs"
 EXTRACTOR_SCHEMA = "extractor"
+#: the graph's durable consumer of the event log (services/graph/entrypoints/nats.py)
+GRAPH_DURABLE = "graph-projector"
 
 
 @dataclass
@@ -126,6 +128,7 @@ async def collect(bus: Bus, database_url: str | None = None) -> Status:
         names.command_consumer(AUTH), names.command_consumer(MEMORY), names.projector(MEMORY, "memory"),
         names.projector(MEMORY, "shared", name="shared-projector"),
         ConsumerSpec(stream=names.events_stream, durable=EXTRACTOR_DURABLE, filter_subject=""),
+        ConsumerSpec(stream=names.events_stream, durable=GRAPH_DURABLE, filter_subject=""),
     )
     for spec in specs:
         state = await bus.consumer_state(spec.stream, spec.durable)

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contracts.auth import DEFAULT_OAUTH_SCOPES, OAUTH_SCOPES
 from contracts.errors import ErrorBody, ErrorCode
-from contracts.subjects import AUTH, MEMORY
+from contracts.subjects import AUTH, GRAPH, MEMORY
 from kit import listen, metrics, tracing
 from kit.bus import Bus
 from kit.client import Client
@@ -303,8 +303,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         connected = bool(bus and bus.nc.is_connected)
         if not connected:
             return JSONResponse({"status": "not ready", "nats": False, "services": {}}, status_code=503)
-        alive = await asyncio.gather(*(bus.service_alive(name, timeout=0.5) for name in (AUTH, MEMORY)))
-        services = {name: "up" if up else "down" for name, up in zip((AUTH, MEMORY), alive, strict=True)}
+        alive = await asyncio.gather(*(bus.service_alive(name, timeout=0.5) for name in (AUTH, MEMORY, GRAPH)))
+        services = {name: "up" if up else "down" for name, up in zip((AUTH, MEMORY, GRAPH), alive, strict=True)}
         status = "ready" if all(alive) else "degraded"
         return JSONResponse({"status": status, "nats": True, "services": services})
 

@@ -14,6 +14,7 @@ import asyncpg
 
 from contracts.portability import PurgeGraphUser
 from contracts.subjects import GRAPH
+from kit import metrics
 from kit import replay as runner
 from kit.bus import Bus
 from kit.client import Client
@@ -61,8 +62,7 @@ async def graph_app(settings: GraphSettings, *, name: str = "engram-graph") -> A
         command_log = PgCommandLog(pool, settings.graph_schema)
         await command_log.migrate(owner=settings.namespace)
         similar = SimilarEdges(store, ClientNeighbours(Client(bus)), limit=settings.graph_similar_limit,
-                               min_score=settings.graph_similar_min_score,
-                               concurrency=settings.graph_similar_concurrency)
+                               min_score=settings.graph_similar_min_score)
         projection = GraphProjection(store, retention_days=settings.log_retention_days,
                                      on_similar_queued=similar.queued)
         pages = GraphPages(store)
@@ -77,9 +77,12 @@ async def graph_app(settings: GraphSettings, *, name: str = "engram-graph") -> A
 async def start(app: GraphApp, stop: asyncio.Event) -> list[asyncio.Task[None]]:
     """Start the event consumer and the similar-edge worker (until ``stop``) and answer queries."""
     tasks = [nats_entry.start(app.bus, app.projection, stop), app.runtime.start_commands(app.bus, stop)]
+    if app.settings.graph_metrics_port:  # /metrics and the projector's lag
+        tasks += metrics.start("graph", app.bus, stop, port=app.settings.graph_metrics_port,
+                               host=app.settings.metrics_host)
     if app.settings.graph_similar:
         tasks.append(asyncio.create_task(app.similar.run(stop)))
-    await nats_entry.serve_queries(app.bus, app.runtime, app.settings.graph_query_concurrency)
+    await nats_entry.serve_queries(app.bus, app.runtime)
     return tasks
 
 

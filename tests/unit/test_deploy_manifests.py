@@ -31,7 +31,7 @@ K8S_DIR = ROOT / "deploy" / "k8s"
 K8S_BASE = K8S_DIR / "base"
 K8S_PROD = K8S_DIR / "overlays" / "production"
 
-SERVICES = {"gateway", "auth", "memory", "extractor"}
+SERVICES = {"gateway", "auth", "memory", "extractor", "graph"}
 
 #: The documented ENGRAM_* environment contract (docs/deployment.md). A manifest may use nothing
 #: else; it is exactly the fields of the settings classes (both directions are checked below).
@@ -50,6 +50,7 @@ ALLOWED_ENV = {
     "ENGRAM_AUTH_METRICS_PORT",
     "ENGRAM_MEMORY_METRICS_PORT",
     "ENGRAM_EXTRACTOR_METRICS_PORT",
+    "ENGRAM_GRAPH_METRICS_PORT",
     # memory
     "ENGRAM_QDRANT_URL",
     "ENGRAM_QDRANT_COLLECTION",
@@ -67,7 +68,12 @@ ALLOWED_ENV = {
     "ENGRAM_LATE_CANDIDATES",
     "ENGRAM_KEYWORD_FEEDBACK",
     "ENGRAM_MEMORY_SCHEMA",
-    "ENGRAM_LOG_RETENTION_DAYS",  # extractor too
+    "ENGRAM_LOG_RETENTION_DAYS",  # extractor and graph too
+    # graph
+    "ENGRAM_GRAPH_SCHEMA",
+    "ENGRAM_GRAPH_SIMILAR",
+    "ENGRAM_GRAPH_SIMILAR_LIMIT",
+    "ENGRAM_GRAPH_SIMILAR_MIN_SCORE",
     # extractor
     "ENGRAM_EXTRACTOR_SCHEMA",
     "ENGRAM_EXTRACTOR_ENGINE",
@@ -194,10 +200,11 @@ def settings_classes() -> dict[str, Any]:
     from services.auth.config import AuthSettings
     from services.extractor.config import ExtractorSettings
     from services.gateway.config import GatewaySettings
+    from services.graph.config import GraphSettings
     from services.memory.config import MemorySettings
 
     return {"gateway": GatewaySettings, "auth": AuthSettings, "memory": MemorySettings,
-            "extractor": ExtractorSettings}
+            "extractor": ExtractorSettings, "graph": GraphSettings}
 
 
 def readers() -> dict[str, set[str]]:
