@@ -9,6 +9,7 @@ nothing of any service's domain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -510,6 +511,14 @@ class Bus:
                     msgs = []
                 except nats.errors.ConnectionClosedError:
                     return
+                except Exception as exc:  # noqa: BLE001 - the consumer must outlive any failed fetch
+                    # e.g. a clustered NATS electing the consumer's new leader after a node was lost
+                    # (503 / no responders): the loop fetches again; before this, the consumer task
+                    # ended and the service stopped handling its messages while looking healthy
+                    log.warning("%s: fetch failed (%s: %s); fetching again", spec.durable, type(exc).__name__, exc)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=0.5)
+                    msgs = []
                 if msgs:
                     queue.append((msgs, asyncio.ensure_future(prepared(msgs))))
                 backlog = len(msgs) >= PIPELINE_MIN_BATCH
