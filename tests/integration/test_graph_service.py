@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from contracts.daily_logs import RecordExtractionResult, SaveDailyLog, Turn
 from contracts.errors import ErrorCode
-from contracts.graph import EdgeType, GraphPage, GraphPageQuery, NodeState, NodeType
+from contracts.graph import EdgeType, GraphPage, GraphPageQuery, NodeState, NodeType, SimilarMemories
 from contracts.memory import Category, ForgetMemory, Provenance, SaveMemory, UpdateMemory
 from kit.client import Client, ServiceFailure
 from services.graph import main as graph_main
@@ -292,6 +292,15 @@ def test_tenant_and_project_isolation_of_every_graph_query(stack: Stack) -> None
         with pytest.raises(ServiceFailure) as refused:
             await stack.page(alice, "home", project="work")
         assert refused.value.error.code is ErrorCode.PERMISSION_DENIED and refused.value.error.field == "project"
+
+        # the memory service's neighbours query (behind 'similar' edges) keeps the same walls
+        for asker, scope in ((bob, None), (alice, "work")):
+            found = await stack.client.ask(asker, SimilarMemories(memory_id=uuid.UUID(home), min_score=-1.0),
+                                           project_scope=scope)
+            assert not found.found and found.similar == []
+        found = await stack.client.ask(alice, SimilarMemories(memory_id=uuid.UUID(home), min_score=-1.0),
+                                       project_scope="home")
+        assert found.found and found.version == 1 and work not in {str(s.memory_id) for s in found.similar}
 
         # a cursor of an unscoped walk does not open the other project to a scoped caller
         first = await stack.page(alice, limit=1)
