@@ -207,6 +207,13 @@ class PgGraphStore:
         return int(await self.pool.fetchval(
             f"SELECT coalesce(max(last_seq), 0) FROM {self.s}.checkpoints WHERE projection = $1", projection))
 
+    async def applied(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        rows = await self.pool.fetch(
+            f"SELECT a.tenant, a.key, a.last_seq FROM {self.s}.applied a JOIN unnest($1::text[], $2::text[]) AS k(tenant, key)"
+            f" ON a.tenant = k.tenant AND a.key = k.key", [t for t, _ in keys], [k for _, k in keys],
+        )
+        return {(r["tenant"], r["key"]): int(r["last_seq"]) for r in rows}
+
     async def page(self, f: PageFilter, after: int, limit: int) -> list[tuple[int, NodeRow]]:
         args: list[Any] = []
         where = _filter_sql("n", f, args)

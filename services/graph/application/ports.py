@@ -86,6 +86,9 @@ class GraphStore(Protocol):
 
     async def checkpoint(self, projection: str) -> int: ...
 
+    async def applied(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The stream sequence each (tenant, aggregate key) reflects (absent: nothing yet)."""
+
     async def page(self, f: PageFilter, after: int, limit: int) -> list[tuple[int, NodeRow]]: ...
 
     async def count(self, f: PageFilter) -> int: ...

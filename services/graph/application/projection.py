@@ -17,7 +17,7 @@ consumer's checkpoint. Edge rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from contracts.daily_logs import (
     DAILY_LOG_AGGREGATE,
@@ -38,6 +38,17 @@ from services.graph.domain.model import log_node_id, log_row, memory_node_id, me
 PROJECTOR = "graph-projector"
 
 
+def aggregate_key(event: EventEnvelope) -> tuple[str, str] | None:
+    """The key under which the graph records what an event's aggregate reflects (None: not the graph's)."""
+    if event.aggregate == MEMORY_AGGREGATE:
+        return event.tenant, memory_node_id(event.aggregate_id)
+    if event.aggregate == DAILY_LOG_AGGREGATE:
+        return event.tenant, log_node_id(event.aggregate_id)
+    if event.aggregate == EXTRACTION_RESULT_AGGREGATE:
+        return event.tenant, f"result:{event.aggregate_id}"
+    return None
+
+
 class GraphProjection:
     """Applies memory, daily-log and extraction-result events to the graph."""
 
@@ -46,7 +57,7 @@ class GraphProjection:
         self.store = store
         self.retention_days = retention_days
         self.on_similar_queued = on_similar_queued
-        self.projector: CheckpointedProjector[GraphTx] = CheckpointedProjector(store)
+        self.projector: CheckpointedProjector[GraphTx] = CheckpointedProjector(store, prepare=self.prepare)
         self.projector.route(MEMORY_AGGREGATE, self.apply_memory)
         self.projector.route(DAILY_LOG_AGGREGATE, self.apply_log)
         self.projector.route(EXTRACTION_RESULT_AGGREGATE, self.apply_result)
@@ -54,12 +65,21 @@ class GraphProjection:
     async def project(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
         return await self.projector.project(event, seq, checkpoint)
 
+    async def prepare(self, batch: Sequence[tuple[EventEnvelope, int]]) -> None:
+        """Learn with one query which of a fetched batch's events are projected already (after a
+        replay the live consumer sees every event again): those then cost no transaction."""
+        keys = [k for k in (aggregate_key(event) for event, _ in batch) if k is not None]
+        if keys:
+            self.projector.note_applied(await self.store.applied(keys))
+
     # memories ------------------------------------------------------------------------------
     async def apply_memory(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
         """A memory's node (current version), its project, and its edges."""
         state = MemoryState.model_validate(event.data)
         row = memory_row(state)
         tenant = state.tenant
+        if self.projector.known_applied((tenant, row.id), seq, checkpoint):
+            return False
         queued = False
 
         async def write(tx: GraphTx, _: OutcomeRecord | None) -> bool:
@@ -110,6 +130,8 @@ class GraphProjection:
         state = DailyLogState.model_validate(event.data)
         row = log_row(state, self.retention_days)
         tenant = state.tenant
+        if self.projector.known_applied((tenant, row.id), seq, checkpoint):
+            return False
 
         async def write(tx: GraphTx, _: OutcomeRecord | None) -> bool:
             if state.deleted:
@@ -130,6 +152,8 @@ class GraphProjection:
         result = ExtractionResultState.model_validate(event.data)
         key = f"result:{result.id}"
         source = log_node_id(result.log_id)
+        if self.projector.known_applied((result.tenant, key), seq, checkpoint):
+            return False
 
         async def write(tx: GraphTx, _: OutcomeRecord | None) -> bool:
             await tx.add_edges(result.tenant, [GraphEdge(source=source, target=memory_node_id(m), type=EdgeType.DERIVES)

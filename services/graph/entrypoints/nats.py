@@ -21,8 +21,9 @@ def consumer_spec(names: Names) -> ConsumerSpec:
 
 
 def start(bus: Bus, projection: GraphProjection, stop: asyncio.Event) -> asyncio.Task[None]:
-    """Consume the event log until ``stop`` is set, one event at a time in stream order."""
-    return projection.projector.start(bus, consumer_spec(bus.names), PROJECTOR, stop, batched=False)
+    """Consume the event log until ``stop`` is set, one event at a time in stream order (each
+    fetched batch first learns, with one query, which of its events are projected already)."""
+    return projection.projector.start(bus, consumer_spec(bus.names), PROJECTOR, stop)
 
 
 async def serve_queries(bus: Bus, runtime: ServiceRuntime, concurrency: int = 32) -> list[Any]:
