@@ -10,6 +10,10 @@ rate. Both are measured in the same run on the same stack and texts (LoCoMo turn
 4. **import** of the file back (`engram import`'s code: RestoreRecords batches of 64), sustained
    rate between 10% and 90% of the records; then the user is exported again and compared.
 
+The ≥ 80% comparison uses an import of an export of *other* texts into a second user (step 0,
+before the round trip): the memory service's embedding cache keeps vectors by text, so importing
+the texts just saved embeds nothing and would flatter the import.
+
     python bench/portability_bench.py --memories 3000            # print
     python bench/portability_bench.py --memories 3000 --record   # ... and append to docs/benchmarks.md
 """
@@ -21,6 +25,8 @@ import asyncio
 import sys
 import tempfile
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,11 +34,54 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import drop_shared_data, record, stack_options
 from mcp_bench import contents, preload, steady_rate
 
+from contracts.portability import ExportHeader, MemoryRecord
 from contracts.subjects import Names
 from deploy.portability import export_user, import_file
 from deploy.stack import Stack
 from kit.bus import Bus
+from kit.export import jsonl
 from kit.purge import purge_user
+
+
+def synthetic_export(path: Path, user: str, texts: list[str]) -> None:
+    """An export of memories never saved here (texts the embedding cache has not seen), so that
+    the import embeds them as the save path does."""
+    now = datetime.now(UTC)
+    with path.open("w") as out:
+        out.write(jsonl(ExportHeader(user=user, exported_at=now)))
+        for text in texts:
+            memory_id = uuid.uuid4()
+            state = {"id": str(memory_id), "project": "default", "content": text, "source": "import-bench",
+                     "created_at": now.isoformat(), "updated_at": now.isoformat()}
+            out.write(jsonl(MemoryRecord.model_validate(
+                {"id": memory_id, "versions": [{"event": "MemorySaved", "occurred_at": now, "state": state}]})))
+
+
+async def timed_import(bus: Bus, path: Path, user: str | None) -> tuple[float, float, int]:
+    """(sustained records/s, seconds, records) of `engram import`'s code on ``path``."""
+    trace: list[tuple[float, int]] = []
+    done = 0
+    t0 = time.perf_counter()
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        trace.append((time.perf_counter() - t0, done))
+
+    imported = await import_file(bus, path, user=user, advance=advance)
+    seconds = time.perf_counter() - t0
+    assert not imported.errors, imported.errors[:3]
+    return steady_rate(trace) or done / seconds, seconds, done
+
+
+async def fresh_import(stack: Stack, user: str, texts: list[str], folder: Path) -> tuple[float, float, int]:
+    bus = await Bus.connect(stack.nats_url, Names(stack.o.namespace), name="bench-portability-fresh")
+    try:
+        path = folder / "fresh.jsonl"
+        synthetic_export(path, user, texts)
+        return await timed_import(bus, path, None)
+    finally:
+        await bus.close()
 
 
 async def round_trip(stack: Stack, tenant: str, folder: Path) -> dict[str, float]:
@@ -48,18 +97,7 @@ async def round_trip(stack: Stack, tenant: str, folder: Path) -> dict[str, float
         report = await purge_user(bus, tenant)
         purge_s = time.perf_counter() - started
 
-        trace: list[tuple[float, int]] = []
-        done = 0
-        t0 = time.perf_counter()
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            trace.append((time.perf_counter() - t0, done))
-
-        imported = await import_file(bus, first, user=None, advance=advance)
-        import_s = time.perf_counter() - t0
-        assert not imported.errors, imported.errors[:3]
+        sustained, import_s, _ = await timed_import(bus, first, None)
 
         second = folder / "second.jsonl"
         with second.open("w") as out:
@@ -67,8 +105,7 @@ async def round_trip(stack: Stack, tenant: str, folder: Path) -> dict[str, float
         exact = first.read_text().splitlines()[1:] == second.read_text().splitlines()[1:]
         return {
             "records": records, "export_s": export_s, "purge_s": purge_s, "purged_events": report.events,
-            "import_s": import_s, "import_rate": records / import_s,
-            "import_sustained": steady_rate(trace) or records / import_s, "exact": float(exact),
+            "import_s": import_s, "import_rate": records / import_s, "import_sustained": sustained, "exact": float(exact),
             "bytes": first.stat().st_size,
         }
     finally:
@@ -89,16 +126,23 @@ def main() -> None:
             whole = asyncio.run(preload(stack, tenant, texts, trace=trace))
             save_sustained = steady_rate(trace) or whole
             time.sleep(6)  # the index optimisation after an idle pause happens now, not during the import
+            fresh_user = stack.create_key(None, "bench-import")["view"]["user_id"]
+            fresh_texts = [f"{t} [imported]" for t in contents(args.memories)]
+            fresh_rate, fresh_s, fresh_n = asyncio.run(fresh_import(stack, fresh_user, fresh_texts, Path(folder)))
+            time.sleep(6)
             r = asyncio.run(round_trip(stack, tenant, Path(folder)))
     finally:
         drop_shared_data(options)
-    ratio = r["import_sustained"] / save_sustained
+    ratio = fresh_rate / save_sustained
     lines = [
         f"{args.memories:,} memories (LoCoMo turns), one user, the stack of `engram up` (every service its own process)",
         f"save path (commands straight to the stream): sustained {save_sustained:,.0f} memories/s "
         f"(whole load {whole:,.0f}/s)",
-        f"`engram import` of the user's export after a purge: sustained {r['import_sustained']:,.0f} records/s "
-        f"(whole {r['import_rate']:,.0f}/s, {r['import_s']:.1f} s) = **{ratio:.0%} of the save path** (bar: ≥ 80%)",
+        f"`engram import` of an export of {fresh_n:,} memories never seen here (the embedding cache cold, as for "
+        f"saves): sustained {fresh_rate:,.0f} records/s ({fresh_s:.1f} s in all) = **{ratio:.0%} of the save path** "
+        f"(bar: ≥ 80%)",
+        f"`engram import` of the user's own export after a purge (the embedding cache keeps vectors by text, so "
+        f"nothing is embedded again): sustained {r['import_sustained']:,.0f} records/s ({r['import_s']:.1f} s)",
         f"`engram export`: {r['records']:,.0f} records, {r['bytes'] / 1e6:.1f} MB JSONL in {r['export_s']:.1f} s "
         f"({r['records'] / r['export_s']:,.0f} records/s)",
         f"`engram purge`: {r['purge_s']:.1f} s ({r['purged_events']:,.0f} events)",
