@@ -85,8 +85,11 @@ from services.gateway.project_cache import ProjectCache
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger("engram.gateway")
 
-#: how long a recall waits for its hits' histories and neighbours (what is late is left out)
+#: how long a recall waits for its hits' histories and neighbours (what is late is left out): 100 ms,
+#: or as long as the search itself took when the memory service is slower than that (a busy
+#: machine), never more than 0.5 s — relations at most double a recall's time
 RELATIONS_BUDGET_S = 0.1
+RELATIONS_MAX_BUDGET_S = 0.5
 #: after SimilarMemories went unanswered, how long recall leaves similar memories out
 SIMILAR_RETRY_S = 300.0
 _NOT_ANSWERED = (ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAVAILABLE)
@@ -176,15 +179,17 @@ class Operations:
     async def recall(self, c: Caller, query: Recall) -> RecallResult:
         """Hybrid recall within the resolved project (or every project)."""
         c.require(Scope.MEMORY_READ)
+        started = time.monotonic()
         result: RecallResult = await self._ask(c, _with(query, project=c.search_project(query.project)))
         if not result.hits:
             return result
-        return result.model_copy(update={"hits": await self._related(c, result.hits)})
+        budget = min(max(RELATIONS_BUDGET_S, time.monotonic() - started), RELATIONS_MAX_BUDGET_S)
+        return result.model_copy(update={"hits": await self._related(c, result.hits, budget)})
 
-    async def _related(self, c: Caller, hits: list[Any]) -> list[Any]:
+    async def _related(self, c: Caller, hits: list[Any], budget_s: float = RELATIONS_BUDGET_S) -> list[Any]:
         """The hits with their relations and source documents (``relations.py``): the best hits'
         histories and nearest neighbours are asked for in one batch, and whatever has not answered
-        within ``RELATIONS_BUDGET_S`` is left out, so relations never hold a recall up for long."""
+        within ``budget_s`` is left out, so relations never hold a recall up for long."""
         revised, best = relations.wanted(hits)
         asks: dict[tuple[str, Any], asyncio.Task[Any]] = {
             ("history", i): asyncio.ensure_future(self._ask(c, MemoryHistoryQuery(memory_id=i))) for i in revised
@@ -194,7 +199,7 @@ class Operations:
                 memory_id=i, limit=relations.SIMILAR_PER_HIT + 1, min_score=relations.SIMILAR_MIN_SCORE)))
                 for i in best})
         if asks:
-            await asyncio.wait(asks.values(), timeout=RELATIONS_BUDGET_S)
+            await asyncio.wait(asks.values(), timeout=budget_s)
         histories: dict[Any, MemoryHistory] = {}
         similar: dict[Any, SimilarMemoryList] = {}
         for (kind, i), task in asks.items():

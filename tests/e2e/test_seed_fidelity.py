@@ -142,20 +142,19 @@ async def test_each_user_sees_only_their_own_projects_in_the_tool_descriptions(r
 async def test_list_projects_refresh_reads_a_project_another_replica_created(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
     seen_first = "seen-" + uuid.uuid4().hex[:6]
     elsewhere = "elsewhere-" + uuid.uuid4().hex[:6]
-    async with connect(running.mcp_url, running.key) as c:
-        await c.call_tool("memory", {"content": f"First note {seen_first}", "containerTag": seen_first})
-        assert seen_first in container_tag_description(await c.list_tools())  # cached now, with it
-        with gateway(running, tmp_path) as other_replica:
+    with gateway(running, tmp_path) as other_replica:  # started first: the cache's TTL (60 s) runs from below
+        async with connect(running.mcp_url, running.key) as c:
+            await c.call_tool("memory", {"content": f"First note {seen_first}", "containerTag": seen_first})
+            assert seen_first in container_tag_description(await c.list_tools())  # cached now, with it
             async with httpx.AsyncClient(timeout=30) as http:
                 r = await http.post(other_replica + "/v1/memories", headers={"Authorization": f"Bearer {running.key}"},
                                     json={"content": f"Made elsewhere {elsewhere}", "project": elsewhere})
                 assert r.status_code == 201, r.text
-        cached = text_of(await c.call_tool("listProjects", {}))
-        assert seen_first in cached and elsewhere not in cached  # this replica's copy, within its TTL
-        assert elsewhere not in container_tag_description(await c.list_tools())
-        fresh = text_of(await c.call_tool("listProjects", {"refresh": True}))
-        assert elsewhere in fresh
-        assert elsewhere in container_tag_description(await c.list_tools())  # the descriptions follow
+            cached = text_of(await c.call_tool("listProjects", {}))
+            assert seen_first in cached and elsewhere not in cached  # this replica's copy, within its TTL
+            assert elsewhere not in container_tag_description(await c.list_tools())
+            assert elsewhere in text_of(await c.call_tool("listProjects", {"refresh": True}))
+            assert elsewhere in container_tag_description(await c.list_tools())  # the descriptions follow
 
 
 # 3. who is calling -------------------------------------------------------------------------------------
