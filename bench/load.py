@@ -78,6 +78,13 @@ class Run:
         return True
 
 
+def normalized(text: str) -> str:
+    """An error text without its ids and numbers, so that one cause is one kind."""
+    import re
+
+    return re.sub(r"\b[0-9a-f]{32}\b|\b\d+(\.\d+)?\b", "#", text)[:90]
+
+
 def error_kind(exc: BaseException) -> str:
     """A short, stable name for a failure (grouped in the report)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -88,7 +95,7 @@ def error_kind(exc: BaseException) -> str:
         return "429"
     if status is not None:
         return f"HTTP {status}"
-    return f"{type(exc).__name__}: {text[:80]}"
+    return f"{type(exc).__name__}: {normalized(text)}"
 
 
 async def session(index: int, url: str, key: str, corpus: list[str], weights: list[int], run: Run,
@@ -143,7 +150,7 @@ async def operate(client: Client, index: int, rng: random.Random, project: str, 
             elapsed = 1000 * (time.perf_counter() - started)
             if failed:
                 text = " ".join(getattr(c, "text", "") for c in result.content)
-                kind = "429" if "rate_limited" in text or "Too Many Requests" in text else f"tool error: {text[:80]}"
+                kind = "429" if "rate_limited" in text or "Too Many Requests" in text else f"tool error: {normalized(text)}"
                 (run.limited if kind == "429" else run.errors)[f"{op} {kind}"] += 1
             else:
                 run.latency_ms[op].append(elapsed)
@@ -241,6 +248,17 @@ async def report_progress(run: Run, t0: float) -> None:
               f"{sum(run.lost.values())} sessions lost", flush=True)
 
 
+async def drop_schemas(database_url: str, schemas: list[str]) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        for schema in schemas:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=200)
@@ -262,8 +280,9 @@ def main() -> None:
     options.replicas = args.replicas
     options.metrics = False
     options.extra_env["ENGRAM_LOG_LEVEL"] = "WARNING"
-    if os.environ.get("ENGRAM_DATABASE_URL"):
-        options.extra_env["ENGRAM_EXTRACTOR_SCHEMA"] = f"ext_{options.namespace}"
+    own_schemas = {"ENGRAM_EXTRACTOR_SCHEMA": f"ext_{options.namespace}", "ENGRAM_GRAPH_SCHEMA": f"graph_{options.namespace}"}
+    if os.environ.get("ENGRAM_DATABASE_URL"):  # a shared Postgres: schemas of this run's own
+        options.extra_env.update(own_schemas)
     if args.product_limits:
         for name in ("ENGRAM_RATE_LIMIT_PER_MINUTE", "ENGRAM_RATE_LIMIT_BURST"):
             options.extra_env.pop(name, None)
@@ -275,6 +294,8 @@ def main() -> None:
     finally:
         stack.stop()
         drop_shared_data(options)
+        if options.database_url:
+            asyncio.run(drop_schemas(options.database_url, list(own_schemas.values())))
     print("\n".join(lines))
     if args.record:
         record("Load: concurrent MCP sessions (bench/load.py)", lines)

@@ -261,10 +261,10 @@ class HttpMetricsMiddleware:
     reads it, so nothing is buffered), and a server span continuing the caller's ``traceparent``.
     Put it outermost, so refusals of the other middlewares (401, 413, 429) are counted too."""
 
-    def __init__(self, app: Any, *, mcp_path: str = "/mcp", tools: frozenset[str] = frozenset(),
+    def __init__(self, app: Any, *, mcp_paths: tuple[str, ...] = ("/mcp", "/"), tools: frozenset[str] = frozenset(),
                  routes: Callable[[], Sequence[Any]] | None = None) -> None:
         self.app = app
-        self.mcp_path = mcp_path
+        self.mcp_paths = mcp_paths  # where MCP is POSTed (the gateway also takes it at its root)
         self.tools = tools
         self.routes = routes  # the app's routes, to name a request's route template (bounded cardinality)
 
@@ -275,7 +275,7 @@ class HttpMetricsMiddleware:
         from kit import tracing
 
         status = 500
-        is_mcp = scope.get("path") == self.mcp_path and scope.get("method") == "POST"
+        is_mcp = scope.get("path") in self.mcp_paths and scope.get("method") == "POST"
         body: list[bytes] = []
         size = 0
 

@@ -109,7 +109,7 @@ def observed(infra) -> Iterator[Observed]:  # type: ignore[no-untyped-def]
         namespace=namespace, gateway_port=0, auth_port=0, metrics=True,
         extra_env={"ENGRAM_RATE_LIMIT_PER_MINUTE": "100000", "ENGRAM_RATE_LIMIT_BURST": "10000",
                    "ENGRAM_MEMORY_SCHEMA": f"mem_{namespace}", "ENGRAM_AUTH_SCHEMA": f"auth_{namespace}",
-                   "ENGRAM_EXTRACTOR_SCHEMA": f"ext_{namespace}",
+                   "ENGRAM_EXTRACTOR_SCHEMA": f"ext_{namespace}", "ENGRAM_GRAPH_SCHEMA": f"graph_{namespace}",
                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}",
                    "OTEL_BSP_SCHEDULE_DELAY": "200"},
     )

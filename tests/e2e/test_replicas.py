@@ -49,7 +49,7 @@ def replicated(infra) -> Iterator[Replicated]:  # type: ignore[no-untyped-def]
     namespace = infra.fresh_namespace()
     extra = {"ENGRAM_RATE_LIMIT_PER_MINUTE": "100000", "ENGRAM_RATE_LIMIT_BURST": "10000",
              "ENGRAM_MEMORY_SCHEMA": f"mem_{namespace}", "ENGRAM_AUTH_SCHEMA": f"auth_{namespace}",
-             "ENGRAM_EXTRACTOR_SCHEMA": f"ext_{namespace}", "ENGRAM_EXTRACTOR_ACK_WAIT_S": "10"}
+             "ENGRAM_EXTRACTOR_SCHEMA": f"ext_{namespace}", "ENGRAM_GRAPH_SCHEMA": f"graph_{namespace}", "ENGRAM_EXTRACTOR_ACK_WAIT_S": "10"}
     if QDRANT_URL:
         extra.update(ENGRAM_QDRANT_URL=QDRANT_URL, ENGRAM_QDRANT_COLLECTION=f"engram_{namespace}")
     options = StackOptions(home=infra.root / "replicas-home", nats_url=infra.nats_url, database_url=infra.database_url,
