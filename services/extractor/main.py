@@ -25,12 +25,18 @@ from services.extractor.adapters.log_catalog import EventLogCatalog
 from services.extractor.adapters.log_source import DAILY_LOG_AGGREGATE, build_log_source
 from services.extractor.adapters.memory_client import ClientMemoryWriter
 from services.extractor.adapters.tenants import PgTenants
-from services.extractor.application.extraction import Extractor, recover_stuck, retention, run_maintenance
+from services.extractor.application.extraction import (
+    Extractor,
+    consolidate,
+    recover_stuck,
+    retention,
+    run_maintenance,
+)
 from services.extractor.application.ports import ExtractionEngine, LogSource
 from services.extractor.application.reextract import Progress, ReextractReport
 from services.extractor.application.reextract import reextract as run_reextract
 from services.extractor.commands import start_commands
-from services.extractor.config import ExtractorSettings
+from services.extractor.config import CONSOLIDATE_INTERVAL_S, ExtractorSettings
 from services.extractor.entrypoints import nats as nats_entry
 
 log = logging.getLogger("engram.extractor")
@@ -84,7 +90,8 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
         tenants = PgTenants(pool, settings.extractor_schema)
         client = Client(bus)
         logs: LogSource = build_log_source(client)
-        extractor = Extractor(engine=engine, logs=logs, memories=ClientMemoryWriter(client), ledger=ledger,
+        writer = ClientMemoryWriter(client)
+        extractor = Extractor(engine=engine, logs=logs, memories=writer, ledger=ledger,
                               task_id=settings.task_id, tenants=tenants)
         spec = nats_entry.consumer_spec(settings.names, DAILY_LOG_AGGREGATE, ack_wait_s=settings.extractor_ack_wait_s)
         consumer = nats_entry.start(bus, extractor, spec, stop, concurrency=settings.extractor_concurrency)
@@ -100,11 +107,18 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
             if n:
                 log.info("deleted %d processed logs past retention (round %s)", n, round_id)
 
+        async def consolidate_round(round_id: str) -> None:
+            n = await consolidate(writer, tenants, round_id=round_id)
+            if n:
+                log.info("consolidated %d near-duplicate memories (round %s)", n, round_id)
+
         tasks = [
             consumer,
             commands,
             asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
             asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
+            asyncio.create_task(schedule(stop, CONSOLIDATE_INTERVAL_S, "consolidate",
+                                         consolidate_round)),
             *metrics.start("extractor", bus, stop, port=settings.extractor_metrics_port,  # /metrics, consumer lag
                            host=settings.metrics_host),
             asyncio.create_task(metrics.sample_every(

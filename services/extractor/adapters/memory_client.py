@@ -7,15 +7,20 @@ from __future__ import annotations
 from uuid import UUID
 
 from contracts.memory import (
+    ForgetMemory,
+    ForgetMemoryResult,
     GetMemoryByKey,
     MemoryLookup,
+    MemoryStatus,
     Provenance,
     SaveMemory,
     SaveMemoryResult,
     UpdateMemory,
 )
+from contracts.portability import MAX_EXPORT_PAGE, ExportPage, ExportPageResult, MemoryRecord
 from kit.client import Client
 from services.extractor.application.ports import KnownMemory, Origin, Written
+from services.extractor.domain.consolidate import Held
 from services.extractor.domain.model import Fact
 
 SOURCE = "extractor"
@@ -69,3 +74,34 @@ class ClientMemoryWriter:
             provenance=provenance_of(fact, origin),
         ), key=key)
         return Written(memory_id=result.memory_id, created=result.created, updated=result.updated)
+
+    async def extracted(self, tenant: str) -> list[Held]:
+        """Every active memory the extractor wrote for ``tenant``, from the memory service's export
+        pages (each memory's last version)."""
+        out: list[Held] = []
+        after: str | None = None
+        while True:
+            page: ExportPageResult = await self.client.ask(
+                tenant, ExportPage(kind="memory", after=after, limit=MAX_EXPORT_PAGE))
+            for record in page.records:
+                if not isinstance(record, MemoryRecord):
+                    continue
+                state = record.versions[-1].state
+                if state.status != MemoryStatus.ACTIVE or state.source != SOURCE:
+                    continue
+                day = state.updated_at.date()
+                if state.provenance is not None and state.provenance.log_date is not None:
+                    day = state.provenance.log_date
+                out.append(Held(id=state.id, project=state.project, memory_key=state.memory_key,
+                                content=state.content, importance=state.importance, as_of=day))
+            if page.next is None:
+                return out
+            after = page.next
+
+    async def forget(self, tenant: str, held: Held, reason: str, *, key: str) -> bool:
+        result: ForgetMemoryResult = await self.client.send(
+            tenant, ForgetMemory(project=held.project, memory_id=held.id, reason=reason[:1_000]), key=key)
+        return result.forgotten
+
+    async def set_importance(self, tenant: str, held: Held, importance: int, *, key: str) -> None:
+        await self.client.send(tenant, UpdateMemory(project=held.project, id=held.id, importance=importance), key=key)

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from services.extractor.application.ports import (
     ClaimedLog,
+    ExtractedMemories,
     ExtractionEngine,
     LogNotice,
     LogSource,
@@ -28,6 +29,7 @@ from services.extractor.application.ports import (
     TaskRecord,
     Tenants,
 )
+from services.extractor.domain.consolidate import plan
 from services.extractor.domain.engine import split_turns
 from services.extractor.domain.merge import (
     Action,
@@ -165,6 +167,27 @@ class Extractor:
         return TaskReport(Outcome.FAILED, error=reason)
 
 
+async def consolidate(memories: ExtractedMemories, tenants: Tenants, *, round_id: str) -> int:
+    """One consolidation round for every user with logs: near-duplicate extracted memories of one key
+    family merged (``domain/consolidate.py``) through the memory service's commands — the survivor's
+    importance raised to the cluster's, the others forgotten with a reason naming it (a versioned
+    status change: history is kept). Each command's key derives from the round and the memory, so
+    replicas running the same round act once. Returns how many memories were merged away."""
+    total = 0
+    for tenant in await tenants.all():
+        try:
+            todo = plan(await memories.extracted(tenant))
+            for survivor, importance in todo.importance:
+                await memories.set_importance(tenant, survivor, importance,
+                                              key=step_key("consolidate-importance", str(survivor.id), round_id))
+            for merge in todo.forget:
+                total += await memories.forget(tenant, merge.memory, merge.reason,
+                                               key=step_key("consolidate-forget", str(merge.memory.id), round_id))
+        except Exception:
+            log.exception("consolidation of tenant %s failed (round %s)", tenant, round_id)
+    return total
+
+
 async def run_maintenance(
     logs: LogSource, tenants: Tenants, *, stuck_minutes: int, retention_days: int, round_id: str,
 ) -> tuple[int, int]:
@@ -198,5 +221,5 @@ async def retention(logs: LogSource, tenants: Tenants, *, retention_days: int, r
     return total
 
 
-__all__ = ["Extractor", "ExtractionFailed", "Outcome", "TaskRecord", "TaskReport", "recover_stuck", "retention",
+__all__ = ["Extractor", "ExtractionFailed", "consolidate", "Outcome", "TaskRecord", "TaskReport", "recover_stuck", "retention",
            "run_maintenance"]

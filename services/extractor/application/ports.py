@@ -4,6 +4,7 @@
 - :class:`LogSource` — the memory service's daily-log lifecycle (claim, mark, result), the same
   commands an external agent uses through the maintenance tools.
 - :class:`MemoryWriter` — the memory service's memory commands and the lookup by key.
+- :class:`ExtractedMemories` — a user's extracted memories, for the consolidation schedule.
 - :class:`TaskLedger` — the extractor's own table: one row per ``(log_id, task_id)``.
 - :class:`Tenants` — the tenants seen in daily-log events (the lifecycle's batch commands are per
   tenant: the schedules run them for each), rebuildable from the event log.
@@ -17,6 +18,7 @@ from datetime import date, datetime
 from typing import Protocol
 from uuid import UUID
 
+from services.extractor.domain.consolidate import Held
 from services.extractor.domain.model import Extraction, Fact, Turn
 
 
@@ -127,6 +129,18 @@ class MemoryWriter(Protocol):
 
     async def update(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
                      origin: Origin | None = None) -> Written: ...
+
+
+class ExtractedMemories(Protocol):
+    """What consolidation reads and writes: a user's extracted memories, forget, importance."""
+
+    async def extracted(self, tenant: str) -> list[Held]:
+        """The user's active memories written by the extractor (every project)."""
+        ...
+
+    async def forget(self, tenant: str, held: Held, reason: str, *, key: str) -> bool: ...
+
+    async def set_importance(self, tenant: str, held: Held, importance: int, *, key: str) -> None: ...
 
 
 class Tenants(Protocol):
