@@ -232,10 +232,14 @@ async def test_one_trace_spans_gateway_memory_and_extractor(observed: Observed) 
             "turns": [{"speaker": "user", "text": "I moved to Valparaiso last week."}],
         })
         assert not saved.is_error, saved.content
+    def extractor_handled(spans: list[tuple[str, str]]) -> bool:  # its consumer span ends once the log is done
+        return any(service == "engram-extractor" and name.endswith(" handle") for service, name in spans)
+
     services: set[str] = set()
-    for _ in range(300):  # bounded: the extractor handles the log's event, then spans are exported in batches
-        services = {service for service, _ in observed.collector.of_trace(trace_id)}
-        if {"engram-gateway", "engram-memory", "engram-extractor"} <= services:
+    for _ in range(600):  # bounded: the extractor handles the log's event, then spans are exported in batches
+        found = observed.collector.of_trace(trace_id)
+        services = {service for service, _ in found}
+        if {"engram-gateway", "engram-memory", "engram-extractor"} <= services and extractor_handled(found):
             break
         await asyncio.sleep(0.1)
     spans = observed.collector.of_trace(trace_id)
@@ -245,5 +249,5 @@ async def test_one_trace_spans_gateway_memory_and_extractor(observed: Observed) 
     assert "send memory.save_daily_log" in names      # its command on the bus
     assert "memory-commands handle" in names          # handled by the memory service
     # the log's event, handled by the extractor's consumer, which claims the log from the memory service
-    assert any(service == "engram-extractor" and name.endswith(" handle") for service, name in spans), spans
+    assert extractor_handled(spans), spans
     assert any(service == "engram-extractor" and name == "send memory.claim_daily_log" for service, name in spans)
