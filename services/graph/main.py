@@ -14,7 +14,7 @@ import asyncpg
 
 from contracts.portability import PurgeGraphUser
 from contracts.subjects import GRAPH
-from kit import metrics
+from kit import metrics, tracing
 from kit import replay as runner
 from kit.bus import Bus
 from kit.client import Client
@@ -93,6 +93,7 @@ async def run(settings: GraphSettings, stop: asyncio.Event | None = None) -> Non
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+    tracing.setup("graph")  # spans exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (kit/tracing.py)
     async with graph_app(settings) as app:
         tasks = await start(app, stop)
         freeze_startup_heap()
