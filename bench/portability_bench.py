@@ -28,6 +28,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,6 +42,29 @@ from deploy.stack import Stack
 from kit.bus import Bus
 from kit.export import jsonl
 from kit.purge import purge_user
+
+
+async def _sql(url: str, statement: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def own_database_for(options: Any) -> tuple[str, str] | None:
+    """On a shared Postgres, a database of the run's own (the extractor's and graph's schemas have
+    no per-run names, and a schema belongs to one install): (admin URL, database name)."""
+    if not options.database_url:
+        return None
+    admin = options.database_url
+    base, _, _ = admin.rpartition("/")
+    name = f"engram_{options.namespace}"
+    asyncio.run(_sql(admin, f'CREATE DATABASE "{name}"'))
+    options.database_url = f"{base}/{name}"
+    return admin, name
 
 
 def synthetic_export(path: Path, user: str, texts: list[str]) -> None:
@@ -119,6 +143,7 @@ def main() -> None:
     args = parser.parse_args()
     texts = contents(args.memories)
     options = stack_options("port")
+    own_database = own_database_for(options)  # every service's schema of its own, dropped at the end
     try:
         with Stack(options, say=lambda _: None) as stack, tempfile.TemporaryDirectory() as folder:
             tenant = stack.create_key(None, "bench")["view"]["user_id"]
@@ -133,6 +158,8 @@ def main() -> None:
             r = asyncio.run(round_trip(stack, tenant, Path(folder)))
     finally:
         drop_shared_data(options)
+        if own_database:
+            asyncio.run(_sql(own_database[0], f'DROP DATABASE IF EXISTS "{own_database[1]}" WITH (FORCE)'))
     ratio = fresh_rate / save_sustained
     lines = [
         f"{args.memories:,} memories (LoCoMo turns), one user, the stack of `engram up` (every service its own process)",
