@@ -23,6 +23,7 @@ import json
 import pstats
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,53 @@ async def replay_and_compare(
     return out
 
 
+async def pad_events(nats_url: str, namespace: str, tenant: str, target: int) -> int:
+    """Append copies of the tenant's memory events (new memory ids, project ``bench-pad``) until the
+    event log holds ``target`` memory events; return how many were appended. The copies carry the
+    texts the save path embedded, so the embedding cache serves them as it serves the originals:
+    a way to replay at a scale the loaded machine could not save in the time at hand."""
+    from nats.js import api
+
+    from contracts.subjects import MEMORY, Names
+    from kit.bus import Bus
+
+    bus = await Bus.connect(nats_url, Names(namespace), name="bench-pad")
+    try:
+        names = bus.names
+        sub = await bus.js.pull_subscribe(
+            names.events_of(MEMORY, tenant), stream=names.events_stream,
+            config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.ALL, ack_policy=api.AckPolicy.NONE,
+                                      inactive_threshold=120.0),
+        )
+        have = (await sub.consumer_info()).num_pending or 0
+        originals: list[dict[str, Any]] = []
+        while len(originals) < have:
+            originals += [json.loads(m.data) for m in await sub.fetch(min(512, have - len(originals)), timeout=10.0)]
+        await sub.unsubscribe()
+        added, round_ = 0, 0
+        while have + added < target:
+            round_ += 1
+            ids: dict[str, str] = {}
+            pending = []
+            for event in originals:
+                if have + added + len(pending) >= target:
+                    break
+                new_id = ids.setdefault(event["aggregate_id"], str(uuid.uuid4()))
+                copy = {**event, "event_id": str(uuid.uuid4()), "aggregate_id": new_id,
+                        "data": {**event["data"], "id": new_id, "project": f"bench-pad{round_}"}}
+                pending.append(bus.js.publish(names.event(tenant, MEMORY, new_id), json.dumps(copy).encode(),
+                                              headers={"Nats-Msg-Id": copy["event_id"]}))
+                if len(pending) >= 512:
+                    await asyncio.gather(*pending)
+                    added += len(pending)
+                    pending = []
+            await asyncio.gather(*pending)
+            added += len(pending)
+        return added
+    finally:
+        await bus.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=10_000)
@@ -117,6 +165,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print where the replay's time goes (cProfile)")
     parser.add_argument("--replay-only", action="store_true",
                         help="with --state: replay what the state holds, even if its load was cut short")
+    parser.add_argument("--pad-to", type=int, default=0,
+                        help="before replaying, append copies of the saved memory events (new ids, same texts) "
+                             "until the log holds this many memory events")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     texts = contents(args.memories)
@@ -148,6 +199,11 @@ def main() -> None:
                     state_file.write_text(json.dumps(state))
             stack.services["memory"].stop()
             time.sleep(1.0)
+            if args.pad_to:
+                padded = asyncio.run(pad_events(stack.nats_url, options.namespace, state["tenant"], args.pad_to))
+                load_line += f"; {padded:,} copies of saved memory events appended (new ids, same texts)"
+                if padded:
+                    print("copies appended: the read model compared below predates them; run again to compare")
             settings = MemorySettings(home=options.home, nats_url=stack.nats_url, database_url=stack.database_url,
                                       namespace=options.namespace, memory_schema=memory_schema(options))
             result = asyncio.run(replay_and_compare(settings, state["tenant"], questions,
