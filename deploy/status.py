@@ -142,6 +142,22 @@ async def collect(bus: Bus, database_url: str | None = None) -> Status:
             "pending": state.pending, "ack_pending": state.ack_pending,
             "redelivered": state.redelivered, "ack_floor": state.ack_floor, "dead_letters": dead.get(spec.durable, 0),
         })
+    listed = {c["durable"] for c in consumers}
+    for stream in (names.events_stream, names.commands_stream):  # every other durable consumer (projectors…)
+        try:
+            found = await bus.js.consumers_info(stream)
+        except NotFoundError:
+            continue
+        for info in sorted(found, key=lambda i: i.name):
+            if info.name in listed or not info.config.durable_name:
+                continue
+            consumers.append({
+                "durable": info.name, "stream": stream,
+                "state": "running" if (info.num_waiting or 0) > 0 else "idle (no worker pulling)",
+                "pending": info.num_pending or 0, "ack_pending": info.num_ack_pending or 0,
+                "redelivered": info.num_redelivered or 0,
+                "ack_floor": info.ack_floor.stream_seq if info.ack_floor else 0, "dead_letters": dead.get(info.name, 0),
+            })
     stack = StackInfo.load(default_home())
     gateway = "unknown (not started by `engram up`)"
     if stack:

@@ -219,6 +219,7 @@ async def test_lag_and_dead_letters_are_sampled_and_shown_by_status(observed: Ob
     assert shown.returncode == 0, shown.stderr
     assert "dead letters" in shown.stdout and "lag (pending)" in shown.stdout
     assert "memory-commands" in shown.stdout
+    assert "memory-dailylog-projector" in shown.stdout  # every durable consumer of the streams, not a fixed list
     assert f":{observed.stack.metrics_ports['memory']}/metrics" in shown.stdout
 
 
