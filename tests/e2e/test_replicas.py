@@ -18,7 +18,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -42,6 +42,7 @@ class Replicated:
     stack: Stack
     key: str
     namespace: str
+    ids: dict[str, set[str]] = field(default_factory=dict)  # project -> its memories' ids, once settled
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,21 @@ async def save_and_log(r: Replicated, project: str, n: int) -> None:
     await asyncio.gather(*(bounded(i) for i in range(n)))
 
 
+async def graph_memories(r: Replicated, project: str, memory_ids: set[str]) -> list[str]:
+    """The memory nodes of the project's graph once it holds ``memory_ids`` (bounded wait: the graph
+    service's replicas project the events after the memory service)."""
+    nodes: list[str] = []
+    async with session(r) as client:
+        for _ in range(300):
+            view = await client.call_tool("memory-graph", {"containerTag": project, "limit": 1000})
+            assert not view.is_error, view.content
+            nodes = [n["id"] for n in view.structured_content["nodes"] if n["type"] == "memory"]
+            if set(nodes) >= memory_ids:
+                break
+            await asyncio.sleep(0.2)
+    return nodes
+
+
 async def settled(r: Replicated, project: str) -> list[str]:
     """The project's memories once every daily log of it was extracted (bounded wait)."""
     async with session(r) as client:
@@ -131,12 +147,13 @@ async def settled(r: Replicated, project: str) -> list[str]:
             await asyncio.sleep(0.2)
         assert not waiting, waiting
         listed = (await call(client, "recall_memory", limit=100, containerTag=project))["memories"]
+    r.ids[project] = {str(m["id"]) for m in listed}
     return [m["content"] for m in listed]
 
 
 async def test_every_service_runs_twice_and_work_is_spread(replicated: Replicated) -> None:
     r = replicated
-    for service in ("gateway", "auth", "extractor"):
+    for service in ("gateway", "auth", "extractor", "graph"):
         assert len(processes(r, service)) == 2, r.stack.services
     assert len(processes(r, "memory")) == (2 if QDRANT_URL else 1)
     project = "rep-" + uuid.uuid4().hex[:6]
@@ -146,11 +163,15 @@ async def test_every_service_runs_twice_and_work_is_spread(replicated: Replicate
     saved = [c for c in contents if c.startswith("Replica fact")]
     assert len(saved) == n and len(set(saved)) == n, contents  # each save exactly once
     assert len(contents) == len(set(contents)), contents  # nothing extracted twice either
+    # the graph service's two replicas share its projector: each memory is one node, projected once
+    nodes = await graph_memories(r, project, r.ids[project])
+    assert sorted(nodes) == sorted(r.ids[project]), (nodes, r.ids[project])
 
     # per-replica counters: both gateways served MCP requests, both extractors handled log events
     for service, name, labels in (
         ("gateway", "engram_mcp_request_duration_seconds_count", {"tool": "memory"}),
         ("extractor", "engram_consumer_messages_total", {"result": "ack"}),
+        ("graph", "engram_consumer_messages_total", {"durable": "graph-projector", "result": "ack"}),
     ):
         handled = {p: counter(r, p, name, **labels) for p in processes(r, service)}
         assert all(v > 0 for v in handled.values()), (service, handled)
