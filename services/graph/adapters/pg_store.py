@@ -97,6 +97,7 @@ class PgGraphTx:
                 f" (nextval('{self.s}.node_order'), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
                 f" $16::jsonb) RETURNING seq", *values,
             )
+            await self._count(row.tenant, row.project, row.type.value, 1)
             return int(order), None
         await self.c.execute(
             f"UPDATE {self.s}.nodes SET type = $3, project = $4, label = $5, forgotten = $6, category = $7,"
@@ -105,14 +106,23 @@ class PgGraphTx:
         )
         return int(before["seq"]), _row(before)
 
+    async def _count(self, tenant: str, project: str, type: str, delta: int) -> None:
+        await self.c.execute(
+            f"INSERT INTO {self.s}.node_counts (tenant, project, type, n) VALUES ($1, $2, $3, $4)"
+            f" ON CONFLICT (tenant, project, type) DO UPDATE SET n = {self.s}.node_counts.n + $4",
+            tenant, project, type, delta,
+        )
+
     async def touch_project(self, tenant: str, project: str, at: datetime, seq: int) -> None:
         row = project_row(tenant, project, at)
-        await self.c.execute(
+        created = await self.c.fetchval(
             f"INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, created_at, updated_at)"
             f" SELECT nextval('{self.s}.node_order'), $1, $2, $3, $4, $4, $5, $5"
-            f" WHERE NOT EXISTS (SELECT 1 FROM {self.s}.nodes WHERE tenant = $1 AND id = $2)",
+            f" WHERE NOT EXISTS (SELECT 1 FROM {self.s}.nodes WHERE tenant = $1 AND id = $2) RETURNING seq",
             tenant, row.id, NodeType.PROJECT.value, project, at,
         )
+        if created is not None:
+            await self._count(tenant, project, NodeType.PROJECT.value, 1)
         await self.c.execute(
             f"UPDATE {self.s}.nodes SET updated_at = $3 WHERE tenant = $1 AND id = $2 AND updated_at < $3",
             tenant, row.id, at,
@@ -121,7 +131,10 @@ class PgGraphTx:
     async def delete_node(self, tenant: str, node_id: str) -> None:
         await self.c.execute(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND (source = $2 OR target = $2)",
                              tenant, node_id)
-        await self.c.execute(f"DELETE FROM {self.s}.nodes WHERE tenant = $1 AND id = $2", tenant, node_id)
+        gone = await self.c.fetchrow(f"DELETE FROM {self.s}.nodes WHERE tenant = $1 AND id = $2 RETURNING project, type",
+                                     tenant, node_id)
+        if gone is not None:
+            await self._count(tenant, gone["project"], gone["type"], -1)
 
     async def set_edges(self, tenant: str, source: str, type: EdgeType, targets: Sequence[str]) -> None:
         await self.c.execute(
@@ -225,7 +238,18 @@ class PgGraphStore:
         return [(int(r["seq"]), _row(r)) for r in rows]
 
     async def count(self, f: PageFilter) -> int:
-        args: list[Any] = []
+        if f.since is None and f.until is None:  # the kept counts (exact: written with the nodes)
+            args: list[Any] = [f.tenant]
+            where = "tenant = $1"
+            if f.project is not None:
+                args.append(f.project)
+                where += " AND project = $2"
+            if f.node_types:
+                args.append([t.value for t in f.node_types])
+                where += f" AND type = ANY(${len(args)}::text[])"
+            return int(await self.pool.fetchval(
+                f"SELECT coalesce(sum(n), 0) FROM {self.s}.node_counts WHERE {where}", *args))
+        args = []
         where = _filter_sql("n", f, args)
         return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.nodes n WHERE {where}", *args))
 
@@ -235,13 +259,15 @@ class PgGraphStore:
         args: list[Any] = [list(ids), last]
         src = _filter_sql("s", f, args)
         dst = _filter_sql("t", f, args)
+        # per edge, its two nodes by primary key (LATERAL ... LIMIT 1: index lookups, never a scan
+        # of the whole graph), the page's edges found through the page's ids by index too
         rows = await self.pool.fetch(
-            f"WITH e AS ("
-            f"  SELECT * FROM {self.s}.edges WHERE tenant = $3 AND source = ANY($1::text[])"
-            f"  UNION SELECT * FROM {self.s}.edges WHERE tenant = $3 AND target = ANY($1::text[]))"
+            f"WITH page AS (SELECT unnest($1::text[]) AS id), e AS ("
+            f"  SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.source = p.id"
+            f"  UNION SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.target = p.id)"
             f" SELECT e.source, e.target, e.type, e.weight FROM e"
-            f" JOIN {self.s}.nodes s ON s.tenant = e.tenant AND s.id = e.source"
-            f" JOIN {self.s}.nodes t ON t.tenant = e.tenant AND t.id = e.target"
+            f" JOIN LATERAL (SELECT * FROM {self.s}.nodes n WHERE n.tenant = e.tenant AND n.id = e.source LIMIT 1) s ON true"
+            f" JOIN LATERAL (SELECT * FROM {self.s}.nodes n WHERE n.tenant = e.tenant AND n.id = e.target LIMIT 1) t ON true"
             f" WHERE s.seq <= $2 AND t.seq <= $2 AND {src} AND {dst}"
             f" ORDER BY greatest(s.seq, t.seq), e.type, s.seq, t.seq", *args,
         )
@@ -301,5 +327,5 @@ class PgGraphStore:
     async def drop_read_model(self) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(f"TRUNCATE {self.s}.nodes, {self.s}.edges, {self.s}.applied, {self.s}.checkpoints,"
-                               f" {self.s}.similar_queue")
+                               f" {self.s}.similar_queue, {self.s}.node_counts")
             await conn.execute(f"ALTER SEQUENCE {self.s}.node_order RESTART WITH 1")
