@@ -74,10 +74,11 @@ class PgGraphTx:
         raise NotImplementedError("the graph service records no command outcomes")
 
     async def lock(self, tenant: str, key: str) -> int | None:
-        await self.c.execute(f"INSERT INTO {self.s}.applied (tenant, key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                             tenant, key)
-        seq = await self.c.fetchval(f"SELECT last_seq FROM {self.s}.applied WHERE tenant = $1 AND key = $2 FOR UPDATE",
-                                    tenant, key)
+        # one statement: the row is created or locked (DO UPDATE takes the row lock), its sequence returned
+        seq = await self.c.fetchval(
+            f"INSERT INTO {self.s}.applied AS a (tenant, key) VALUES ($1, $2) ON CONFLICT (tenant, key)"
+            f" DO UPDATE SET last_seq = a.last_seq RETURNING a.last_seq", tenant, key,
+        )
         return int(seq) or None
 
     async def mark_applied(self, tenant: str, key: str, seq: int) -> None:
@@ -92,12 +93,12 @@ class PgGraphTx:
                   row.created_at, row.updated_at, json.dumps(row.detail))
         if before is None:
             order = await self.c.fetchval(
-                f"INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, forgotten, category, memory_key,"
-                f" family, log_id, importance, version, expires_at, created_at, updated_at, detail) VALUES"
+                f"WITH ins AS (INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, forgotten, category,"
+                f" memory_key, family, log_id, importance, version, expires_at, created_at, updated_at, detail) VALUES"
                 f" (nextval('{self.s}.node_order'), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,"
-                f" $16::jsonb) RETURNING seq", *values,
+                f" $16::jsonb) RETURNING seq), cnt AS ({self._count_sql('$1', '$4', '$3')})"
+                f" SELECT seq FROM ins", *values,
             )
-            await self._count(row.tenant, row.project, row.type.value, 1)
             return int(order), None
         await self.c.execute(
             f"UPDATE {self.s}.nodes SET type = $3, project = $4, label = $5, forgotten = $6, category = $7,"
@@ -113,19 +114,22 @@ class PgGraphTx:
             tenant, project, type, delta,
         )
 
+    def _count_sql(self, tenant: str, project: str, type: str) -> str:
+        """A data-modifying CTE adding one node to the counts when the CTE ``ins`` inserted one."""
+        return (f"INSERT INTO {self.s}.node_counts AS c (tenant, project, type, n) SELECT {tenant}, {project}, {type}, 1"
+                f" FROM ins ON CONFLICT (tenant, project, type) DO UPDATE SET n = c.n + 1")
+
     async def touch_project(self, tenant: str, project: str, at: datetime, seq: int) -> None:
         row = project_row(tenant, project, at)
-        created = await self.c.fetchval(
-            f"INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, created_at, updated_at)"
-            f" SELECT nextval('{self.s}.node_order'), $1, $2, $3, $4, $4, $5, $5"
-            f" WHERE NOT EXISTS (SELECT 1 FROM {self.s}.nodes WHERE tenant = $1 AND id = $2) RETURNING seq",
-            tenant, row.id, NodeType.PROJECT.value, project, at,
-        )
-        if created is not None:
-            await self._count(tenant, project, NodeType.PROJECT.value, 1)
+        # one statement: create the node (and count it) if missing, else move its updated_at (the
+        # CTEs share one snapshot: the UPDATE sees only a node that existed before)
         await self.c.execute(
-            f"UPDATE {self.s}.nodes SET updated_at = $3 WHERE tenant = $1 AND id = $2 AND updated_at < $3",
-            tenant, row.id, at,
+            f"WITH ins AS (INSERT INTO {self.s}.nodes (seq, tenant, id, type, project, label, created_at, updated_at)"
+            f"  SELECT nextval('{self.s}.node_order'), $1, $2, $3, $4, $4, $5, $5"
+            f"  WHERE NOT EXISTS (SELECT 1 FROM {self.s}.nodes WHERE tenant = $1 AND id = $2) RETURNING seq),"
+            f" cnt AS ({self._count_sql('$1', '$4', '$3')}),"
+            f" upd AS (UPDATE {self.s}.nodes SET updated_at = $5 WHERE tenant = $1 AND id = $2 AND updated_at < $5)"
+            f" SELECT 1", tenant, row.id, NodeType.PROJECT.value, project, at,
         )
 
     async def delete_node(self, tenant: str, node_id: str) -> None:
@@ -137,11 +141,13 @@ class PgGraphTx:
             await self._count(tenant, gone["project"], gone["type"], -1)
 
     async def set_edges(self, tenant: str, source: str, type: EdgeType, targets: Sequence[str]) -> None:
+        # one statement: the edges to other targets go, the missing ones come (disjoint rows)
         await self.c.execute(
-            f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2 AND type = $3 AND NOT target = ANY($4::text[])",
-            tenant, source, type.value, list(targets),
+            f"WITH del AS (DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2 AND type = $3"
+            f"  AND NOT target = ANY($4::text[]))"
+            f" INSERT INTO {self.s}.edges (tenant, source, target, type) SELECT $1, $2, t, $3 FROM unnest($4::text[]) t"
+            f" ON CONFLICT (tenant, source, type, target) DO NOTHING", tenant, source, type.value, list(targets),
         )
-        await self.add_edges(tenant, [GraphEdge(source=source, target=t, type=type) for t in targets])
 
     async def add_edges(self, tenant: str, edges: Sequence[GraphEdge]) -> None:
         if not edges:
