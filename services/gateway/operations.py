@@ -126,6 +126,7 @@ class Caller:
 
 class WhoAmI(BaseModel):
     user_id: str
+    user_name: str | None = None
     client_id: str
     key_id: str | None
     scopes: list[str]
@@ -260,7 +261,7 @@ class Operations:
 
     async def who_am_i(self, c: Caller) -> WhoAmI:
         c.require(Scope.MEMORY_READ)
-        return WhoAmI(user_id=c.tenant, client_id=c.who.client_id, key_id=c.who.key_id,
+        return WhoAmI(user_id=c.tenant, user_name=c.who.user_name, client_id=c.who.client_id, key_id=c.who.key_id,
                       scopes=sorted(c.who.scopes), project=c.who.project or c.pin,
                       client_name=c.client.name if c.client else None,
                       client_version=c.client.version if c.client else None)

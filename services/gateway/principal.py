@@ -31,6 +31,7 @@ class Principal:
     scopes: frozenset[str]
     key_id: str | None = None
     project: str | None = None  # the key is restricted to this project
+    user_name: str | None = None  # the user's display name, when the token introspection gives it
 
     @classmethod
     def from_token(cls, token: AccessToken) -> Principal:
@@ -43,6 +44,7 @@ class Principal:
             scopes=frozenset(token.scopes),
             key_id=claims.get("key_id"),
             project=claims.get("project"),
+            user_name=claims.get("user_name"),
         )
 
     def require(self, scope: Scope) -> None:

@@ -146,3 +146,15 @@ async def test_a_memory_service_without_similar_memories_is_not_asked_again_at_o
     await ops.recall(CALLER, Recall(query="tea"))
     await ops.recall(CALLER, Recall(query="tea"))
     assert client.asked.count(SimilarMemories) == 1
+
+
+async def test_who_am_i_names_the_user_and_the_calling_client() -> None:
+    from mcp.server.auth.provider import AccessToken
+
+    token = AccessToken(token="k", client_id="key", scopes=["memory:read"], subject="u1",
+                        claims={"key_id": None, "project": None, "user_name": "Alice"})
+    caller = Caller(Principal.from_token(token), client=ClientInfo("Claude Code", "2.0.1"))
+    me = await Operations(None).who_am_i(caller)  # type: ignore[arg-type]
+    assert (me.user_id, me.user_name, me.client_name, me.client_version) == ("u1", "Alice", "Claude Code", "2.0.1")
+    plain = await Operations(None).who_am_i(Caller(Principal.from_token(token.model_copy(update={"claims": {}}))))  # type: ignore[arg-type]
+    assert (plain.user_name, plain.client_name) == (None, None)
