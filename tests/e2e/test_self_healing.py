@@ -154,8 +154,15 @@ def _report() -> None:
 
 
 def _listed(stack: Stack, key: str, marker: str) -> list[str]:
-    r = httpx.get(stack.gateway_url + "/v1/memories", params={"keyword": marker, "limit": 100},
-                  headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    """The memories listed with ``marker``; a 503 (a restarted memory service still loading its
+    models, while writes are already accepted as queued) is asked again within the bound."""
+    deadline = time.time() + BOUND_S
+    while True:
+        r = httpx.get(stack.gateway_url + "/v1/memories", params={"keyword": marker, "limit": 100},
+                      headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        if r.status_code != 503 or time.time() > deadline:
+            break
+        time.sleep(0.5)
     r.raise_for_status()
     return [m["content"] for m in r.json()["memories"]]
 
@@ -312,7 +319,7 @@ def test_status_shows_the_restarts(stack: Stack) -> None:
     state = json.loads((stack.o.home / "supervisor.json").read_text())
     assert oct((stack.o.home / "supervisor.json").stat().st_mode & 0o777) == "0o600"
     by_name = {p["name"]: p for p in state["processes"]}
-    assert set(by_name) == {"nats", "postgres", "auth", "memory", "extractor", "gateway"}
+    assert set(by_name) == {"nats", "postgres", "auth", "memory", "extractor", "graph", "gateway"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env |= {"ENGRAM_HOME": str(stack.o.home), "ENGRAM_NATS_URL": stack.nats_url, "COLUMNS": "250"}
     out = subprocess.run([sys.executable, "-m", "deploy", "status"], env=env, capture_output=True, text=True,
