@@ -225,7 +225,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         )
 
     app.include_router(build_router(ops, unauthorized))
-    app.router.routes.extend(graph_routes())  # the web page /graph (entrypoints/graph_page.py)
+    app.router.routes.extend(graph_routes(settings.issuer))  # the web page /graph (entrypoints/graph_page.py)
     mcp_endpoint = McpEndpoint()
     app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint))  # every method: the endpoint answers 405
     about = {"name": "Engram", "version": app.version, "description": "Long-term memory for AI assistants (MCP)",

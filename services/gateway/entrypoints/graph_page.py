@@ -7,8 +7,9 @@
   MCP Apps host calls (``memory-graph``, ``fetch-graph-data``, ``get_memory_history``, ``recall``),
   under the same access rules. A request that carries a valid key as ``Authorization: Bearer``
   (scripts, tests, a proxy that signs in for the user) gets the page signed in; a browser without
-  one gets a sign-in form for an API key, kept in the tab's ``sessionStorage`` and sent only as a
-  header (never in a URL). A project filter reloads the graph for one project.
+  one signs in with OAuth (authorization code + PKCE as a public client of the auth service, a
+  ``memory:read`` token) or pastes an API key; either is kept in the tab's ``sessionStorage`` and
+  sent only as a header. A project filter reloads the graph for one project.
 - ``GET /graph/app.html`` — the app itself (the same HTML as the MCP resource), with the
   restrictive Content-Security-Policy the MCP Apps spec gives hosts as the default.
 
@@ -18,6 +19,7 @@ Neither page carries data or secrets: both are static and cacheable by nobody (`
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.requests import Request
@@ -30,9 +32,10 @@ PAGE_PATH = "/graph"
 APP_PATH = "/graph/app.html"
 _HOST_HTML = resources.files("services.gateway.graph_app").joinpath("host.html").read_text(encoding="utf-8")
 
-#: the host page: its own inline script and style, fetch to this origin only, the app framed from here
+#: the host page: its own inline script and style, fetch to this origin (and the sign-in server's token
+#: and registration endpoints), the app framed from here
 HOST_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
-            "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+            "connect-src 'self' {issuer}; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 #: the app: the MCP Apps spec's restrictive default (no network at all), framed only by this origin
 APP_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
            "media-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
@@ -44,10 +47,16 @@ def signed_in(request: Request) -> bool:
     return isinstance(request.scope.get("user"), AuthenticatedUser)
 
 
-async def graph_page(request: Request) -> Response:
-    """The memory graph in the browser: the host page, signed in when the request carries a valid key."""
-    html = _HOST_HTML.replace("{{SIGNED_IN}}", "1" if signed_in(request) else "0")
-    return HTMLResponse(html, headers={**_COMMON, "Content-Security-Policy": HOST_CSP})
+def graph_page(issuer: str) -> Any:
+    """The memory graph in the browser: the host page, signed in when the request carries a valid key;
+    ``issuer`` is the OAuth sign-in server the page may call (registration, token)."""
+    csp = HOST_CSP.format(issuer=issuer.rstrip("/"))
+
+    async def page(request: Request) -> Response:
+        html = _HOST_HTML.replace("{{SIGNED_IN}}", "1" if signed_in(request) else "0")
+        return HTMLResponse(html, headers={**_COMMON, "Content-Security-Policy": csp})
+
+    return page
 
 
 async def graph_app_page(_: Request) -> Response:
@@ -55,6 +64,6 @@ async def graph_app_page(_: Request) -> Response:
     return HTMLResponse(app_html(), headers={**_COMMON, "Content-Security-Policy": APP_CSP})
 
 
-def graph_routes() -> list[Route]:
+def graph_routes(issuer: str) -> list[Route]:
     """The web page's routes (GET only; kept out of the OpenAPI document: they are pages, not API)."""
-    return [Route(PAGE_PATH, graph_page, methods=["GET"]), Route(APP_PATH, graph_app_page, methods=["GET"])]
+    return [Route(PAGE_PATH, graph_page(issuer), methods=["GET"]), Route(APP_PATH, graph_app_page, methods=["GET"])]
