@@ -65,3 +65,10 @@ def test_the_score_reads_the_features_it_names() -> None:
     assert event.first_person and event.event and event.echoed_after == pytest.approx(2 / 7)
     assert praise.praise and praise.deictic and not praise.first_person
     assert score(event) >= THRESHOLD > score(praise)
+
+
+def test_a_keyed_preference_is_kept_however_short() -> None:
+    turns = turns_from_text("user: I moved to Berlin last month and I love the parks.\nassistant: Berlin has wonderful parks!")
+    kept = BuiltinEngine().extract(turns)
+    assert [(f.content, f.memory_key) for f in kept] == [
+        ("The user moved to Berlin last month.", "profile.location"), ("The user loves the parks.", "preference.parks")]

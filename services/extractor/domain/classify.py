@@ -19,7 +19,6 @@ class Classification:
     topic: str | None  # set when the statement fills a slot (keyable)
     importance: int
     confidence: float
-    slot: bool = False  # one of the fixed slots (name, age, location, favourite …), not a free topic
 
     @property
     def memory_key(self) -> str | None:
@@ -93,7 +92,7 @@ def classify(said: str) -> Classification:
         if match:
             groups = [g for g in match.groups() if g]
             name = topic.format(*[slug(g, 3) or "x" for g in groups]) if "{" in topic and groups else topic
-            return Classification(category, _clean_topic(name), importance, _confidence(said, 0.85), slot=True)
+            return Classification(category, _clean_topic(name), importance, _confidence(said, 0.85))
     for pattern, category, importance, keyed in (
         (_STYLE, C.CONVERSATION_STYLE, 3, False),
         (_HABIT, C.PERSONALITY, 3, False),

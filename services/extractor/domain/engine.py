@@ -167,7 +167,7 @@ class Candidate:
 
     fact: Fact
     features: Features
-    slot: bool  # fills a slot of identity or preference (always kept)
+    slot: bool  # keyed: fills a slot (location, favourite colour…) or names a preference, goal or skill; always kept
 
     @property
     def score(self) -> float:
@@ -273,7 +273,7 @@ class BuiltinEngine:
                 content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
                 turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
                 at=turn.at,
-            ), said, kind.slot))
+            ), said, kind.topic is not None))
             last = len(found) - 1
         answers = index > 0 and "?" in turns[index - 1].text
         n = len(found)

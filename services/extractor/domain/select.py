@@ -4,7 +4,8 @@ The engine proposes every statement a turn makes (first-person facts, and other 
 speaker makes, as "<Name> says …"); most of them are conversation, not memory ("It was so fun",
 "That's a great idea"). Each candidate is described by a few readable features of the speaker's
 own words and of its turn, and a linear score decides: a candidate is kept when its score reaches
-the engine's threshold. A fact that fills a slot (where the user lives, their name…) is always kept.
+the engine's threshold. A keyed fact — one that fills a slot (where the user lives, their name…) or
+names a preference, goal or skill (``preference.hiking``) — is always kept.
 
 The weights were fitted (logistic regression, L2) on LoCoMo conversations 0–4 against the
 question "does this candidate restate one of LoCoMo's observations of its turn?" and checked on
