@@ -128,18 +128,24 @@ async def _graph_data(running: Any) -> GraphData:
         log_date = "2025-05-03"
         await call(client, "save_daily_log", log_date=log_date, turns=TURNS, topics="moving, family",
                    containerTag=project)
-        # bounded wait (nothing is timed): the extractor turns the log into memories with provenance,
-        # and the graph shows the log, its memories and every fact saved above
-        extracted: list[str] = []
+        # bounded waits (nothing is timed): the extractor turns the log into memories with provenance
+        # and marks it processed once all are saved; then the graph shows the log and every memory
+        processed = False
         for _ in range(600):
-            listed = (await call(client, "recall_memory", limit=100, containerTag=project))["memories"]
-            extracted = [m["id"] for m in listed if m.get("provenance")]
             nodes, _, _ = await all_pages(client, 1000, project=project)
-            node_ids = {n["id"] for n in nodes}
-            if extracted and set(ids.values()) | set(extracted) <= node_ids and any(n["type"] == "log" for n in nodes):
+            processed = any(n["type"] == "log" and n["detail"].get("status") == "processed" for n in nodes)
+            if processed:
                 break
             await asyncio.sleep(0.2)
+        assert processed, "the daily log was not processed"
+        listed = (await call(client, "recall_memory", limit=100, containerTag=project))["memories"]
+        extracted = [m["id"] for m in listed if m.get("provenance")]
         assert extracted, "the extractor produced no memory from the daily log"
+        for _ in range(600):
+            node_ids = {n["id"] for n in (await all_pages(client, 1000, project=project))[0]}
+            if set(ids.values()) | set(extracted) <= node_ids:
+                break
+            await asyncio.sleep(0.2)
         assert set(ids.values()) | set(extracted) <= node_ids, "the graph does not show every saved memory"
     return GraphData(project, other, ids, ids["preference.drink"], extracted, log_date)
 
