@@ -45,7 +45,9 @@ NO_STORE = {
     "Pragma": "no-cache",
     "X-Frame-Options": "DENY",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
-    "Referrer-Policy": "no-referrer",
+    # not no-referrer: under it a browser posts the page's own forms with `Origin: null`, which the
+    # CSRF check (domain.oauth.origin_ok) must refuse; same-origin sends our origin to ourselves only
+    "Referrer-Policy": "same-origin",
 }
 
 STYLE = """
