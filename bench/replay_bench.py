@@ -91,7 +91,9 @@ async def replay_and_compare(
         profiler = cProfile.Profile() if profile else None
         if profiler:
             profiler.enable()
+        cpu_started = time.process_time()
         report = await rebuild(app)
+        phases_cpu = time.process_time() - cpu_started
         if profiler:
             profiler.disable()
         digest_after = await read_model_digest(app)
@@ -102,7 +104,7 @@ async def replay_and_compare(
     same_set = sum(set(a) == set(b) for a, b in zip(before, after, strict=True))
     out: dict[str, Any] = dict(rate=report.rate, events=report.events, seconds=report.seconds,
                                identical=digest_before == digest_after, overlap=overlap, same=same, same_set=same_set,
-                               entries=entries, hits=hits, memories=memories, phases=phases)
+                               entries=entries, hits=hits, memories=memories, phases=phases, cpu=phases_cpu)
     if profiler:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
@@ -223,7 +225,9 @@ def main() -> None:
         f"replay of {result['memories']:,} memories (drop and rebuild Postgres + vectors; {cache_note}): {result['events']:,} events in "
         f"{result['seconds']:.1f} s = {result['rate']:.1f} events/s (of which "
         + ", ".join(f"{name} {secs:.1f} s" for name, secs in result["phases"].items())
-        + f"; events alone {result['events'] / max(1e-9, result['seconds'] - sum(result['phases'].values())):.0f}/s)",
+        + f"; events alone {result['events'] / max(1e-9, result['seconds'] - sum(result['phases'].values())):.0f}/s); "
+        f"the replaying process used {result['cpu']:.1f} s of CPU = {result['events'] / max(1e-9, result['cpu']):.0f} events "
+        "per CPU-second of its own (Postgres, NATS and the index's threads apart)",
         f"read model after replay {'identical' if result['identical'] else 'DIFFERENT'} (digest of every memory's id, version, "
         f"status, content hash, late-interaction tokens); recall top-10 identical for {result['same']}/{len(questions)} "
         f"questions (the same ten, in any order: {result['same_set']}/{len(questions)}), overlap {100 * result['overlap']:.1f}%",
