@@ -266,11 +266,15 @@ class PgGraphStore:
         src = _filter_sql("s", f, args)
         dst = _filter_sql("t", f, args)
         # per edge, its two nodes by primary key (LATERAL ... LIMIT 1: index lookups, never a scan
-        # of the whole graph), the page's edges found through the page's ids by index too
+        # of the whole graph), the page's edges found through the page's ids by index too. An
+        # in_project edge is found from its member only: a project's node is always older than its
+        # members (created first, in the member's transaction), so the edge belongs to the member's
+        # page — and a project on this page is no hub of thousands of lookups.
         rows = await self.pool.fetch(
             f"WITH page AS (SELECT unnest($1::text[]) AS id), e AS ("
             f"  SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.source = p.id"
-            f"  UNION SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.target = p.id)"
+            f"  UNION SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.target = p.id"
+            f"   AND x.type <> 'in_project')"
             f" SELECT e.source, e.target, e.type, e.weight FROM e"
             f" JOIN LATERAL (SELECT * FROM {self.s}.nodes n WHERE n.tenant = e.tenant AND n.id = e.source LIMIT 1) s ON true"
             f" JOIN LATERAL (SELECT * FROM {self.s}.nodes n WHERE n.tenant = e.tenant AND n.id = e.target LIMIT 1) t ON true"
