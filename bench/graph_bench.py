@@ -233,7 +233,13 @@ async def run(args: argparse.Namespace) -> list[str]:
             client = Client(mem.bus, command_timeout_s=60, query_timeout_s=30)
             try:
                 # real saves: vectors for the similar edges (the worker asks as they arrive)
-                texts = [t for _, _, t in locomo_turns()][-args.vectors:]
+                # a kept state's next run takes the next slice of turns (saved contents would dedupe)
+                runs = int(state.get("runs", 0))
+                turns = [t for _, _, t in locomo_turns()]
+                texts = turns[len(turns) - (runs + 1) * args.vectors : len(turns) - runs * args.vectors]
+                state["runs"] = runs + 1
+                if state_file:
+                    state_file.write_text(json.dumps(state))
                 done = 0
                 sem = asyncio.Semaphore(16)
 
@@ -252,6 +258,8 @@ async def run(args: argparse.Namespace) -> list[str]:
                     await asyncio.sleep(0.1)
                 drained_s = time.perf_counter() - t0
                 print()
+                vectors = await graph.pool.fetchval(
+                    f"SELECT count(*) FROM {mem_settings.memory_schema}.memories WHERE status = 'active'")
                 edges = await graph.pool.fetchval(
                     f"SELECT count(*) FROM {graph_settings.graph_schema}.edges WHERE type = 'similar'")
                 lines.append(
@@ -259,7 +267,7 @@ async def run(args: argparse.Namespace) -> list[str]:
                     f"{saved_s:.0f} s; the worker was done {drained_s - saved_s:.1f} s after the last save. Per saved "
                     f"memory one SimilarMemories round trip to the memory service: {fmt(percentiles(timed.ms))} "
                     f"(its vector from the embedding cache, one dense search top-6 within the project, at "
-                    f"{len(texts):,} vectors); {edges:,} edges ({edges / max(1, len(texts)):.1f} per memory, cosine ≥ "
+                    f"{vectors:,} vectors); {edges:,} edges ({edges / max(1, vectors):.1f} per memory, cosine ≥ "
                     f"{graph_settings.graph_similar_min_score}, at most {graph_settings.graph_similar_limit})")
                 walk, first, nodes, edge_count = await page_latencies(client, tenant, args.repeats)
                 lines.append(f"a 200-node page through the bus (graph_page request-reply over NATS, {nodes:,} nodes and "
