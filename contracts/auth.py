@@ -110,6 +110,7 @@ class TokenInfo(BaseModel):
         None, description="RFC 8707 audience: the MCP URL an OAuth token was issued for; null for API keys"
     )
     grant_id: str | None = Field(None, description="the OAuth grant (token family) this token belongs to")
+    user_name: str | None = Field(None, description="the user's display name")
 
 
 class CreateUser(BaseModel):

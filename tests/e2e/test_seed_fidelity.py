@@ -170,6 +170,7 @@ async def test_who_am_i_and_the_history_name_the_mcp_client(running) -> None:  #
                                                     "content": "The user plays the cello in an orchestra"}))
         history = data_of(await c.call_tool("get_memory_history", {"memory_id": saved["memory_id"]}))
     assert me["user_id"] == running.user_id
+    assert me["user_name"], me  # the user's display name, from auth's introspection
     assert (me["client_name"], me["client_version"]) == ("seed-fidelity-client", "4.2.0")
     assert [(v["version"], v["client"]) for v in history["versions"]] == [
         (1, "seed-fidelity-client/4.2.0"), (2, "other-assistant/1.0")]

@@ -30,6 +30,7 @@ class TokenRow:
     revoked: bool  # the grant was revoked
     user_disabled: bool
     rotated_at: datetime | None = None  # refresh tokens only
+    user_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ class OAuthStore:
     async def find_access_token(self, token_hash: str) -> TokenRow | None:
         row = await self.pool.fetchrow(
             f"""SELECT t.grant_id, g.client_id, g.user_id, t.scopes, g.resource, t.expires_at,
-                       g.revoked_at IS NOT NULL AS revoked, u.disabled
+                       g.revoked_at IS NOT NULL AS revoked, u.disabled, u.name AS user_name
                 FROM {self.s}.oauth_access_tokens t
                 JOIN {self.s}.oauth_grants g ON g.id = t.grant_id JOIN {self.s}.users u ON u.id = g.user_id
                 WHERE t.token_hash = $1""",
@@ -372,4 +373,5 @@ def _token(row: asyncpg.Record) -> TokenRow:
         grant_id=row["grant_id"], client_id=row["client_id"], user_id=row["user_id"], scopes=list(row["scopes"]),
         resource=row["resource"], expires_at=row["expires_at"], revoked=bool(row["revoked"]),
         user_disabled=bool(row["disabled"]), rotated_at=row.get("rotated_at") if "rotated_at" in row else None,
+        user_name=row.get("user_name") if "user_name" in row else None,
     )

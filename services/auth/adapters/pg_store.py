@@ -76,15 +76,16 @@ class AuthStore:
         )
         return [view(r) for r in rows]
 
-    async def find_by_hash(self, key_hash: str) -> tuple[ApiKeyView, bool] | None:
+    async def find_by_hash(self, key_hash: str) -> tuple[ApiKeyView, bool, str] | None:
+        """The key with this hash, whether its user is disabled, and the user's display name."""
         row = await self.pool.fetchrow(
-            f"""SELECT {_KEY_COLUMNS}, k.key_hash, u.disabled FROM {self.s}.api_keys k
+            f"""SELECT {_KEY_COLUMNS}, k.key_hash, u.disabled, u.name AS user_name FROM {self.s}.api_keys k
                 JOIN {self.s}.users u ON u.id = k.user_id WHERE k.key_hash = $1""",
             key_hash,
         )
         if row is None:
             return None
-        return view(row), bool(row["disabled"])
+        return view(row), bool(row["disabled"]), row["user_name"]
 
     async def touch(self, key_id: UUID) -> None:
         await self.pool.execute(

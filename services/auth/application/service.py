@@ -144,7 +144,7 @@ class AuthService:
         found = await self.store.find_by_hash(keys.hash_key(token))
         if found is None:
             return TokenInfo(active=False)
-        key, user_disabled = found
+        key, user_disabled, user_name = found
         if not keys.is_usable(key.revoked_at, key.expires_at, user_disabled, utcnow()):
             return TokenInfo(active=False)
         await self.store.touch(key.key_id)
@@ -152,7 +152,7 @@ class AuthService:
             active=True, tenant=key.user_id, key_id=key.key_id, client_id=f"apikey:{key.key_id}",
             # (admin is install-wide: a key that somehow holds it with a project restriction gets neither)
             scopes=[s.value for s in key.scopes if not (key.project and s is Scope.ADMIN)], project=key.project,
-            expires_at=int(key.expires_at.timestamp()) if key.expires_at else None,
+            expires_at=int(key.expires_at.timestamp()) if key.expires_at else None, user_name=user_name,
         )
 
     async def _introspect_oauth(self, token: str) -> TokenInfo:
@@ -164,6 +164,7 @@ class AuthService:
         return TokenInfo(
             active=True, tenant=row.user_id, client_id=row.client_id, scopes=row.scopes,
             expires_at=int(row.expires_at.timestamp()), resource=row.resource, grant_id=str(row.grant_id),
+            user_name=row.user_name,
         )
 
     async def introspect_query(self, _: Call, q: IntrospectToken) -> TokenInfo:

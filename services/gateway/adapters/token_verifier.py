@@ -118,7 +118,7 @@ class IntrospectionVerifier:
             resource=info.resource,
             subject=info.tenant,
             claims={"key_id": str(info.key_id) if info.key_id else None, "project": info.project,
-                    "grant_id": info.grant_id},
+                    "grant_id": info.grant_id, "user_name": info.user_name},
         )
 
     def known_valid(self, token: str) -> bool:
