@@ -129,6 +129,7 @@ ALLOWED_ENV = {
 ENV_NAME = re.compile(r"\bENGRAM_[A-Z0-9_]+\b")
 
 AUTH_PORT = 8081
+METRICS_PORT = 9100  # every service's /metrics in the manifests
 AS_METADATA_PATH = "/.well-known/oauth-authorization-server"
 
 
@@ -712,7 +713,11 @@ def test_k8s_network_policy_lets_the_gateway_and_the_ingress_reach_auth(
     assert policy["podSelector"]["matchLabels"].items() <= auth_labels.items()
     peers = []
     for rule in policy["ingress"]:
-        assert [(p["protocol"], p["port"]) for p in rule["ports"]] == [("TCP", AUTH_PORT)], "8081 only"
+        ports = [(p["protocol"], p["port"]) for p in rule["ports"]]
+        if ports == [("TCP", METRICS_PORT)]:  # Prometheus, from its own namespace only
+            assert all(set(p) == {"namespaceSelector"} for p in rule["from"]), rule
+            continue
+        assert ports == [("TCP", AUTH_PORT)], "8081 only, beside the metrics port"
         peers.extend(rule["from"])
     assert any(p.get("podSelector", {}).get("matchLabels", {}).items() <= gateway_labels.items()
                and "namespaceSelector" not in p for p in peers if "podSelector" in p), "gateway -> auth"
