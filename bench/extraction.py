@@ -41,7 +41,7 @@ context the turn before, the session's date), each memory mapped back to its tur
 provenance. A ranked list of memories becomes a ranked list of turns (first mention kept, so a
 fact and its own turn count once); the search returns 50 memories so that 25 distinct turns remain.
 
-    python bench/extraction.py --recall [--record]
+    python bench/extraction.py --recall [--runs both|turns|extracted] [--record]
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ def pipeline(n: int, interval: float, keep_record: bool) -> None:
 
 
 # recall with extraction: turns + extracted memories, through bench/locomo.py --------------------------
-def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, baseline: bool = True) -> None:
+def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str = "both") -> None:
     import uuid
 
     import locomo as L
@@ -317,8 +317,9 @@ def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, baseline: b
     L.LIMIT = 2 * max(L.KS)  # memories searched; distinct turns are cut at 25 by the scoring
     namespace = uuid.UUID("0d6b8f1e-5c1a-4a7e-9a8b-3f0e6c2d9b71")
     figures: dict[str, Any] = {}
-    runs = (("turns", False), ("turns + extracted memories", True)) if baseline else (("turns + extracted memories", True),)
-    for label, with_facts in runs:
+    chosen = [("turns", False), ("turns + extracted memories", True)]
+    chosen = chosen if runs == "both" else chosen[:1] if runs == "turns" else chosen[1:]
+    for label, with_facts in chosen:
         convs = L.load()
         facts_added = 0
         if with_facts:
@@ -376,14 +377,15 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=3.0, help="--pipeline: seconds between paced saves")
     parser.add_argument("--threshold", type=float, default=None,
                         help="the selector's bar (default: the engine's; -inf keeps every candidate)")
-    parser.add_argument("--no-baseline", action="store_true",
-                        help="--recall: skip the turns-only run (the recorded baseline is 0.727 / 0.801 / 0.864)")
+    parser.add_argument("--runs", choices=("both", "turns", "extracted"), default="both",
+                        help="--recall: both runs, the turns-only baseline (recorded: 0.727 / 0.801 / 0.864) or "
+                        "the turns with the extracted memories")
     parser.add_argument("--recall", action="store_true",
                         help="LoCoMo evidence recall with the extracted memories beside the turns (see above)")
     args = parser.parse_args()
     engine = BuiltinEngine(EngineSettings(threshold=args.threshold) if args.threshold is not None else None)
     if args.recall:
-        recall_with_extraction(args.record, engine, baseline=not args.no_baseline)
+        recall_with_extraction(args.record, engine, runs=args.runs)
         return
     if args.pipeline:
         pipeline(args.pipeline, args.interval, args.record)
