@@ -333,6 +333,28 @@ def test_a_bad_cursor_or_limit_is_refused_naming_the_field(stack: Stack) -> None
     stack.run(case())
 
 
+def test_a_page_too_big_for_one_bus_message_is_cut_and_continues(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page larger than one NATS message would be lost on the wire: it holds fewer nodes, and the
+    next page starts right after the last one sent (here with the budget lowered to a few nodes)."""
+    from services.graph.application import pages
+
+    user = tenant()
+
+    async def case() -> None:
+        for i in range(12):
+            await stack.save(user, f"a fact long enough to weigh something on the wire, number {i}")
+        await until(lambda: _total(stack, user, {}, 13), "the graph")
+        whole = [n.id for n in (await stack.everything(user, limit=1000))[0]]
+        monkeypatch.setattr(pages, "MAX_PAGE_BYTES", 3_000)
+        first = await stack.page(user, limit=1000)
+        assert 1 <= len(first.nodes) < 13 and first.next_cursor is not None and first.total == 13
+        assert len(first.model_dump_json()) <= 3_000 or len(first.nodes) == 1
+        cut = [n.id for n in (await stack.everything(user, limit=1000))[0]]
+        assert cut == whole
+
+    stack.run(case())
+
+
 def _envelope(user: str, payload: dict[str, Any]) -> Any:
     from contracts.envelope import QueryEnvelope
 

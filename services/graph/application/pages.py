@@ -12,6 +12,11 @@ from kit.service import Call
 from services.graph.application.ports import GraphStore, PageFilter
 from services.graph.domain.model import decode_cursor, encode_cursor, filters_digest, graph_node
 
+#: a page's reply stays under NATS's default 1 MiB message limit (with the envelope around it): a
+#: page of 1,000 memories with long labels, provenance and their edges can exceed it, and is then
+#: cut to fewer nodes (``next_cursor`` continues right after the last one sent)
+MAX_PAGE_BYTES = 900_000
+
 
 class GraphPages:
     def __init__(self, store: GraphStore, clock: Callable[[], datetime] = utcnow) -> None:
@@ -22,7 +27,9 @@ class GraphPages:
         """One page of the caller's graph in its stable order: the nodes after ``cursor`` (within
         the caller's project scope: a restricted key or a pinned connection sees only its project,
         and naming another is refused), the edges whose ends are both on this page or an earlier
-        one, ``total`` nodes under the same filters, and the cursor of the next page (None at the end)."""
+        one, ``total`` nodes under the same filters, and the cursor of the next page (None at the end).
+        A page holds fewer than ``limit`` nodes when ``limit`` of them would not fit in one bus
+        message (:data:`MAX_PAGE_BYTES`)."""
         project = call.search_project(q.project)
         digest = filters_digest(q, project)
         after = decode_cursor(q.cursor, digest) if q.cursor is not None else 0
@@ -31,13 +38,16 @@ class GraphPages:
         rows, total = await asyncio.gather(self.store.page(f, after, q.limit + 1), self.store.count(f))
         more = len(rows) > q.limit
         rows = rows[: q.limit]
-        last = rows[-1][0] if rows else after
-        edges = await self.store.page_edges(f, [row.id for _, row in rows], last) if rows else []
         now = self.clock()
-        return GraphPage(
-            nodes=[graph_node(row, now) for _, row in rows], edges=edges,
-            next_cursor=encode_cursor(last, digest) if more else None, total=total,
-        )
+        while True:
+            last = rows[-1][0] if rows else after
+            edges = await self.store.page_edges(f, [row.id for _, row in rows], last) if rows else []
+            page = GraphPage(nodes=[graph_node(row, now) for _, row in rows], edges=edges,
+                             next_cursor=encode_cursor(last, digest) if more else None, total=total)
+            if len(rows) <= 1 or len(page.model_dump_json()) <= MAX_PAGE_BYTES:
+                return page
+            # too big for one bus message: fewer nodes, the rest on the next page (same order)
+            rows, more = rows[: len(rows) // 2], True
 
     def query_handlers(self) -> dict[type, object]:
         """The service's query table (kit's ServiceRuntime dispatches through it)."""
