@@ -8,10 +8,6 @@ from pydantic import Field
 
 from kit.config import CommonSettings
 
-#: How often each user's near-duplicate extracted memories are merged (daily; a constant, not yet a
-#: setting: a new ENGRAM_ variable must be listed in docs/deployment.md and its manifest test).
-CONSOLIDATE_INTERVAL_S = 86_400.0
-
 
 class ExtractorSettings(CommonSettings):
     extractor_schema: str = "extractor"
@@ -33,6 +29,9 @@ class ExtractorSettings(CommonSettings):
     log_recover_interval_s: float = Field(300.0, gt=0, description="how often stuck logs are recovered")
     log_stuck_minutes: int = Field(30, ge=1, description="a log processing longer than this is stuck")
     log_retention_interval_s: float = Field(3600.0, gt=0, description="how often processed logs past retention go")
+    extractor_consolidate_interval_s: float = Field(
+        86_400.0, gt=0, description="how often each user's near-duplicate extracted memories are consolidated"
+    )
     log_retention_days: int = Field(14, ge=0, description="processed logs older than this are deleted")
 
 

@@ -36,7 +36,7 @@ from services.extractor.application.ports import ExtractionEngine, LogSource
 from services.extractor.application.reextract import Progress, ReextractReport
 from services.extractor.application.reextract import reextract as run_reextract
 from services.extractor.commands import start_commands
-from services.extractor.config import CONSOLIDATE_INTERVAL_S, ExtractorSettings
+from services.extractor.config import ExtractorSettings
 from services.extractor.entrypoints import nats as nats_entry
 
 log = logging.getLogger("engram.extractor")
@@ -117,7 +117,7 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
             commands,
             asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
             asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
-            asyncio.create_task(schedule(stop, CONSOLIDATE_INTERVAL_S, "consolidate",
+            asyncio.create_task(schedule(stop, settings.extractor_consolidate_interval_s, "consolidate",
                                          consolidate_round)),
             *metrics.start("extractor", bus, stop, port=settings.extractor_metrics_port,  # /metrics, consumer lag
                            host=settings.metrics_host),
