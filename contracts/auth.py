@@ -65,7 +65,7 @@ class RevokeApiKey(BaseModel):
 class ListApiKeys(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    user_id: str | None = None
+    user_id: str | None = Field(None, pattern=USER_ID_PATTERN)
 
 
 class ApiKeyView(BaseModel):

@@ -20,6 +20,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from contracts.auth import (
+    USER_ID_PATTERN,
     ApiKeyList,
     ApiKeyView,
     CreateApiKey,
@@ -579,7 +580,7 @@ def _key_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey:
         return await call(ops.create_api_key(who, cmd, key=idempotency_key))
 
     @router.get("/keys", response_model=ApiKeyList, tags=["admin"], summary="List API keys")
-    async def list_keys(who: Caller, user_id: Annotated[str | None, Query(max_length=128)] = None) -> Any:
+    async def list_keys(who: Caller, user_id: Annotated[str | None, Query(pattern=USER_ID_PATTERN)] = None) -> Any:
         """Every key (or one user's), never their secrets. Needs the `admin` scope."""
         return await call(ops.list_api_keys(who, ListApiKeys(user_id=user_id)))
 
