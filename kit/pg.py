@@ -168,3 +168,18 @@ async def _claim(conn: asyncpg.Connection, schema: str, owner: str) -> None:
             "empty the other's). Give this install its own database (ENGRAM_DATABASE_URL) or its own schemas "
             "(ENGRAM_MEMORY_SCHEMA, ENGRAM_AUTH_SCHEMA)."
         )
+
+
+async def delete_tenant_rows(pool: asyncpg.Pool, schema: str, tenant: str) -> dict[str, int]:
+    """Delete one tenant's rows from every table of ``schema`` that has a ``tenant`` column (tables
+    added by later migrations included), in one transaction; returns the rows removed per table.
+    A service purging a user calls it on its own schema only."""
+    removed: dict[str, int] = {}
+    async with pool.acquire() as conn, conn.transaction():
+        tables = await conn.fetch(
+            """SELECT table_name FROM information_schema.columns
+               WHERE table_schema = $1 AND column_name = 'tenant' ORDER BY table_name""", schema)
+        for row in tables:
+            status = await conn.execute(f'DELETE FROM {schema}."{row["table_name"]}" WHERE tenant = $1', tenant)
+            removed[row["table_name"]] = int(status.split()[-1])
+    return removed

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from kit.pg import delete_tenant_rows
+
 
 class PgGraphPurge:
     def __init__(self, pool: asyncpg.Pool, schema: str = "graph") -> None:
@@ -12,12 +14,4 @@ class PgGraphPurge:
 
     async def purge(self, tenant: str) -> dict[str, int]:
         """Every table of the schema with a ``tenant`` column (those added later included)."""
-        removed: dict[str, int] = {}
-        async with self.pool.acquire() as conn, conn.transaction():
-            tables = await conn.fetch(
-                """SELECT table_name FROM information_schema.columns
-                   WHERE table_schema = $1 AND column_name = 'tenant' ORDER BY table_name""", self.s)
-            for row in tables:
-                status = await conn.execute(f'DELETE FROM {self.s}."{row["table_name"]}" WHERE tenant = $1', tenant)
-                removed[row["table_name"]] = int(status.split()[-1])
-        return removed
+        return await delete_tenant_rows(self.pool, self.s, tenant)

@@ -10,6 +10,7 @@ from uuid import UUID
 import asyncpg
 
 from contracts.portability import RecordKind
+from kit.pg import delete_tenant_rows
 
 _TABLES: dict[RecordKind, str] = {
     "memory": "memories", "shared_memory": "shared_memories", "daily_log": "daily_logs",
@@ -47,12 +48,4 @@ class PgPortability:
 
     async def delete_tenant(self, tenant: str) -> dict[str, int]:
         """Every table of the schema with a ``tenant`` column (those added later included)."""
-        removed: dict[str, int] = {}
-        async with self.pool.acquire() as conn, conn.transaction():
-            tables = await conn.fetch(
-                """SELECT table_name FROM information_schema.columns
-                   WHERE table_schema = $1 AND column_name = 'tenant' ORDER BY table_name""", self.s)
-            for row in tables:
-                status = await conn.execute(f'DELETE FROM {self.s}."{row["table_name"]}" WHERE tenant = $1', tenant)
-                removed[row["table_name"]] = int(status.split()[-1])
-        return removed
+        return await delete_tenant_rows(self.pool, self.s, tenant)
