@@ -260,19 +260,30 @@ def replay_command(
         err.print(f"[red]unknown service {service!r}[/red]: only `memory`, `extractor` and `graph` have read models "
                   "to replay")
         raise typer.Exit(2)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from kit.config import run_service
-    from kit.pg import DatabaseUnavailable
     from services.memory.config import MemorySettings
-    from services.memory.main import ServiceRunning
     from services.memory.main import replay as run_replay
 
     if not yes:
         typer.confirm("Drop the memory read models (Postgres tables, vectors) and rebuild them from events?", abort=True)
+    report = _replay_with_progress(MemorySettings, run_replay)
+    console.print(
+        f"Rebuilt the memory read models from {report.events:,} events "
+        f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s."
+    )
+
+
+def _replay_with_progress(settings_class: Any, run_replay: Any) -> Any:
+    """Run a service's ``replay(settings, on_progress)`` with the service stopped, on the offline
+    servers, with a progress bar (a line per step where there is no terminal); its report."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from kit.config import run_service
+    from kit.pg import DatabaseUnavailable
+    from kit.replay import ServiceRunning
+
     columns = (TextColumn("replaying events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with contextlib.ExitStack() as servers:
-        settings = _offline_settings(servers, MemorySettings)
+        settings = _offline_settings(servers, settings_class)
         with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
             task = progress.add_task("replay", total=None)
             log_line = ProgressLines(console) if not console.is_terminal else None  # logs, CI, kubectl
@@ -283,14 +294,10 @@ def replay_command(
                     log_line(done, total)
 
             try:
-                report = run_service(run_replay(settings, on_progress))
+                return run_service(run_replay(settings, on_progress))
             except (ServiceRunning, DatabaseUnavailable) as exc:
                 err.print(f"[red]error:[/red] {exc}")
                 raise typer.Exit(1) from exc
-    console.print(
-        f"Rebuilt the memory read models from {report.events:,} events "
-        f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s."
-    )
 
 
 def _offline_settings(servers: contextlib.ExitStack, settings_class: Any) -> Any:
@@ -312,33 +319,12 @@ def _offline_settings(servers: contextlib.ExitStack, settings_class: Any) -> Any
 def _replay_graph(yes: bool) -> None:
     """The graph (nodes, edges, its similar-edge queue) rebuilt from the event log, with progress;
     the graph service must be stopped. Its 'similar' edges are asked again once it runs."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from kit.config import run_service
-    from kit.pg import DatabaseUnavailable
-    from kit.replay import ServiceRunning
     from services.graph.main import GraphSettings
     from services.graph.main import replay as run_replay
 
     if not yes:
         typer.confirm("Drop the memory graph and rebuild it from events?", abort=True)
-    columns = (TextColumn("replaying events"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with contextlib.ExitStack() as servers:
-        settings = _offline_settings(servers, GraphSettings)
-        with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
-            task = progress.add_task("replay", total=None)
-            log_line = ProgressLines(console) if not console.is_terminal else None
-
-            def on_progress(done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total)
-                if log_line is not None:
-                    log_line(done, total)
-
-            try:
-                report = run_service(run_replay(settings, on_progress))
-            except (ServiceRunning, DatabaseUnavailable) as exc:
-                err.print(f"[red]error:[/red] {exc}")
-                raise typer.Exit(1) from exc
+    report = _replay_with_progress(GraphSettings, run_replay)
     console.print(f"Rebuilt the memory graph from {report.events:,} events ({report.applied:,} applied) in "
                   f"{report.seconds:.1f}s: {report.rate:,.0f} events/s.")
 

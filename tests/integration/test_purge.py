@@ -194,6 +194,7 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
 
     engram(stack, "replay", "memory", "--yes")  # a replay after the purge brings nothing back
     engram(stack, "replay", "extractor")
+    engram(stack, "replay", "graph", "--yes")
     replayed = asyncio.run(postgres_hits(stack.database_url, needles))
     assert (replayed[user], replayed[marker]) == (0, 0), replayed
     assert replayed[other_marker] >= 1
