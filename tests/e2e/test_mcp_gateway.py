@@ -54,15 +54,18 @@ async def test_whoami_names_the_keys_owner(running) -> None:  # type: ignore[no-
 
 async def test_another_tenant_never_sees_it(running) -> None:  # type: ignore[no-untyped-def]
     secret = f"The garage code is {uuid.uuid4().int % 10**6:06d}"
+    # a project of this test's own: Bob's other memories (other tests save "garage code …" for him
+    # too) cannot answer his forget, so only a leak of Alice's memory could
+    tag = f"garage-{uuid.uuid4().hex[:8]}"
     async with mcp_client(running.mcp_url, running.key) as alice:
-        await alice.call_tool("memory", {"content": secret})
+        await alice.call_tool("memory", {"content": secret, "containerTag": tag})
     async with mcp_client(running.mcp_url, running.other_key) as bob:
         seen = await bob.call_tool("recall", {"query": "garage code"})
-        forgot = await bob.call_tool("memory", {"content": secret, "action": "forget"})
+        forgot = await bob.call_tool("memory", {"content": secret, "action": "forget", "containerTag": tag})
     assert secret not in text_of(seen)
     assert "nothing was forgotten" in text_of(forgot)
     async with mcp_client(running.mcp_url, running.key) as alice:
-        assert secret in text_of(await alice.call_tool("recall", {"query": "garage code"}))
+        assert secret in text_of(await alice.call_tool("recall", {"query": "garage code", "containerTag": tag}))
 
 
 async def test_forget_through_mcp(running) -> None:  # type: ignore[no-untyped-def]
