@@ -47,7 +47,7 @@ def stack_options(prefix: str, home: Path | None = None, namespace: str | None =
     env = dict(BENCH_ENV)
     if database_url:
         env.update(ENGRAM_MEMORY_SCHEMA=f"mem_{namespace}", ENGRAM_AUTH_SCHEMA=f"auth_{namespace}",
-                   ENGRAM_GRAPH_SCHEMA=f"graph_{namespace}")
+                   ENGRAM_GRAPH_SCHEMA=f"graph_{namespace}", ENGRAM_EXTRACTOR_SCHEMA=f"extractor_{namespace}")
     return StackOptions(
         home=home or Path(tempfile.mkdtemp(prefix=f"engram-{prefix}-")), nats_url=os.environ.get("ENGRAM_NATS_URL"),
         database_url=database_url, namespace=namespace, gateway_port=0, extra_env=env,
@@ -75,7 +75,7 @@ def drop_shared_data(options: Any) -> None:
         if options.database_url:
             pool = await create_pool(options.database_url, max_size=1)
             try:
-                for key in ("ENGRAM_MEMORY_SCHEMA", "ENGRAM_AUTH_SCHEMA", "ENGRAM_GRAPH_SCHEMA"):
+                for key in ("ENGRAM_MEMORY_SCHEMA", "ENGRAM_AUTH_SCHEMA", "ENGRAM_GRAPH_SCHEMA", "ENGRAM_EXTRACTOR_SCHEMA"):
                     if key in options.extra_env:
                         await pool.execute(f"DROP SCHEMA IF EXISTS {options.extra_env[key]} CASCADE")
             finally:
