@@ -143,9 +143,11 @@ class CheckpointedProjector(Generic[TxT]):
     # the consumer ------------------------------------------------------------------------
     def start(
         self, bus: Bus, spec: ConsumerSpec, checkpoint: str, stop: asyncio.Event, *, batched: bool = True,
+        fetch: int = 64,
     ) -> asyncio.Task[None]:
-        """Consume ``spec`` until ``stop`` is set, recording progress as ``checkpoint``.
-        ``batched`` runs the preparation hook per fetched batch and flushes checkpoints after it."""
+        """Consume ``spec`` until ``stop`` is set, recording progress as ``checkpoint``, up to
+        ``fetch`` events a fetch. ``batched`` runs the preparation hook per fetched batch and
+        flushes checkpoints after it."""
 
         async def on_event(msg: Msg) -> None:
             event = EventEnvelope.model_validate_json(msg.data)
@@ -161,6 +163,6 @@ class CheckpointedProjector(Generic[TxT]):
             await self.prepare(batch)
 
         return asyncio.create_task(bus.consume(
-            spec, on_event, stop,
+            spec, on_event, stop, batch=fetch,
             prepare=prepare if batched else None, after_batch=self.flush_checkpoints if batched else None,
         ))

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 
 from contracts.graph import EdgeType, GraphEdge, NodeType, SimilarMemoryList
-from kit.command_log import OutcomeRecord
+from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
 from services.graph.application.ports import PageFilter, SimilarTask
 from services.graph.domain.model import NodeRow, project_row
@@ -70,8 +70,10 @@ class PgGraphTx:
             projection, seq,
         )
 
-    async def record_outcome(self, outcome: OutcomeRecord) -> None:  # the graph has no commands
-        raise NotImplementedError("the graph service records no command outcomes")
+    async def record_outcome(self, outcome: OutcomeRecord) -> None:
+        """Record a command's outcome in this transaction (kit's command log, in the graph's schema,
+        where its purge command's outcomes live too)."""
+        await self.c.execute(insert_outcome(self.s), *outcome.args())
 
     async def lock(self, tenant: str, key: str) -> int | None:
         # one statement: the row is created or locked (DO UPDATE takes the row lock), its sequence returned

@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nats.aio.msg import Msg
-
-from contracts.envelope import EventEnvelope
 from contracts.subjects import GRAPH, ConsumerSpec, Names
 from kit.bus import Bus
 from kit.service import ServiceRuntime
@@ -32,22 +29,7 @@ def consumer_spec(names: Names) -> ConsumerSpec:
 def start(bus: Bus, projection: GraphProjection, stop: asyncio.Event) -> asyncio.Task[None]:
     """Consume the event log until ``stop`` is set, one event at a time in stream order (each
     fetch first learns, with one query, whether its events are projected already)."""
-    projector = projection.projector
-
-    async def on_event(msg: Msg) -> None:
-        await projector.project(EventEnvelope.model_validate_json(msg.data), msg.metadata.sequence.stream, PROJECTOR)
-
-    async def prepare(msgs: list[Msg]) -> None:
-        batch = []
-        for msg in msgs:
-            try:
-                batch.append((EventEnvelope.model_validate_json(msg.data), msg.metadata.sequence.stream))
-            except ValueError:
-                continue
-        await projector.prepare(batch)
-
-    return asyncio.create_task(bus.consume(consumer_spec(bus.names), on_event, stop, batch=FETCH_BATCH,
-                                           prepare=prepare, after_batch=projector.flush_checkpoints))
+    return projection.projector.start(bus, consumer_spec(bus.names), PROJECTOR, stop, fetch=FETCH_BATCH)
 
 
 async def serve_queries(bus: Bus, runtime: ServiceRuntime, concurrency: int = 32) -> list[Any]:
