@@ -25,6 +25,7 @@ from kit.replay import ReplayReport
 from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap
 from services.graph.adapters.memory_client import ClientNeighbours
+from services.graph.adapters.pg_bulk import PgGraphBulkStore
 from services.graph.adapters.pg_store import PgGraphStore
 from services.graph.adapters.purge_store import PgGraphPurge
 from services.graph.application.pages import GraphPages
@@ -44,7 +45,7 @@ class GraphApp:
     settings: GraphSettings
     bus: Bus
     pool: asyncpg.Pool
-    store: PgGraphStore
+    store: PgGraphBulkStore
     projection: GraphProjection
     similar: SimilarEdges
     runtime: ServiceRuntime
@@ -57,7 +58,7 @@ async def graph_app(settings: GraphSettings, *, name: str = "engram-graph") -> A
     pool = await create_pool(settings.database_url, max_size=8)
     try:
         await bus.ensure_streams(settings.stream_replicas)
-        store = PgGraphStore(pool, settings.graph_schema)
+        store = PgGraphBulkStore(pool, settings.graph_schema)
         await store.migrate(owner=settings.namespace)
         command_log = PgCommandLog(pool, settings.graph_schema)
         await command_log.migrate(owner=settings.namespace)
@@ -113,16 +114,19 @@ class _ReadModels:
         return None
 
 
-async def replay(settings: GraphSettings, on_progress: Callable[[int, int], None] = lambda d, t: None) -> ReplayReport:
+async def replay(settings: GraphSettings, on_progress: Callable[[int, int], None] = lambda d, t: None, *,
+                 batch: int = 512, bulk: bool = True) -> ReplayReport:
     """Rebuild the graph from the event log (run with the graph service stopped): the read model is
-    emptied, every event applied again in order, and the live consumer continues from where the
-    replay got. Memories are queued for their ``similar`` edges, which the running service computes
+    emptied, every event applied again in order — ``batch`` events a transaction
+    (:meth:`GraphProjection.apply_batch`; ``bulk=False``: one transaction per event, the live
+    projection's path) — and the live consumer continues from where the replay got. Memories are queued for their ``similar`` edges, which the running service computes
     (with the memory service up) once it starts."""
     async with graph_app(settings, name="engram-graph-replay") as app:
         await runner.ensure_stopped(app.bus, "graph", [nats_entry.consumer_spec(app.bus.names)])
         return await runner.rebuild(app.bus, app.projection.projector, _ReadModels(app.store),
                                     replay_checkpoint=REPLAY_CHECKPOINT, live_checkpoint=PROJECTOR,
-                                    on_progress=on_progress)
+                                    on_progress=on_progress, batch=batch,
+                                    apply_batch=app.projection.apply_batch if bulk else None)
 
 
 async def graph_counts(database_url: str, schema: str = "graph") -> dict[str, int] | None:

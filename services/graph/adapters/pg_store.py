@@ -58,6 +58,13 @@ def _filter_sql(alias: str, f: PageFilter, args: list[Any]) -> str:
     return " AND ".join(parts)
 
 
+def queue_similar_sql(s: str) -> str:
+    """Queue (tenant, memory_id, project, version) for its neighbours, unless a newer version waits."""
+    return (f"INSERT INTO {s}.similar_queue (tenant, memory_id, project, version) VALUES ($1, $2, $3, $4)"
+            f" ON CONFLICT (tenant, memory_id) DO UPDATE SET project = EXCLUDED.project, version = EXCLUDED.version,"
+            f" attempts = 0, next_at = now(), queued_at = now() WHERE {s}.similar_queue.version < EXCLUDED.version")
+
+
 class PgGraphTx:
     def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
         self.c = conn
@@ -197,12 +204,7 @@ class PgGraphTx:
         return [r["id"] for r in rows]
 
     async def queue_similar(self, task: SimilarTask) -> None:
-        await self.c.execute(
-            f"INSERT INTO {self.s}.similar_queue (tenant, memory_id, project, version) VALUES ($1, $2, $3, $4)"
-            f" ON CONFLICT (tenant, memory_id) DO UPDATE SET project = EXCLUDED.project, version = EXCLUDED.version,"
-            f" attempts = 0, next_at = now(), queued_at = now() WHERE {self.s}.similar_queue.version < EXCLUDED.version",
-            task.tenant, task.memory_id, task.project, task.version,
-        )
+        await self.c.execute(queue_similar_sql(self.s), task.tenant, task.memory_id, task.project, task.version)
 
     async def unqueue_similar(self, tenant: str, memory_id: str) -> None:
         await self.c.execute(f"DELETE FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2",

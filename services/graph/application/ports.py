@@ -12,6 +12,9 @@ from typing import Protocol
 from contracts.graph import EdgeType, GraphEdge, NodeType, SimilarMemoryList
 from kit.command_log import OutcomeRecord
 from services.graph.domain.model import NodeRow
+from services.graph.domain.slice import BatchScope, SimilarTask
+
+__all__ = ["BatchScope", "SimilarTask"]  # re-exported: the adapters name them here
 
 
 @dataclass(frozen=True)
@@ -23,23 +26,11 @@ class PageFilter:
     until: datetime | None = None
 
 
-@dataclass(frozen=True)
-class SimilarTask:
-    """A memory whose neighbours are wanted (queued when its content may have changed)."""
-
-    tenant: str
-    memory_id: str
-    project: str
-    version: int
-    attempts: int = 0
-
-
-class GraphTx(Protocol):
-    """One projection transaction."""
+class GraphWrites(Protocol):
+    """What the projection's rules do in a transaction: on Postgres statement by statement
+    (:class:`GraphTx`), or on a batch's slice loaded in memory (:class:`services.graph.domain.slice.GraphSlice`)."""
 
     async def advance_checkpoint(self, projection: str, seq: int) -> None: ...
-
-    async def record_outcome(self, outcome: OutcomeRecord) -> None: ...
 
     async def lock(self, tenant: str, key: str) -> int | None:
         """Lock an aggregate's projection (a memory, a log, a result) and return the stream
@@ -79,10 +70,20 @@ class GraphTx(Protocol):
     async def unqueue_similar(self, tenant: str, memory_id: str) -> None: ...
 
 
+class GraphTx(GraphWrites, Protocol):
+    """One projection transaction."""
+
+    async def record_outcome(self, outcome: OutcomeRecord) -> None: ...
+
+
 class GraphStore(Protocol):
     """The graph's read model."""
 
     def transaction(self) -> AbstractAsyncContextManager[GraphTx]: ...
+
+    def bulk(self, scope: BatchScope) -> AbstractAsyncContextManager[GraphWrites]:
+        """One transaction for a batch: ``scope`` of the read model loaded into a slice first,
+        the slice's changes (and its checkpoint) written back on a clean exit."""
 
     async def checkpoint(self, projection: str) -> int: ...
 
