@@ -65,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import drop_shared_data, fmt, locomo, percentiles, record, stack_options  # noqa: E402
 
+from services.extractor.domain.dates import dated  # noqa: E402
 from services.extractor.domain.engine import BuiltinEngine, EngineSettings  # noqa: E402
 from services.extractor.domain.model import Fact, Turn  # noqa: E402
 from services.extractor.domain.text import STOPWORDS  # noqa: E402
@@ -95,6 +96,7 @@ class Session:
     dia_of: dict[str, str]  # turn ref → dia_id
     observations: list[tuple[str, frozenset[str]]]  # (text, evidence dia_ids)
     conversation: int = 0  # which of LoCoMo's 10 conversations
+    day: date | None = None  # the session's date: the log's date, relative dates resolve from it
 
 
 def sessions() -> list[Session]:
@@ -114,7 +116,8 @@ def sessions() -> list[Session]:
                 (fact[0], frozenset(_DIA.findall(str(fact[1]))))
                 for facts in observed.values() for fact in facts
             ]
-            out.append(Session(turns, dia_of, observations, number))
+            when = datetime.strptime(conversation[f"{key}_date_time"].strip(), "%I:%M %p on %d %B, %Y").date()
+            out.append(Session(turns, dia_of, observations, number, when))
     return out
 
 
@@ -301,7 +304,14 @@ def pipeline(n: int, interval: float, keep_record: bool) -> None:
 
 
 # recall with extraction: turns + extracted memories, through bench/locomo.py --------------------------
-def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str = "both") -> None:
+def extract(engine: BuiltinEngine, turns: list[Turn], day: date | None, undated: bool = False) -> list[Fact]:
+    """The facts the extractor saves for a log: the engine's, relative dates resolved from the log's day
+    (``Extractor.extract``'s last step) unless ``undated``."""
+    facts = engine.extract(turns)
+    return facts if undated or day is None else dated(facts, day)
+
+
+def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str = "both", undated: bool = False) -> None:
     import uuid
 
     import locomo as L
@@ -332,7 +342,7 @@ def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str =
                     turns = [Turn(speaker=t["speaker"], text=t.get("text", ""), ref=f"turn:{i}", at=when)
                              for i, t in enumerate(c[f"session_{n}"])]
                     dia = [t["dia_id"] for t in c[f"session_{n}"]]
-                    for j, fact in enumerate(engine.extract(turns)):
+                    for j, fact in enumerate(extract(engine, turns, when.date(), undated)):
                         mid = uuid.uuid5(namespace, f"{conv.sample_id}/{n}/{j}")
                         conv.memories.append(MemoryState(
                             id=mid, tenant=L.TENANT, project=conv.sample_id, content=fact.content,
@@ -380,12 +390,14 @@ def main() -> None:
     parser.add_argument("--runs", choices=("both", "turns", "extracted"), default="both",
                         help="--recall: both runs, the turns-only baseline (recorded: 0.727 / 0.801 / 0.864) or "
                         "the turns with the extracted memories")
+    parser.add_argument("--undated", action="store_true",
+                        help="leave relative dates as said (the figures before they were resolved)")
     parser.add_argument("--recall", action="store_true",
                         help="LoCoMo evidence recall with the extracted memories beside the turns (see above)")
     args = parser.parse_args()
     engine = BuiltinEngine(EngineSettings(threshold=args.threshold) if args.threshold is not None else None)
     if args.recall:
-        recall_with_extraction(args.record, engine, runs=args.runs)
+        recall_with_extraction(args.record, engine, runs=args.runs, undated=args.undated)
         return
     if args.pipeline:
         pipeline(args.pipeline, args.interval, args.record)
@@ -397,7 +409,7 @@ def main() -> None:
     extracted: list[list[Fact]] = []
     for _ in range(max(1, args.repeat)):
         start, start_cpu = time.perf_counter(), time.process_time()
-        extracted = [engine.extract(s.turns) for s in all_sessions]
+        extracted = [extract(engine, s.turns, s.day, args.undated) for s in all_sessions]
         best = min(best, time.perf_counter() - start)
         cpu = min(cpu, time.process_time() - start_cpu)
     lexical = evaluate(all_sessions, extracted)
@@ -436,6 +448,8 @@ def main() -> None:
     ]
     if args.threshold is not None:
         lines[0] += f" (selector threshold {args.threshold:g})"
+    if args.undated:
+        lines[0] += " (relative dates left as said)"
     for line in lines:
         print("-", line)
     if args.show:

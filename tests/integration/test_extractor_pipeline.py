@@ -20,10 +20,13 @@ from contracts.daily_logs import (
     DAILY_LOG_AGGREGATE,
     DailyLogLookup,
     ExtractionResultList,
+    ExtractionTaskView,
     GetDailyLog,
     GetExtractionResults,
+    GetExtractionTasks,
     SaveDailyLog,
     SaveDailyLogResult,
+    TaskStatus,
     Turn,
 )
 from contracts.memory import MAX_RECALL_LIMIT, MemoryHistory, MemoryHistoryQuery, MemoryList, RecallMemory
@@ -35,8 +38,9 @@ from services.extractor.adapters.ledger import PgTaskLedger
 from services.extractor.adapters.log_source import ClientLogSource
 from services.extractor.adapters.memory_client import ClientMemoryWriter
 from services.extractor.adapters.tenants import PgTenants
-from services.extractor.application.extraction import Extractor, Outcome
+from services.extractor.application.extraction import Extractor, Outcome, pipeline_task_id
 from services.extractor.application.ports import LogNotice
+from services.extractor.domain.model import Extraction
 from services.extractor.entrypoints import nats as extractor_entry
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as memory_entry
@@ -219,3 +223,80 @@ async def test_two_workers_share_the_queue_with_no_duplicate(pipeline: Pipeline)
     # the tenant list is rebuilt from the event log alone
     rebuilt = await extractor_entry.tenants_in_event_log(p.bus, DAILY_LOG_AGGREGATE)
     assert rebuilt == {"alice", "bob"}
+
+
+async def pipeline_task(p: Pipeline, tenant: str, log_id: uuid.UUID) -> ExtractionTaskView | None:
+    found = (await p.client.ask(tenant, GetExtractionTasks(task_id=pipeline_task_id(TASK, str(log_id))))).tasks
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+class FailingEngine:
+    name = "builtin"
+    max_chars = 100_000
+
+    async def extract(self, turns: object) -> Extraction:
+        raise RuntimeError("endpoint down")
+
+
+async def test_the_pipeline_records_each_task_like_reextract(pipeline: Pipeline) -> None:
+    """A log saved → extracted: its task recorded (RecordExtractionTask) running → success with the log,
+    the engine, the project and the counts, listed by get_extraction_tasks; a redelivery and a resumed
+    crash record nothing more; an engine failure records the task failed with its reason."""
+    p = pipeline
+    extractor = await p.worker("a")
+    saved = await save_log(p, "alice", "2025-05-01")
+    await until(lambda: processed(p, "alice", saved.id), "the log processed")
+    async def succeeded() -> ExtractionTaskView | None:  # read models are eventually consistent
+        found = await pipeline_task(p, "alice", saved.id)
+        return found if found is not None and found.status is TaskStatus.SUCCESS else None
+
+    task = await until(succeeded, "the pipeline's task recorded")
+    assert task.task_id == f"{TASK}:{saved.id}" and task.status is TaskStatus.SUCCESS
+    assert task.log_ids == [saved.id] and task.engine == "builtin" and task.project == "default"
+    result = (await results(p, "alice", saved.id)).results[0]
+    assert task.metrics["facts"] >= len(result.memory_ids) > 0
+    assert task.metrics["retry_count"] == 1  # the claim counted one try
+    assert task.started_at is not None and task.finished_at is not None
+    listed = (await p.client.ask("alice", GetExtractionTasks(status=TaskStatus.SUCCESS))).tasks
+    assert [t.task_id for t in listed] == [task.task_id]
+
+    # a redelivered event, then a crash after the claim (the ledger row lost): the task's records
+    # carry the claim's keys, so the memory service answers them with their first outcome
+    notice = LogNotice(tenant="alice", log_id=str(saved.id), status="pending", version=1, project="default")
+    assert (await extractor.handle(notice)).outcome is Outcome.ALREADY_DONE
+    await p.pool.execute(f"DELETE FROM {p.schema}.tasks")
+    assert (await extractor.handle(notice)).outcome is Outcome.DONE
+    again = await pipeline_task(p, "alice", saved.id)  # the same task, its counts those of the resumed run
+    assert again is not None and again.id == task.id and again.status is TaskStatus.SUCCESS
+    assert again.log_ids == [saved.id] and again.metrics["saved"] == 0 and again.metrics["kept"] > 0
+    assert (await extractor.handle(notice)).outcome is Outcome.ALREADY_DONE
+    assert (await pipeline_task(p, "alice", saved.id)) == again  # a redelivery records nothing more
+
+
+
+async def test_a_failed_task_is_recorded_failed_and_its_retry_success(pipeline: Pipeline) -> None:
+    p = pipeline  # no consumer: the application handles the log's events directly
+
+    def extractor(engine: object) -> Extractor:
+        return Extractor(engine=engine, logs=ClientLogSource(p.client),  # type: ignore[arg-type]
+                         memories=ClientMemoryWriter(p.client), ledger=PgTaskLedger(p.pool, p.schema), task_id=TASK)
+
+    saved = await save_log(p, "bob", "2025-05-02")
+
+    async def notice() -> LogNotice:
+        view = (await p.client.ask("bob", GetDailyLog(id=saved.id))).log
+        assert view is not None
+        return LogNotice(tenant="bob", log_id=str(saved.id), status=view.processing_status.value,
+                         version=view.version)
+
+    assert (await extractor(FailingEngine()).handle(await notice())).outcome is Outcome.FAILED
+    task = await pipeline_task(p, "bob", saved.id)
+    assert task is not None and task.status is TaskStatus.FAILED and "endpoint down" in (task.error or "")
+    assert task.log_ids == [saved.id] and task.finished_at is not None
+    retry = await notice()  # back to pending below 3 tries: a new version, a new claim
+    assert retry.status == "pending"
+    assert (await extractor(BuiltinExtraction()).handle(retry)).outcome is Outcome.DONE
+    task = await pipeline_task(p, "bob", saved.id)
+    assert task is not None and task.status is TaskStatus.SUCCESS and task.metrics["retry_count"] == 2
+    assert task.metrics["facts"] > 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from services.extractor.application.extraction import Extractor, Outcome
+from services.extractor.application.extraction import Extractor, Outcome, pipeline_task_id
 from services.extractor.application.ports import (
     ClaimedLog,
     KnownMemory,
@@ -49,6 +49,8 @@ class Logs:
     outcomes: dict[str, object] = field(default_factory=dict)
     results: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    tasks: dict[str, dict[str, object]] = field(default_factory=dict)  # task_id → its record
+    task_steps: list[tuple[str, str]] = field(default_factory=list)  # (task_id, status), once per key
 
     async def claim(self, notice: LogNotice, task_id: str, *, key: str) -> ClaimedLog | None:
         if key not in self.outcomes:  # the memory service answers a repeated key with its first outcome
@@ -72,6 +74,20 @@ class Logs:
             self.outcomes[key] = True
             self.failures.append(reason)
             self.status = "pending" if len(self.failures) < 3 else "failed"
+
+    async def record_task(self, tenant: str, task_id: str, *, status: str, engine: str,
+                          log_ids: Sequence[str] = (), metrics: dict[str, float] | None = None,
+                          error: str | None = None, project: str | None = None, key: str) -> None:
+        request = (task_id, status, engine, tuple(log_ids), sorted((metrics or {}).items()), error, project)
+        if key in self.outcomes:  # the memory service refuses a key reused for another request
+            assert self.outcomes[key] == request, f"idempotency key {key} reused for another request"
+            return
+        self.outcomes[key] = request
+        self.task_steps.append((task_id, status))
+        record = self.tasks.setdefault(task_id, {})
+        record.update({k: v for k, v in {"status": status, "engine": engine, "log_ids": list(log_ids) or None,
+                                         "metrics": metrics, "error": error, "project": project}.items()
+                       if v is not None})  # fields omitted are kept, as the memory service does
 
     async def recover_stuck(self, tenant: str, timeout_minutes: int, *, key: str) -> int:
         return 0
@@ -157,6 +173,18 @@ async def test_a_pending_log_is_extracted_recorded_and_marked_processed() -> Non
     assert row.status == "done" and row.facts == 3 and row.prompt_tokens == 10
 
 
+async def test_the_pipeline_records_its_task_on_the_log_running_then_success() -> None:
+    extractor, logs, _, _ = setup()
+    await extractor.handle(NOTICE)
+    task = pipeline_task_id("builtin-v1", "log-1")
+    assert task == "builtin-v1:log-1"
+    assert logs.task_steps == [(task, "running"), (task, "success")]
+    record = logs.tasks[task]
+    assert record["log_ids"] == ["log-1"] and record["engine"] == "builtin" and record["project"] == "default"
+    assert record["metrics"] == {"facts": 3.0, "saved": 3.0, "updated": 0.0, "kept": 0.0, "retry_count": 0.0,
+                                 "prompt_tokens": 10.0, "completion_tokens": 0.0}
+
+
 async def test_a_redelivered_event_writes_nothing_twice() -> None:
     extractor, logs, memories, _ = setup()
     await extractor.handle(NOTICE)
@@ -175,6 +203,10 @@ async def test_a_crash_mid_task_resumes_with_the_same_keys() -> None:
     assert report.outcome is Outcome.DONE
     assert memories.writes == 3 and len(memories.by_key_) == 3
     assert logs.status == "processed"
+    task = pipeline_task_id("builtin-v1", "log-1")  # the task recorded once per step, whatever the retries
+    assert logs.task_steps == [(task, "running"), (task, "success")]
+    await extractor.handle(NOTICE)
+    assert logs.task_steps == [(task, "running"), (task, "success")]
 
 
 async def test_a_second_worker_loses_the_claim() -> None:
@@ -216,6 +248,9 @@ async def test_an_engine_failure_marks_the_log_failed_with_its_reason_and_it_is_
     assert logs.status == "failed" and len(logs.failures) == 3
     assert ledger.rows[("log-1", "builtin-v1")].attempts == 3
     assert memories.writes == 0
+    task = pipeline_task_id("builtin-v1", "log-1")  # each try recorded: running, then failed with the reason
+    assert logs.task_steps == [(task, "running"), (task, "failed")] * 3
+    assert logs.tasks[task]["status"] == "failed" and "endpoint down" in str(logs.tasks[task]["error"])
 
 
 async def test_events_of_logs_not_pending_are_ignored() -> None:

@@ -110,10 +110,10 @@ class ClientLogSource:
 
     async def record_task(self, tenant: str, task_id: str, *, status: str, engine: str,
                           log_ids: Sequence[str] = (), metrics: dict[str, float] | None = None,
-                          error: str | None = None, key: str) -> None:
+                          error: str | None = None, project: str | None = None, key: str) -> None:
         ids = [UUID(i) for i in dict.fromkeys(log_ids)]
         await self.client.send(tenant, RecordExtractionTask(
-            task_id=task_id, status=TaskStatus(status), engine=engine, log_ids=ids[:MAX_IDS] or None,
+            task_id=task_id, status=TaskStatus(status), engine=engine, log_ids=ids[:MAX_IDS] or None, project=project,
             metrics=metrics or None, error=error[:MAX_ERROR_REASON_CHARS] if error else None,
         ), key=key)
 

@@ -30,6 +30,7 @@ from services.extractor.application.ports import (
     Tenants,
 )
 from services.extractor.domain.consolidate import plan
+from services.extractor.domain.dates import dated
 from services.extractor.domain.engine import split_turns
 from services.extractor.domain.merge import (
     Action,
@@ -95,18 +96,26 @@ class Extractor:
         record = await self.ledger.start(notice.tenant, notice.log_id, self.task_id)
         if record.status == "done":
             return TaskReport(Outcome.ALREADY_DONE)
+        await self._record_task(claimed, notice, "running")
         try:
             extraction = await self.extract(claimed)
         except ExtractionFailed as exc:
             return await self._fail(claimed, notice, str(exc))
+        report = await self.complete(claimed, extraction, record)
+        await self._record_task(claimed, notice, "success", report, extraction)
+        await self.logs.mark_processed(claimed.tenant, claimed.log_id,
+                                       key=step_key("processed", claimed.log_id, self.task_id, notice.version))
+        return report
+
+    async def complete(self, claimed: ClaimedLog, extraction: Extraction, record: TaskRecord) -> TaskReport:
+        """An extraction's facts written, its result recorded, the ledger row done (the pipeline and
+        re-extraction alike)."""
         report = await self.write(claimed, extraction.facts)
         # (log_id, task_id) and the ids: a result is unique per (log_id, task_id) on the memory side, so
         # a resumed task that found other ids (a memory changed meanwhile) replaces it, never duplicates
         await self.logs.record_result(claimed.tenant, claimed.log_id, self.task_id, report.memory_ids,
                                       key=step_key("result", claimed.log_id, self.task_id,
                                                    ",".join(str(m) for m in report.memory_ids)))
-        await self.logs.mark_processed(claimed.tenant, claimed.log_id,
-                                       key=step_key("processed", claimed.log_id, self.task_id, notice.version))
         record.status = "done"
         record.memory_ids = [str(m) for m in report.memory_ids]
         record.facts = len(extraction.facts)
@@ -114,6 +123,29 @@ class Extractor:
         record.completion_tokens += extraction.completion_tokens
         await self.ledger.finish(record)
         return report
+
+    async def _record_task(self, claimed: ClaimedLog, notice: LogNotice, status: str,
+                           report: TaskReport | None = None, extraction: Extraction | None = None) -> None:
+        """The pipeline's task on this log as an extraction task (``RecordExtractionTask``), as
+        re-extraction and the external-agent workflow record theirs: ``pipeline_task_id`` (the log
+        under the pipeline's task id), the log, the engine, running then success or failed, and the
+        counts. Keyed by the claim (the log's version) and what is recorded, so a redelivery records
+        each step once, a retry after a failure (a new version) records it again, and a task resumed
+        after a crash that counts differently (what the first attempt saved is now known) updates the
+        same task's counts (the memory service refuses a key reused for another request)."""
+        metrics: dict[str, float] | None = None
+        if report is not None:
+            metrics = {"facts": float(report.facts), "saved": float(report.saved), "updated": float(report.updated),
+                       "kept": float(report.kept), "retry_count": float(claimed.retry_count)}
+            if extraction is not None and (extraction.prompt_tokens or extraction.completion_tokens):
+                metrics |= {"prompt_tokens": float(extraction.prompt_tokens),
+                            "completion_tokens": float(extraction.completion_tokens)}
+        await self.logs.record_task(
+            claimed.tenant, pipeline_task_id(self.task_id, claimed.log_id), status=status, engine=self.engine.name,
+            log_ids=[claimed.log_id], project=claimed.project, metrics=metrics,
+            error=report.error if report is not None else None,
+            key=step_key(f"task-{status}", claimed.log_id, self.task_id,
+                         f"{notice.version}:{sorted((metrics or {}).items())}:{report.error if report else ''}"))
 
     async def extract(self, claimed: ClaimedLog) -> Extraction:
         """Every piece of the log through the engine (a log too large for one call is split)."""
@@ -127,7 +159,7 @@ class Extractor:
             total.prompt_tokens += part.prompt_tokens
             total.completion_tokens += part.completion_tokens
         people = [t.speaker for t in claimed.turns if t.ref.startswith("turn:")]
-        total.facts = person_keys(total.facts, people)
+        total.facts = dated(person_keys(total.facts, people), date.fromisoformat(claimed.log_date))
         return total
 
     async def write(self, claimed: ClaimedLog, facts: list[Fact]) -> TaskReport:
@@ -164,7 +196,15 @@ class Extractor:
         await self.logs.mark_failed(claimed.tenant, claimed.log_id, reason,
                                     key=step_key("failed", claimed.log_id, self.task_id, notice.version))
         await self.ledger.fail(claimed.log_id, self.task_id, reason)
-        return TaskReport(Outcome.FAILED, error=reason)
+        report = TaskReport(Outcome.FAILED, error=reason)
+        await self._record_task(claimed, notice, "failed", report)
+        return report
+
+
+def pipeline_task_id(task_id: str, log_id: str) -> str:
+    """The extraction task the continuous pipeline records for one log: ``<task_id>:<log_id>`` (its
+    results and the memories' provenance name ``task_id``, the pipeline's long-lived task)."""
+    return f"{task_id}:{log_id}"
 
 
 async def consolidate(memories: ExtractedMemories, tenants: Tenants, *, round_id: str) -> int:
@@ -221,5 +261,5 @@ async def retention(logs: LogSource, tenants: Tenants, *, retention_days: int, r
     return total
 
 
-__all__ = ["Extractor", "ExtractionFailed", "consolidate", "Outcome", "TaskRecord", "TaskReport", "recover_stuck", "retention",
-           "run_maintenance"]
+__all__ = ["Extractor", "ExtractionFailed", "consolidate", "Outcome", "TaskRecord", "TaskReport", "pipeline_task_id",
+           "recover_stuck", "retention", "run_maintenance"]

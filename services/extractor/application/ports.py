@@ -100,8 +100,9 @@ class LogSource(Protocol):
 
     async def record_task(self, tenant: str, task_id: str, *, status: str, engine: str,
                           log_ids: Sequence[str] = (), metrics: dict[str, float] | None = None,
-                          error: str | None = None, key: str) -> None:
-        """Record an extraction run's metadata (RecordExtractionTask: status, engine, logs, counts)."""
+                          error: str | None = None, project: str | None = None, key: str) -> None:
+        """Record an extraction run's metadata (RecordExtractionTask: status, engine, logs, counts;
+        ``project`` when the run covers one project's logs, else tenant-wide)."""
         ...
 
     async def recover_stuck(self, tenant: str, timeout_minutes: int, *, key: str) -> int:

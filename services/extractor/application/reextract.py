@@ -103,17 +103,7 @@ async def reextract_log(extractor: Extractor, catalog: LogCatalog, ref: LogRef) 
         log.warning("re-extraction of log %s (task %s) failed: %s", ref.log_id, task_id, exc)
         await extractor.ledger.fail(ref.log_id, task_id, str(exc))
         return TaskReport(Outcome.FAILED, error=str(exc))
-    report = await extractor.write(current, extraction.facts)
-    await extractor.logs.record_result(current.tenant, current.log_id, task_id, report.memory_ids,
-                                       key=step_key("result", current.log_id, task_id,
-                                                    ",".join(str(m) for m in report.memory_ids)))
-    record.status = "done"
-    record.memory_ids = [str(m) for m in report.memory_ids]
-    record.facts = len(extraction.facts)
-    record.prompt_tokens += extraction.prompt_tokens
-    record.completion_tokens += extraction.completion_tokens
-    await extractor.ledger.finish(record)
-    return report
+    return await extractor.complete(current, extraction, record)
 
 
 def task_metrics(report: ReextractReport) -> dict[str, float]:

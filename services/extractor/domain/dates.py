@@ -1,0 +1,174 @@
+"""Relative time expressions turned into absolute dates, from the day a thing was said.
+
+A memory outlives the conversation it came from: "Ana went to the gym yesterday" is wrong a week
+later. Each relative expression of a statement is rewritten from the day it was said (its turn's
+``at``, else its log's date), keeping what the wording meant::
+
+    yesterday               → on 2023-05-07              today / tomorrow  → on 2023-05-08 / 2023-05-09
+    last night              → on the night of 2023-05-07 this morning      → on the morning of 2023-05-08
+    two days ago            → on 2023-05-06              in 3 days         → on 2023-05-11
+    last week / next week   → the week of 2023-05-01     (weeks start on Monday)
+    three weeks ago         → the week of 2023-04-17
+    last month / next month → in April 2023 / in June 2023   a month ago → in April 2023
+    last year / 2 years ago → in 2022 / in 2021
+    this weekend            → the weekend of 2023-05-13  (its Saturday; last / next weekend alike)
+    last Saturday           → on Saturday 2023-05-06     next Friday → on Friday 2023-05-12
+
+A preposition already there stays and ours is not added ("since yesterday" → "since 2023-05-07");
+an expression that is the subject ("Yesterday was fun") gets the bare date. Pure functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import date, timedelta
+
+from services.extractor.domain.model import Fact
+
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a couple": 2,
+            "couple of": 2}
+_COUNT = r"(?P<{n}>\d{{1,2}}|a couple of|a couple|couple of|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_UNIT = r"(?P<{unit}>days?|weeks?|months?|years?)"
+_WEEKDAY = r"(?P<weekday>" + "|".join(WEEKDAYS) + r")"
+#: prepositions that already say how the time relates ("since yesterday", "by next month")
+_PREPOSITION = re.compile(r"\b(?:since|until|till|til|from|by|before|after|of|for|on|in|during|through|"
+                          r"starting|around|about)\s+$", re.IGNORECASE)
+#: a determiner makes it a span or a description ("the last week of June", "every next month"): left as said
+_DETERMINER = re.compile(r"\b(?:the|a|an|every|each|that|my|our|his|her|their|its|your)\s+$", re.IGNORECASE)
+#: the expression is the subject of what follows ("Yesterday was fun")
+_AS_SUBJECT = re.compile(r"^\s*(?:was|is|has|had|will|seemed|felt|went|turned)\b", re.IGNORECASE)
+
+_EXPRESSION = re.compile(
+    r"\b(?:"
+    r"(?P<dby>the day before yesterday)|(?P<dat>the day after tomorrow)|"
+    r"(?P<ago>" + _COUNT.format(n="n") + r"\s+" + _UNIT.format(unit="unit") + r"\s+ago)|"
+    r"(?P<hence>in\s+" + _COUNT.format(n="n2") + r"\s+" + _UNIT.format(unit="unit2") + r"(?!\s+ago))|"
+    r"(?P<part>(?P<partrel>last|this|tomorrow|yesterday)\s+(?P<partday>night|morning|afternoon|evening))|"
+    r"(?P<day>yesterday|today|tonight|tomorrow)|"
+    r"(?P<rel>(?P<which>last|this|next|past)\s+(?:(?P<period>week|month|year|weekend)|" + _WEEKDAY + r"))"
+    r")\b(?!'s)",
+    re.IGNORECASE,
+)
+
+
+def monday(day: date) -> date:
+    """The Monday of the week ``day`` is in."""
+    return day - timedelta(days=day.weekday())
+
+
+def add_months(day: date, months: int) -> tuple[int, int]:
+    """(year, month) ``months`` after ``day``'s month (negative: before)."""
+    index = day.year * 12 + day.month - 1 + months
+    return index // 12, index % 12 + 1
+
+
+def month_name(year: int, month: int) -> str:
+    return f"{MONTHS[month - 1]} {year}"
+
+
+def _count(raw: str) -> int:
+    low = re.sub(r"\s+", " ", raw.lower())
+    return int(low) if low.isdigit() else _NUMBERS[low]
+
+
+def _shifted(day: date, n: int, unit: str) -> tuple[str, str]:
+    """(preposition, absolute phrase) for ``n`` units after ``day`` (negative: before)."""
+    unit = unit.lower().rstrip("s")
+    if unit == "day":
+        return "on", (day + timedelta(days=n)).isoformat()
+    if unit == "week":
+        return "", f"the week of {monday(day + timedelta(weeks=n)).isoformat()}"
+    if unit == "month":
+        return "in", month_name(*add_months(day, n))
+    return "in", str(day.year + n)
+
+
+def _weekend(day: date, which: str) -> date:
+    """The Saturday of the weekend meant: this (the coming one, or the current one on a weekend),
+    last (the one before this week), next (the one after this one)."""
+    this = monday(day) + timedelta(days=5)
+    return {"this": this, "last": this - timedelta(days=7), "past": this - timedelta(days=7),
+            "next": this + timedelta(days=7)}[which]
+
+
+def _weekday(day: date, which: str, name: str) -> date:
+    """last X: the latest X before ``day``; next X: the first X after it; this X: the X of ``day``'s week."""
+    target = WEEKDAYS.index(name.lower())
+    if which in ("last", "past"):
+        return day - timedelta(days=(day.weekday() - target - 1) % 7 + 1)
+    if which == "next":
+        return day + timedelta(days=(target - day.weekday() - 1) % 7 + 1)
+    return monday(day) + timedelta(days=target)
+
+
+def absolute(match: re.Match[str], day: date) -> tuple[str, str]:
+    """(the preposition it needs, the absolute phrase) for one matched expression."""
+    g = match.groupdict()
+    if g["dby"]:
+        return "on", (day - timedelta(days=2)).isoformat()
+    if g["dat"]:
+        return "on", (day + timedelta(days=2)).isoformat()
+    if g["ago"]:
+        return _shifted(day, -_count(g["n"]), g["unit"])
+    if g["hence"]:
+        return _shifted(day, _count(g["n2"]), g["unit2"])
+    if g["part"]:
+        rel, part = g["partrel"].lower(), g["partday"].lower()
+        shift = {"last": -1, "yesterday": -1, "this": 0, "tomorrow": 1}[rel]
+        return "on", f"the {part} of {(day + timedelta(days=shift)).isoformat()}"
+    if g["day"]:
+        word = g["day"].lower()
+        if word == "tonight":
+            return "on", f"the night of {day.isoformat()}"
+        return "on", (day + timedelta(days={"yesterday": -1, "today": 0, "tomorrow": 1}[word])).isoformat()
+    which = g["which"].lower()
+    if g["weekday"]:
+        name = g["weekday"].capitalize()
+        return "on", f"{name} {_weekday(day, which, name).isoformat()}"
+    period = g["period"].lower()
+    step = {"last": -1, "past": -1, "this": 0, "next": 1}[which]
+    if period == "weekend":
+        return "", f"the weekend of {_weekend(day, which).isoformat()}"
+    if which == "past":
+        return "", match.group(0)  # "past year": a span up to now, not a point; left as said
+    return _shifted(day, step, period)
+
+
+def resolve_relative_dates(text: str, day: date) -> str:
+    """``text`` with each relative time expression rewritten as the absolute date it meant, said on
+    ``day`` (see the module's table)."""
+
+    def rewrite(match: re.Match[str]) -> str:
+        preposition, phrase = absolute(match, day)
+        if phrase == match.group(0):
+            return phrase
+        before, after = text[: match.start()], text[match.end():]
+        if _DETERMINER.search(before):
+            return match.group(0)
+        if _PREPOSITION.search(before) or (not before.strip() and _AS_SUBJECT.match(after)):
+            preposition = ""
+        elif preposition == "" and not phrase.startswith("the "):
+            preposition = "in"
+        out = f"{preposition} {phrase}".strip()
+        if not before.strip() or before.rstrip().endswith((".", "!", "?")):
+            out = out[:1].upper() + out[1:]
+        return out
+
+    return _EXPRESSION.sub(rewrite, text)
+
+
+def dated(facts: Sequence[Fact], log_date: date) -> list[Fact]:
+    """Each fact with its relative time expressions resolved from the day it was said: its turn's
+    ``at``, else the log's date."""
+    out = []
+    for fact in facts:
+        day = fact.at.date() if fact.at is not None else log_date
+        content = resolve_relative_dates(fact.content, day)
+        out.append(fact if content == fact.content else replace(fact, content=content))
+    return out
