@@ -7,6 +7,7 @@ a token for any other resource is refused here, and is never passed on to anythi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -65,6 +66,9 @@ class IntrospectionVerifier:
         self.negative_ttl_s = negative_ttl_s
         self.max_entries = max_entries
         self._cache: OrderedDict[str, tuple[float, TokenInfo]] = OrderedDict()
+        #: introspections under way, by token digest: concurrent requests with one token share one
+        #: auth lookup (200 clients of one key after a restart, or when its cache entry expires)
+        self._in_flight: dict[str, asyncio.Future[TokenInfo]] = {}
         self._sub: object | None = None
 
     async def start(self) -> None:
@@ -122,10 +126,15 @@ class IntrospectionVerifier:
         )
 
     def known_valid(self, token: str) -> bool:
-        """Whether ``token`` is cached as valid for this resource, so it is verified without
-        asking the auth service (the pre-authentication rate limit lets such requests through)."""
-        cached = self._cache.get(hashlib.sha256(token.encode()).hexdigest())
-        if cached is None or cached[0] <= time.monotonic():
+        """Whether ``token`` is held as valid for this resource, so the pre-authentication rate limit
+        lets its request through: valid at its last introspection (even past the cache's TTL: a
+        revocation removes the entry at once, and the request is introspected again anyway), or
+        being introspected right now (the request then waits for that lookup and costs none)."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        if digest in self._in_flight:
+            return True
+        cached = self._cache.get(digest)
+        if cached is None:
             return False
         info = cached[1]
         if not info.active or not info.tenant:
@@ -136,10 +145,18 @@ class IntrospectionVerifier:
 
     async def introspect(self, token: str) -> TokenInfo:
         digest = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
         cached = self._cache.get(digest)
-        if cached and cached[0] > now:
+        if cached and cached[0] > time.monotonic():
             return cached[1]
+        lookup = self._in_flight.get(digest)
+        if lookup is None:  # the first to ask: one lookup, which the others asking meanwhile share
+            lookup = asyncio.ensure_future(self._ask(token, digest))
+            self._in_flight[digest] = lookup
+            lookup.add_done_callback(lambda _: self._in_flight.pop(digest, None))
+        return await asyncio.shield(lookup)  # a caller that gives up does not cancel the others' lookup
+
+    async def _ask(self, token: str, digest: str) -> TokenInfo:
+        """One introspection by the auth service, cached (a refusal briefly, a valid token for the TTL)."""
         try:
             reply = await self.bus.query(
                 AUTH, "introspect", QueryEnvelope(type="introspect", payload={"token": token}), timeout=5.0
@@ -151,7 +168,7 @@ class IntrospectionVerifier:
             log.warning("introspection failed: %s", reply.error)
             return TokenInfo(active=False)
         info = TokenInfo.model_validate(reply.result)
-        self._cache[digest] = (now + (self.ttl_s if info.active else self.negative_ttl_s), info)
+        self._cache[digest] = (time.monotonic() + (self.ttl_s if info.active else self.negative_ttl_s), info)
         self._cache.move_to_end(digest)
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
