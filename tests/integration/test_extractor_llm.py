@@ -1,7 +1,8 @@
 """The LLM engine against a real HTTP server started by the test, answering recorded
-OpenAI-compatible chat responses (no local model server installs from a registry package here:
-docs/extraction.md). Checks the request (JSON-schema output, model, auth), retries of transient
-failures, timeouts, tokens, and what is done with a bad answer."""
+OpenAI-compatible chat responses: the request (JSON-schema output, model, auth, token limit),
+retries of transient failures, timeouts, tokens, and what is done with a bad, cut or ungrounded
+answer. Against a real local model (llama.cpp's server, SmolLM2 from PyPI, `make llm`):
+test_extractor_llm_local.py, opt-in with ``-m llm_local``."""
 
 from __future__ import annotations
 
@@ -100,10 +101,53 @@ async def test_facts_follow_the_schema_and_tokens_are_counted(server: tuple[str,
     assert out.facts[1].turn_refs == ("turn:0",)  # turn 9 is not in the piece
     assert (out.prompt_tokens, out.completion_tokens) == (120, 45)
     request = script.requests[0]
-    assert request["model"] == "qwen2.5:0.5b" and request["temperature"] == 0
+    assert request["model"] == "qwen2.5:0.5b" and request["temperature"] == 0 and request["max_tokens"] == 4096
     assert request["response_format"]["type"] == "json_schema"
     assert "[0] user: I live in Lyon" in request["messages"][1]["content"]
     assert script.headers[0]["Authorization"] == "Bearer sk-test"
+
+
+async def test_facts_not_grounded_in_the_turns_they_cite_are_dropped(server: tuple[str, Recorded]) -> None:
+    url, script = server
+    turns = turns_from_text("Ana: I adopted a beagle last week.\nBo: Nice! I work as a nurse.")
+
+    def fact(content: str, cited: list[int], speaker: str = "") -> dict[str, Any]:
+        return {"content": content, "category": "user_profile", "memory_key": None, "importance": 3,
+                "confidence": 0.8, "turns": cited, "speaker": speaker}
+
+    answer = {"facts": [
+        fact("Ana lives in Lyon.", [0], "Ana"),  # the prompt's example, copied: nothing of turn 0 says it
+        fact("Ana adopted a beagle.", [], "Ana"),  # cites no turn
+        fact("Ana adopted a beagle.", [7], "Ana"),  # cites a turn outside the piece
+        fact("Ana adopted a beagle dog.", [0], "Ana"),
+        fact("Bo works as a nurse.", [1], "the nurse"),  # a speaker the piece does not have: the turn's
+    ]}
+    script.answers.append((200, completion(json.dumps(answer))))
+    engine = LlmExtraction(url, "m", backoff_s=0.01)
+    try:
+        out = await engine.extract(turns)
+    finally:
+        await engine.close()
+    assert [(f.content, f.turn_refs, f.speaker) for f in out.facts] == [
+        ("Ana adopted a beagle dog.", ("turn:0",), "Ana"), ("Bo works as a nurse.", ("turn:1",), "Bo")]
+
+
+async def test_an_answer_cut_at_the_token_limit_keeps_the_facts_it_completed(server: tuple[str, Recorded]) -> None:
+    url, script = server
+    whole = json.dumps(RECORDED_FACTS)
+    cut = whole[: whole.index('{"content": "The user loves') + 30]  # the second fact half written
+    answer = completion(cut)
+    answer["choices"][0]["finish_reason"] = "length"
+    script.answers += [(200, answer), (200, completion(cut))]
+    engine = LlmExtraction(url, "m", max_tokens=64, backoff_s=0.01)
+    try:
+        out = await engine.extract(TURNS)
+        assert [f.content for f in out.facts] == ["The user lives in Lyon."]
+        assert script.requests[0]["max_tokens"] == 64
+        with pytest.raises(LlmError, match="not JSON"):  # not cut by the limit: a broken answer
+            await engine.extract(TURNS)
+    finally:
+        await engine.close()
 
 
 async def test_transient_failures_are_retried(server: tuple[str, Recorded]) -> None:

@@ -1,11 +1,14 @@
 """The LLM engine: any OpenAI-compatible chat endpoint (Ollama, llama.cpp server, vLLM, a hosted API).
 
 One ``POST {url}/chat/completions`` per piece of a log, asking for JSON that follows a schema
-(``response_format: json_schema``); timeouts per request; transient failures (connection errors,
-timeouts, 429 and 5xx) retried with exponential backoff by tenacity; tokens taken from ``usage``.
-What the model answers is checked like any input: an unknown category drops the fact, a key that
-does not fit its category is dropped (the fact is kept), turn numbers outside the piece are ignored.
-Never constructed unless ``ENGRAM_EXTRACTOR_LLM_URL`` is set.
+(``response_format: json_schema``) within ``max_tokens``; timeouts per request; transient failures
+(connection errors, timeouts, 429 and 5xx) retried with exponential backoff by tenacity; tokens
+taken from ``usage``. What the model answers is checked like any input: an unknown category drops
+the fact, a key that does not fit its category is dropped (the fact is kept), turn numbers outside
+the piece are ignored, and a fact must be grounded in the piece — it cites at least one of its
+turns and shares a content word (stemmed) with them, else it is dropped (a small model copies the
+prompt's example or invents). An answer cut at ``max_tokens`` (``finish_reason: length``) keeps
+the facts it completed. Never constructed unless ``ENGRAM_EXTRACTOR_LLM_URL`` is set.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import snowballstemmer
 from pydantic import BaseModel, Field, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from contracts.memory import Category, memory_key_problem
 from services.extractor.domain.model import Extraction, Fact, Turn
+from services.extractor.domain.text import content_words
 
 log = logging.getLogger("engram.extractor.llm")
 
@@ -88,16 +93,43 @@ def render(turns: Sequence[Turn]) -> str:
     return "\n".join(f"[{i}] {t.speaker}: {t.text}" for i, t in enumerate(turns))
 
 
-def parse_facts(content: str, turns: Sequence[Turn]) -> list[Fact]:
-    """The model's JSON as facts; invalid items are dropped, never guessed at."""
+_STEM = snowballstemmer.stemmer("english")
+
+
+def stems(text: str) -> set[str]:
+    return set(_STEM.stemWords(content_words(text)))
+
+
+def _complete_items(content: str) -> list[Any]:
+    """The facts a cut answer completed: the objects of its ``facts`` array up to the cut."""
+    start = content.find("[", max(0, content.find('"facts"')))
+    if start < 0:
+        return []
+    decoder, items, at = json.JSONDecoder(), [], start + 1
+    while True:
+        while at < len(content) and content[at] in " \t\r\n,":
+            at += 1
+        try:
+            item, at = decoder.raw_decode(content, at)
+        except json.JSONDecodeError:
+            return items
+        items.append(item)
+
+
+def parse_facts(content: str, turns: Sequence[Turn], *, cut: bool = False) -> list[Fact]:
+    """The model's JSON as facts; invalid or ungrounded items are dropped, never guessed at. ``cut``:
+    the answer stopped at its token limit, so the facts it completed are kept."""
     try:
         data = json.loads(content)
     except json.JSONDecodeError as exc:
-        raise LlmError(f"the model's answer is not JSON: {exc}") from exc
+        if not cut:
+            raise LlmError(f"the model's answer is not JSON: {exc}") from exc
+        data = {"facts": _complete_items(content)}
     items = data.get("facts") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise LlmError("the model's answer has no 'facts' list")
-    facts = []
+    speakers = {t.speaker for t in turns}
+    facts, ungrounded = [], 0
     for item in items:
         try:
             parsed = _LlmFact.model_validate(item)
@@ -106,12 +138,19 @@ def parse_facts(content: str, turns: Sequence[Turn]) -> list[Fact]:
         key = parsed.memory_key
         if key is not None and memory_key_problem(parsed.category, key):
             key = None
-        refs = tuple(dict.fromkeys(turns[i].ref for i in parsed.turns if 0 <= i < len(turns)))
-        speaker = parsed.speaker or (turns[parsed.turns[0]].speaker if refs else "user")
+        cited = list(dict.fromkeys(i for i in parsed.turns if 0 <= i < len(turns)))
+        said = set().union(*(stems(turns[i].text) for i in cited))
+        if not said & stems(parsed.content):  # cites no turn of the piece, or none that says it
+            ungrounded += 1
+            continue
+        speaker = parsed.speaker if parsed.speaker in speakers else turns[cited[0]].speaker
         facts.append(Fact(
             content=parsed.content.strip(), category=parsed.category, importance=parsed.importance,
-            confidence=round(parsed.confidence, 3), turn_refs=refs, speaker=speaker, memory_key=key,
+            confidence=round(parsed.confidence, 3), turn_refs=tuple(turns[i].ref for i in cited), speaker=speaker,
+            memory_key=key,
         ))
+    if ungrounded:
+        log.info("dropped %d of the model's %d facts: not grounded in the turns they cite", ungrounded, len(items))
     return facts
 
 
@@ -122,11 +161,13 @@ class LlmExtraction:
 
     def __init__(
         self, url: str, model: str, *, api_key: str | None = None, timeout_s: float = 60.0, attempts: int = 3,
-        max_chars: int = 24_000, backoff_s: float = 1.0, client: httpx.AsyncClient | None = None,
+        max_chars: int = 24_000, max_tokens: int = 4096, backoff_s: float = 1.0,
+        client: httpx.AsyncClient | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.max_chars = max_chars
+        self.max_tokens = max_tokens
         self.attempts = attempts
         self.backoff_s = backoff_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -139,6 +180,7 @@ class LlmExtraction:
         body = {
             "model": self.model,
             "temperature": 0,
+            "max_tokens": self.max_tokens,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": render(turns)},
@@ -148,12 +190,13 @@ class LlmExtraction:
         }
         answer = await self._post(body)
         try:
-            content = answer["choices"][0]["message"]["content"]
+            choice = answer["choices"][0]
+            content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError) as exc:
             raise LlmError("the endpoint's answer has no choices[0].message.content") from exc
         usage = answer.get("usage") or {}
         return Extraction(
-            facts=parse_facts(content or "", turns), engine=self.name,
+            facts=parse_facts(content or "", turns, cut=choice.get("finish_reason") == "length"), engine=self.name,
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
         )
 
