@@ -44,7 +44,14 @@ from services.memory.replay import ensure_service_stopped, rebuild  # noqa: E402
 _COPY_SUFFIX = re.compile(r" \[note \d+\]$")
 
 
-async def recall_ids(app, tenant: str, questions: list[str]) -> list[list[str]]:  # type: ignore[no-untyped-def]
+async def recall_ids(app, tenant: str, questions: list[str], *, exact: bool = False) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    """The ids (and the turns) each question recalls; ``exact``: with the dense search scanning every
+    point instead of walking the HNSW graph (the embedded index only), so that the comparison sees
+    the vectors, not the graph's approximation."""
+    if exact and not hasattr(app.index, "exact_search"):
+        return []
+    if hasattr(app.index, "exact_search"):
+        app.index.exact_search = exact
     out = []
     for q in questions:
         result = await app.service.recall(tenant, Recall(query=q, project="bench", limit=10))
@@ -52,7 +59,56 @@ async def recall_ids(app, tenant: str, questions: list[str]) -> list[list[str]]:
         # past LoCoMo's 5,882 turns the bench saves each turn again as "<turn> [note k]": near-identical
         # memories whose order among themselves is a tie; the turns a recall finds are compared too
         out.append(["text:" + _COPY_SUFFIX.sub("", h.memory.content) for h in result.hits])
+    if hasattr(app.index, "exact_search"):
+        app.index.exact_search = False
     return out
+
+
+def postgres_processes(home: Path) -> list[Any]:
+    """The embedded Postgres of the stack in ``home`` (its postmaster and every backend), for
+    its CPU time; empty with a shared server (its CPU is others' too)."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if (proc.info["name"] or "").startswith("postgres") and str(home) in " ".join(proc.info["cmdline"] or []):
+            out += [proc, *proc.children(recursive=True)]
+    return out
+
+
+def cpu_of(procs: list[Any]) -> float:
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except Exception:  # exited
+            continue
+    return total
+
+
+def compare(before: list[list[str]], after: list[list[str]]) -> dict[str, Any]:
+    """How alike two recalls of the same questions are: ids (identical, same set, overlap) and turns."""
+    if not before:
+        return {}
+    texts_before, texts_after = before[1::2], after[1::2]
+    before, after = before[0::2], after[0::2]
+    n = len(before)
+    return dict(
+        n=n,
+        overlap=sum(len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(before, after, strict=True)) / n,
+        same=sum(a == b for a, b in zip(before, after, strict=True)),
+        same_set=sum(set(a) == set(b) for a, b in zip(before, after, strict=True)),
+        same_turns=sum(set(a) == set(b) for a, b in zip(texts_before, texts_after, strict=True)),
+        turn_overlap=sum(len(set(a) & set(b)) / max(1, len(set(a)))
+                         for a, b in zip(texts_before, texts_after, strict=True)) / n,
+    )
+
+
+def describe(c: dict[str, Any]) -> str:
+    return (f"top-10 identical for {c['same']}/{c['n']} questions (the same ten, in any order: {c['same_set']}/{c['n']}), "
+            f"overlap {100 * c['overlap']:.1f}%; the same turns found (suffix of repeated turns ignored) for "
+            f"{c['same_turns']}/{c['n']}, overlap {100 * c['turn_overlap']:.1f}%")
 
 
 async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
@@ -64,7 +120,7 @@ async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
 
 
 async def replay_and_compare(
-    settings: MemorySettings, tenant: str, questions: list[str], *, use_cache: bool, profile: bool,
+    settings: MemorySettings, tenant: str, questions: list[str], *, use_cache: bool, profile: bool, batch: int,
 ) -> dict[str, Any]:
     async with memory_app(settings) as app:
         await ensure_service_stopped(app)
@@ -76,8 +132,17 @@ async def replay_and_compare(
         memories = await app.store.pool.fetchval(f"SELECT count(*) FROM {app.store.s}.memories")
         digest_before = await read_model_digest(app)
         before = await recall_ids(app, tenant, questions)
+        exact_before = await recall_ids(app, tenant, questions, exact=True)
         phases = {"index build (optimize)": 0.0, "drop": 0.0}
-        timed_optimize, timed_drop = app.index.optimize, app.store.drop_read_model
+        upserting = [0.0]
+        timed_optimize, timed_drop, timed_upsert = app.index.optimize, app.store.drop_read_model, app.index.upsert
+
+        async def upsert(points: Any) -> None:
+            started = time.perf_counter()
+            try:
+                await timed_upsert(points)
+            finally:
+                upserting[0] += time.perf_counter() - started
 
         async def optimize() -> bool:
             started = time.perf_counter()
@@ -93,29 +158,25 @@ async def replay_and_compare(
             finally:
                 phases["drop"] += time.perf_counter() - started
 
-        app.index.optimize, app.store.drop_read_model = optimize, drop  # type: ignore[method-assign]
+        app.index.optimize, app.store.drop_read_model, app.index.upsert = optimize, drop, upsert  # type: ignore[method-assign]
+        postgres = postgres_processes(settings.home)
         profiler = cProfile.Profile() if profile else None
         if profiler:
             profiler.enable()
-        cpu_started = time.process_time()
-        report = await rebuild(app)
-        phases_cpu = time.process_time() - cpu_started
+        cpu_started, pg_started = time.process_time(), cpu_of(postgres)
+        report = await rebuild(app, batch=batch)
+        phases_cpu, pg_cpu = time.process_time() - cpu_started, cpu_of(postgres) - pg_started
         if profiler:
             profiler.disable()
         digest_after = await read_model_digest(app)
         after = await recall_ids(app, tenant, questions)
+        exact_after = await recall_ids(app, tenant, questions, exact=True)
         hits = app.service.models.cache.hits if app.service.models.cache else 0
-    texts_before, texts_after = before[1::2], after[1::2]
-    before, after = before[0::2], after[0::2]
-    overlap = sum(len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(before, after, strict=True)) / len(questions)
-    same = sum(a == b for a, b in zip(before, after, strict=True))
-    same_set = sum(set(a) == set(b) for a, b in zip(before, after, strict=True))
-    same_turns = sum(set(a) == set(b) for a, b in zip(texts_before, texts_after, strict=True))
-    turn_overlap = sum(len(set(a) & set(b)) / max(1, len(set(a))) for a, b in zip(texts_before, texts_after, strict=True)) / len(questions)
     out: dict[str, Any] = dict(rate=report.rate, events=report.events, seconds=report.seconds,
-                               identical=digest_before == digest_after, overlap=overlap, same=same, same_set=same_set,
-                               same_turns=same_turns, turn_overlap=turn_overlap,
-                               entries=entries, hits=hits, memories=memories, phases=phases, cpu=phases_cpu)
+                               identical=digest_before == digest_after, recall=compare(before, after),
+                               exact=compare(exact_before, exact_after), upserting=upserting[0],
+                               entries=entries, hits=hits, memories=memories, phases=phases, cpu=phases_cpu,
+                               pg_cpu=pg_cpu if postgres else None)
     if profiler:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
@@ -181,6 +242,7 @@ def main() -> None:
     parser.add_argument("--pad-to", type=int, default=0,
                         help="before replaying, append copies of the saved memory events (new ids, same texts) "
                              "until the log holds this many memory events")
+    parser.add_argument("--batch", type=int, default=256, help="events fetched and applied at once")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     texts = contents(args.memories)
@@ -220,7 +282,8 @@ def main() -> None:
             settings = MemorySettings(home=options.home, nats_url=stack.nats_url, database_url=stack.database_url,
                                       namespace=options.namespace, memory_schema=memory_schema(options))
             result = asyncio.run(replay_and_compare(settings, state["tenant"], questions,
-                                                    use_cache=not args.no_cache, profile=args.profile))
+                                                    use_cache=not args.no_cache, profile=args.profile,
+                                                    batch=args.batch))
     finally:
         if not args.state:
             drop_shared_data(options)
@@ -238,13 +301,14 @@ def main() -> None:
         + ", ".join(f"{name} {secs:.1f} s" for name, secs in result["phases"].items())
         + f"; events alone {result['events'] / max(1e-9, result['seconds'] - sum(result['phases'].values())):.0f}/s); "
         f"the replaying process used {result['cpu']:.1f} s of CPU = {result['events'] / max(1e-9, result['cpu']):.0f} events "
-        "per CPU-second of its own (Postgres, NATS and the index's threads apart)",
+        "per CPU-second of its own (the index's build threads included, NATS apart)"
+        + (f"; Postgres {result['pg_cpu']:.1f} s of CPU" if result["pg_cpu"] is not None else "")
+        + f"; the index's upserts took {result['upserting']:.1f} s of wall time (batch {args.batch})",
         f"read model after replay {'identical' if result['identical'] else 'DIFFERENT'} (digest of every memory's id, version, "
-        f"status, content hash, late-interaction tokens); recall top-10 identical for {result['same']}/{len(questions)} "
-        f"questions (the same ten, in any order: {result['same_set']}/{len(questions)}), overlap {100 * result['overlap']:.1f}%; "
-        f"the same turns found (suffix of repeated turns ignored) for {result['same_turns']}/{len(questions)}, "
-        f"overlap {100 * result['turn_overlap']:.1f}%",
+        f"status, content hash, late-interaction tokens); recall: {describe(result['recall'])}",
     ]
+    if result["exact"]:
+        lines.append(f"recall with exact dense search (no HNSW approximation): {describe(result['exact'])}")
     print("\n".join(lines))
     if "profile" in result:
         print(result["profile"])

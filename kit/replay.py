@@ -8,6 +8,7 @@ simply be run again); then the live consumer's checkpoint moves to where the rep
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -72,11 +73,13 @@ async def rebuild(
     on_progress: Progress = lambda done, total: None,
     batch: int = 256,
     apply_batch: Callable[[Sequence[tuple[EventEnvelope, int]], str], Awaitable[int]] | None = None,
+    flush: Callable[[], Awaitable[None]] | None = None,
 ) -> ReplayReport:
     """Drop ``read_models``, apply every event from sequence 1 with ``projector`` (checkpoint
     ``replay_checkpoint``), then advance ``live_checkpoint`` to where the replay got.
     ``apply_batch`` (the service's bulk path, optional) applies a whole fetched batch at once,
-    returning how many events it wrote, instead of one transaction per event."""
+    returning how many events it wrote, instead of one transaction per event; ``flush`` (with it)
+    completes what the last ``apply_batch`` left in flight, before the checkpoints move."""
     started = time.perf_counter()
     await read_models.drop()
     names = bus.names
@@ -91,9 +94,14 @@ async def rebuild(
     total = info.num_pending or 0
     done = applied = 0
     on_progress(0, total)
+    # the next batch is fetched while this one is applied (a pipeline one batch deep)
+    fetching = asyncio.ensure_future(sub.fetch(min(batch, total), timeout=10.0)) if total else None
     try:
-        while done < total:
-            msgs = await sub.fetch(min(batch, total - done), timeout=10.0)
+        while fetching is not None:
+            msgs = await fetching
+            fetched = done + len(msgs)
+            fetching = (asyncio.ensure_future(sub.fetch(min(batch, total - fetched), timeout=10.0))
+                        if fetched < total else None)
             events = [(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs]
             if apply_batch is not None:
                 applied += await apply_batch(events, replay_checkpoint)
@@ -104,7 +112,11 @@ async def rebuild(
                         applied += 1
             done += len(msgs)
             on_progress(done, total)
+        if flush is not None:
+            await flush()
     finally:
+        if fetching is not None:
+            fetching.cancel()
         await sub.unsubscribe()
     await projector.move_checkpoint(replay_checkpoint, live_checkpoint)
     await read_models.finish()

@@ -58,6 +58,7 @@ async def rebuild(
     return await runner.rebuild(
         app.bus, service.projection.projector, _ReadModels(app), replay_checkpoint=REPLAY_CHECKPOINT,
         live_checkpoint=PROJECTOR, on_progress=on_progress, batch=batch, apply_batch=service.projection.replay_batch,
+        flush=service.projection.replay_flush,
     )
 
 

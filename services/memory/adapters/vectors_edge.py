@@ -109,6 +109,9 @@ class EdgeVectorIndex(VectorIndex):
         self._many_tenants = False  # points of two tenants were seen (until the shard is reopened)
         self._lock_file: IO[bytes] | None = None
         self._closed = False
+        #: dense searches scan every point instead of walking the HNSW graph (to tell the graph's
+        #: approximation apart from a change of the vectors, e.g. comparing recalls around a replay)
+        self.exact_search = False
         # Serialises writes and structural changes (open/drop/close): writes
         # apply in call order even when a big upsert runs in a thread.
         self._mutex = asyncio.Lock()
@@ -368,14 +371,15 @@ class EdgeVectorIndex(VectorIndex):
                 else None
             )
             vectors = [SPARSE_VECTOR] if with_keywords else None
+            exact = qe.SearchParams(exact=True) if self.exact_search else None
             if mode == "dense":
-                return qe.QueryRequest(limit=size, query=dense_query, filter=flt, with_payload=True)
+                return qe.QueryRequest(limit=size, query=dense_query, filter=flt, with_payload=True, params=exact)
             if mode == "sparse":
                 return qe.QueryRequest(
                     limit=size, query=sparse_query, filter=flt, with_payload=True,
                     params=self._sparse_params(filter),
                 )
-            prefetches = [qe.Prefetch(limit=pl, query=dense_query, filter=flt)]
+            prefetches = [qe.Prefetch(limit=pl, query=dense_query, filter=flt, params=exact)]
             if sparse_query is not None:
                 prefetches.append(
                     qe.Prefetch(limit=pl, query=sparse_query, filter=flt, params=self._sparse_params(filter))

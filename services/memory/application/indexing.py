@@ -222,13 +222,14 @@ def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[li
     return [state_vector(state, matrix) for state, matrix in zip(states, matrices, strict=False)]
 
 
-def point_for(state: MemoryState, dense: Sequence[float]) -> VectorPoint:
+def point_for(state: MemoryState, dense: Sequence[float], sparse: SparseVector | None = None) -> VectorPoint:
     """The memory's point: vectors, the fields searches filter on, and the rest of its view, so
-    that a recall answers from its hits without reading them back from Postgres."""
+    that a recall answers from its hits without reading them back from Postgres. ``sparse``: its
+    :func:`keyword_vector` if already known (a replay's cache)."""
     return VectorPoint(
         id=str(state.id),
         dense=dense,
-        sparse=keyword_vector(state),
+        sparse=keyword_vector(state) if sparse is None else sparse,
         payload={
             "tenant": state.tenant,
             "project": state.project,

@@ -292,9 +292,15 @@ class ReadModelTx(Protocol):
         late_tokens: bytes | None = None,
     ) -> None: ...
 
-    async def upsert_many(self, rows: Sequence[tuple[MemoryState, str, int, bytes | None]]) -> None:
-        """``upsert`` of many (state, content hash, seq, late tokens) rows, pipelined (replay)."""
+    async def replay_memories(
+        self, rows: Sequence[tuple[MemoryState, str, int, bytes | None, bytes | None]], late_model: str,
+    ) -> list[UUID]:
+        """``upsert`` of a replay's (state, content hash, seq, late tokens, late digest) rows in
+        bulk, late tokens read from the embedding cache by ``(late_model, digest)`` where a row has
+        none of its own; returns the ids of rows whose digest the cache did not hold."""
         ...
+
+    async def set_late_tokens(self, tokens: Sequence[tuple[UUID, bytes]]) -> None: ...
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None: ...
 

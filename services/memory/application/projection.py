@@ -27,10 +27,12 @@ from contracts.envelope import EventEnvelope
 from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
 from kit.command_log import OutcomeRecord
 from kit.projector import CheckpointedProjector
-from services.memory.application.indexing import embedding_texts, point_for, state_vector
+from services.memory.application.indexing import embedding_texts, keyword_vector, point_for, state_vector
 from services.memory.application.late import document_matrix, late_document, pack
 from services.memory.application.ports import LogRecord, Models, ReadModel, ReadModelTx, VectorIndex
+from services.memory.application.vector_cache import MemoryKeys, late_cache_model
 from services.memory.domain import model, shared
+from services.memory.domain.keywords import SparseVector
 
 #: The projector consumer's checkpoint.
 PROJECTOR = "memory-projector"
@@ -83,6 +85,7 @@ class MemoryProjection:
         #: writes projected per tenant by this process (inline, by the projector or replay): cached
         #: profiles are valid while their tenant's count is unchanged
         self.tenant_writes: Counter[str] = Counter()
+        self._replay_writes: asyncio.Future[None] | None = None  # the last replayed batch's writes
 
     # one event ---------------------------------------------------------------------------
     async def apply(
@@ -201,36 +204,99 @@ class MemoryProjection:
     async def replay_batch(self, batch: Sequence[tuple[EventEnvelope, int]], checkpoint: str) -> int:
         """A replay's batch in bulk (:func:`kit.replay.rebuild`): the read model was emptied and
         nothing else writes, so each memory's last event in the batch is its state after it (events
-        carry the whole state). Those are written with one vector-index upsert, one delete and one
-        pipelined Postgres statement, with the checkpoint, in one transaction; rows still only move
-        forward (``last_seq``), across batches too. Other aggregates go event by event. Returns
+        carry the whole state; only those are parsed). Their points go to the vector index in one
+        upsert while their rows and the checkpoint are written in one transaction (bulk: see
+        ``ReadModelTx.replay_memories``); rows still only move forward (``last_seq``), across
+        batches too. With an embedding cache nothing is recomputed that a replay computed before:
+        each memory's dense and keyword vectors are read from it (:meth:`indexed_vectors`) and its
+        late tokens copied from it inside Postgres. Other aggregates go event by event. Returns
         how many events were written."""
-        last: dict[UUID, tuple[MemoryState, int]] = {}
+        last_events: dict[str, tuple[EventEnvelope, int]] = {}
         others: list[tuple[EventEnvelope, int]] = []
         for event, seq in batch:
             if event.aggregate == model.AGGREGATE:
-                state = model.state_of(event)
-                last[state.id] = (state, seq)
+                last_events[event.aggregate_id] = (event, seq)
             else:
                 others.append((event, seq))
-        active = [(st, seq) for st, seq in last.values() if st.status is MemoryStatus.ACTIVE]
-        await prime(self.models, [text for st, _ in active for text in embedding_texts(st)],
-                    [late_document(st) for st, _ in active])
-        vectors = [await self.memory_vector(st) for st, _ in active]
-        late = {st.id: await self.late_tokens(st) for st, _ in active}
-        await self.index.upsert([point_for(st, v) for (st, _), v in zip(active, vectors, strict=True)])
-        await self.index.delete([str(mid) for mid, (st, _) in last.items() if st.status is not MemoryStatus.ACTIVE])
-        rows = [(st, model.content_hash(st.content), seq, late.get(st.id)) for st, seq in last.values()]
-        async with self.store.transaction() as tx:
-            await tx.upsert_many(rows)
-            if batch:
-                await tx.advance_checkpoint(checkpoint, max(seq for _, seq in batch))
+        last: dict[UUID, tuple[MemoryState, int]] = {}
+        for event, seq in last_events.values():
+            state = model.state_of(event)
+            if state.id not in last or last[state.id][1] < seq:
+                last[state.id] = (state, seq)
+        active = [st for st, _ in last.values() if st.status is MemoryStatus.ACTIVE]
+        cache, encoder = self.models.cache, self.models.late_encoder
+        keys = [MemoryKeys(st) for st in active] if cache is not None else []
+        late: dict[UUID, bytes | None] = {}
+        digests: dict[UUID, bytes] = {}
+        if cache is None:  # everything computed: both models at once, as a live batch
+            await prime(self.models, [text for st in active for text in embedding_texts(st)],
+                        [late_document(st) for st in active])
+            vectors = [(await self.memory_vector(st), None) for st in active]
+            late = {st.id: await self.late_tokens(st) for st in active}
+        else:
+            vectors = await self.indexed_vectors(active, keys)
+            if encoder is not None:
+                digests = {st.id: k.document for st, k in zip(active, keys, strict=True)}
+        points = [point_for(st, dense, sparse) for st, (dense, sparse) in zip(active, vectors, strict=True)]
+        rows = [(st, model.content_hash(st.content), seq, late.get(st.id), digests.get(st.id))
+                for st, seq in last.values()]
+        gone = [str(mid) for mid, (st, _) in last.items() if st.status is not MemoryStatus.ACTIVE]
+
+        async def write_rows() -> None:
+            async with self.store.transaction() as tx:
+                unfilled = await tx.replay_memories(rows, late_cache_model(encoder.model_id) if encoder else "")
+                if cache is not None:
+                    cache.hits += len(digests) - len(unfilled)
+                if unfilled:  # not in the cache: computed (and stored there) now
+                    states = [last[mid][0] for mid in unfilled]
+                    await prime(self.models, [], [late_document(st) for st in states])
+                    await tx.set_late_tokens([(st.id, tokens) for st in states
+                                              if (tokens := await self.late_tokens(st)) is not None])
+                if batch:
+                    await tx.advance_checkpoint(checkpoint, max(seq for _, seq in batch))
+
+        async def write() -> None:
+            # Postgres writes in its own process while the index takes the points (in a thread)
+            await asyncio.gather(self.index.upsert(points), write_rows())
+            await self.index.delete(gone)
+
+        # a pipeline one batch deep: this batch is written while the next one is read and prepared
+        await self.replay_flush()
+        self._replay_writes = asyncio.ensure_future(write())
         for st, _ in last.values():
             self.tenant_writes[st.tenant] += 1
         written = len(last)
-        for event, seq in others:
-            written += await self.projector.project(event, seq, checkpoint)
+        if others:
+            await self.replay_flush()
+            for event, seq in others:
+                written += await self.projector.project(event, seq, checkpoint)
         return written
+
+    async def replay_flush(self) -> None:
+        """Wait for the writes of the last :meth:`replay_batch` (after a replay's last batch)."""
+        task, self._replay_writes = self._replay_writes, None
+        if task is not None:
+            await task
+
+    async def indexed_vectors(
+        self, states: Sequence[MemoryState], keys: Sequence[MemoryKeys],
+    ) -> list[tuple[Sequence[float], SparseVector]]:
+        """Each memory's dense and keyword vectors: from the embedding cache (one query), else
+        computed from its sentence vectors (primed through the cache, one query) and stored there
+        for the next replay."""
+        cache = self.models.cache
+        assert cache is not None
+        found: list[tuple[Sequence[float], SparseVector] | None] = list(await cache.memory_vectors(self.models, keys))
+        todo = [i for i, f in enumerate(found) if f is None]
+        if todo:
+            await prime(self.models, [text for i in todo for text in embedding_texts(states[i])], [])
+            computed = []
+            for i in todo:
+                dense, sparse = await self.memory_vector(states[i]), keyword_vector(states[i])
+                found[i] = (dense, sparse)
+                computed.append((keys[i], dense, sparse))
+            await cache.store_memory_vectors(self.models, computed)
+        return [f for f in found if f is not None]
 
     async def flush_checkpoints(self) -> None:
         """Record how far the projector got through events that needed no write."""

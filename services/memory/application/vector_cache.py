@@ -15,27 +15,50 @@ port; Postgres in :mod:`services.memory.adapters.embedding_cache`):
 A batch is looked up with one query before it is embedded (:meth:`VectorCache.load`); what was
 missing is embedded as before and written back with one statement (:meth:`VectorCache.store`). It
 is a cache: a failed lookup or write is logged and costs only the embedding, never the write.
+
+A replay also keeps what it derives from those (:meth:`VectorCache.memory_vectors`): a memory's
+**dense vector** (its sentence vectors split, weighted and combined, :func:`.indexing.state_vector`)
+keyed by the embedder and ``(context, content)``, and its **keyword vector**
+(:func:`.indexing.keyword_vector`: terms, stemming, BM25 weights) keyed by ``(context, keyword
+text)``, so a second replay does no sentence split, stemming or weighting at all. Both keys name
+the recipe (:func:`recipe_fingerprint`: what :mod:`.indexing` makes of a probe memory), so a change
+to how memories are split, weighted or keyword-indexed misses instead of serving stale vectors.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from uuid import UUID
 
 import numpy as np
 
-from services.memory.application.late import CONTEXT_TOKEN_WEIGHT, document_matrix, pack
+from contracts.memory import MemoryState
+from services.memory.application.indexing import embedding_texts, keyword_text, keyword_vector, state_vector
+from services.memory.application.late import CONTEXT_TOKEN_WEIGHT, document_matrix, late_document, pack
 from services.memory.application.ports import EmbeddingCacheStore, Models
+from services.memory.domain.keywords import SparseVector
 
 log = logging.getLogger("engram.memory.cache")
 
 Document = tuple[str | None, str]
 
-__all__ = ["VectorCache", "document_digest", "late_cache_model", "text_digest"]
+__all__ = [
+    "MemoryKeys",
+    "VectorCache",
+    "document_digest",
+    "late_cache_model",
+    "pack_sparse",
+    "recipe_fingerprint",
+    "text_digest",
+    "unpack_sparse",
+]
 
 
 def text_digest(text: str) -> bytes:
@@ -51,6 +74,64 @@ def document_digest(document: Document) -> bytes:
 def late_cache_model(model_id: str) -> str:
     """The cache's model id for packed token rows: the encoder, the packing and the context weight."""
     return f"{model_id}|late-packed-LT1|context*{CONTEXT_TOKEN_WEIGHT}"
+
+
+#: Bumped by hand for a change to what a memory is indexed with that the probe of
+#: :func:`recipe_fingerprint` would not see.
+RECIPE_VERSION = 1
+
+
+@functools.cache
+def recipe_fingerprint() -> str:
+    """What :mod:`.indexing` makes of a probe memory (a label, abbreviations, a question, a
+    context, a date; fixed stand-in sentence vectors), hashed: it changes when the sentence split,
+    the labels, the passage weights, the context weight or the keyword terms, stemming and
+    weights change, and with it every derived key of :class:`VectorCache`."""
+    when = datetime(2024, 3, 3, 12, 0, tzinfo=UTC)
+    probe = MemoryState(
+        id=UUID(int=1), tenant="probe", project="probe", importance=3, source="probe", version=1,
+        created_at=when, updated_at=when,
+        content="Caroline: I went to the LGBTQ support group yesterday with Dr. Smith. It was so powerful! "
+                "Did you go?\nWe're running 10 km e.g. in Berlin; les chiens courent vite. 我家的猫叫小白。",
+        context="Melanie: How was your week? Busy, painting again.",
+    )
+    texts = embedding_texts(probe)
+    stand_in = np.random.default_rng(7).standard_normal((len(texts), 8))
+    dense = np.round(np.asarray(state_vector(probe, stand_in)), 6).tolist()
+    sparse = keyword_vector(probe)
+    recipe = [RECIPE_VERSION, texts, dense, list(sparse.indices), np.round(sparse.values, 6).tolist()]
+    return hashlib.sha256(json.dumps(recipe).encode("utf-8")).hexdigest()[:16]
+
+
+def pack_sparse(vector: SparseVector) -> bytes:
+    """A keyword vector as bytes: its length, its ``uint32`` indices, its ``float32`` values (what
+    the index stores them as, so the point written from them is the same)."""
+    n = len(vector.indices)
+    return (np.array([n], "<u4").tobytes() + np.asarray(vector.indices, "<u4").tobytes()
+            + np.asarray(vector.values, "<f4").tobytes())
+
+
+def unpack_sparse(value: bytes) -> SparseVector | None:
+    """:func:`pack_sparse`'s inverse; None for bytes of another shape."""
+    if len(value) < 4:
+        return None
+    n = int(np.frombuffer(value, "<u4", count=1)[0])
+    if len(value) != 4 + 8 * n:
+        return None
+    indices = np.frombuffer(value, "<u4", count=n, offset=4)
+    values = np.frombuffer(value, "<f4", count=n, offset=4 + 4 * n)
+    return SparseVector(tuple(indices.tolist()), tuple(values.tolist()))
+
+
+class MemoryKeys:
+    """A memory's cache keys: its late-interaction document's digest (also its dense vector's:
+    both are made of ``(context, content)``), its keyword text's."""
+
+    __slots__ = ("document", "keywords")
+
+    def __init__(self, state: MemoryState) -> None:
+        self.document = document_digest(late_document(state))
+        self.keywords = document_digest((state.context, keyword_text(state)))
 
 
 class VectorCache:
@@ -149,6 +230,56 @@ class VectorCache:
             return
         try:
             await self.store.put_many(items)
+        except Exception as exc:
+            log.warning("embedding cache write failed (%s: %s); the vectors are recomputed when needed",
+                        type(exc).__name__, exc)
+
+    # what a replay derives: each memory's dense and keyword vectors -----------------------------
+    @staticmethod
+    def derived_models(models: Models) -> tuple[str, str]:
+        """The cache's model ids of memories' dense vectors and keyword vectors."""
+        recipe = recipe_fingerprint()
+        return f"{models.embedder.model_id}|memory-dense|{recipe}", f"keywords|{recipe}"
+
+    async def memory_vectors(
+        self, models: Models, keys: Sequence[MemoryKeys],
+    ) -> list[tuple[np.ndarray, SparseVector] | None]:
+        """Each memory's stored dense and keyword vectors (one query), None where either is missing."""
+        if not keys:
+            return []
+        dense_model, sparse_model = self.derived_models(models)
+        wanted = [(dense_model, k.document) for k in keys] + [(sparse_model, k.keywords) for k in keys]
+        try:
+            found = await self.store.get_many(wanted)
+        except Exception as exc:
+            log.warning("embedding cache lookup failed (%s: %s); computing the vectors", type(exc).__name__, exc)
+            return [None] * len(keys)
+        width = models.embedder.dim * 4
+        out: list[tuple[np.ndarray, SparseVector] | None] = []
+        for k in keys:
+            dense, sparse = found.get((dense_model, k.document)), found.get((sparse_model, k.keywords))
+            keywords = unpack_sparse(sparse) if sparse is not None else None
+            if dense is None or len(dense) != width or keywords is None:
+                out.append(None)
+                self.misses += 1
+            else:
+                out.append((np.frombuffer(dense, np.float32), keywords))
+                self.hits += 1
+        return out
+
+    async def store_memory_vectors(
+        self, models: Models, items: Sequence[tuple[MemoryKeys, Sequence[float], SparseVector]],
+    ) -> None:
+        """Keep computed dense and keyword vectors for the next replay (one statement)."""
+        if not items:
+            return
+        dense_model, sparse_model = self.derived_models(models)
+        rows: list[tuple[str, bytes, bytes]] = []
+        for k, dense, sparse in items:
+            rows.append((dense_model, k.document, np.asarray(dense, np.float32).tobytes()))
+            rows.append((sparse_model, k.keywords, pack_sparse(sparse)))
+        try:
+            await self.store.put_many(rows)
         except Exception as exc:
             log.warning("embedding cache write failed (%s: %s); the vectors are recomputed when needed",
                         type(exc).__name__, exc)
