@@ -65,6 +65,45 @@ def queue_similar_sql(s: str) -> str:
             f" attempts = 0, next_at = now(), queued_at = now() WHERE {s}.similar_queue.version < EXCLUDED.version")
 
 
+#: a page's edges in the order clients get them: by the later of their two ends, then type
+_EDGE_ORDER = "greatest(s_seq, t_seq), type, s_seq, t_seq"
+
+
+def _edges_sql(schema: str, f: PageFilter, args: list[Any]) -> str:
+    """The edges of a page, as a query over the CTEs ``page`` (id, seq, type of the page's nodes)
+    and ``bounds`` (first, last: the page's smallest and largest order numbers): each edge with one
+    end on the page and the other on it or an earlier page (within the filters), with the order
+    numbers of its source and target (``s_seq``, ``t_seq``). Arguments are appended to ``args``.
+
+    Every step is an index lookup per page node or per edge, whatever the planner knows of the
+    tables (a read model rebuilt in bulk has no statistics until it is analyzed, and a join planned
+    without them read every edge of the tenant): a page node's edges through the edges' primary key
+    (as source) and ``edges_target`` (as target), and each edge's other end by primary key (in a
+    ``LIMIT 1`` subquery, so the filters, checked after, cannot steer it to another index). An edge
+    with both ends on the page is taken from its source only (the target side wants the other end
+    on an earlier page), so none comes twice. An ``in_project`` edge is found from its member only:
+    a project's node is always older than its members (created first, in the member's
+    transaction), so the edge belongs to the member's page — and a project on a page is not the
+    target of its thousands of members' edges to walk."""
+    tenant = f"${len(args) + 1}"  # the filters' first argument
+    other = _filter_sql("o", f, args)
+    args.append([t.value for t in EdgeType if t is not EdgeType.IN_PROJECT])
+    into = f"${len(args)}::text[]"
+    return (
+        f"SELECT x.source, x.target, x.type, x.weight, p.seq AS s_seq, o.seq AS t_seq FROM page p CROSS JOIN bounds"
+        f" CROSS JOIN LATERAL (SELECT source, target, type, weight FROM {schema}.edges"
+        f"  WHERE tenant = {tenant} AND source = p.id OFFSET 0) x"
+        f" CROSS JOIN LATERAL (SELECT * FROM {schema}.nodes WHERE tenant = {tenant} AND id = x.target LIMIT 1) o"
+        f" WHERE o.seq <= bounds.last AND {other}"
+        f" UNION ALL"
+        f" SELECT x.source, x.target, x.type, x.weight, o.seq AS s_seq, p.seq AS t_seq FROM page p CROSS JOIN bounds"
+        f" CROSS JOIN LATERAL (SELECT source, target, type, weight FROM {schema}.edges"
+        f"  WHERE tenant = {tenant} AND target = p.id AND type = ANY({into}) OFFSET 0) x"
+        f" CROSS JOIN LATERAL (SELECT * FROM {schema}.nodes WHERE tenant = {tenant} AND id = x.source LIMIT 1) o"
+        f" WHERE p.type <> 'project' AND o.seq < bounds.first AND {other}"
+    )
+
+
 class PgGraphTx:
     def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
         self.c = conn
@@ -239,13 +278,22 @@ class PgGraphStore:
 
     async def page(self, f: PageFilter, after: int, limit: int) -> list[tuple[int, NodeRow]]:
         args: list[Any] = []
+        rows = await self.pool.fetch(self._nodes_sql(f, after, limit, args), *args)
+        return [(int(r["seq"]), _row(r)) for r in rows]
+
+    def _nodes_sql(self, f: PageFilter, after: int, limit: int, args: list[Any]) -> str:
+        """The nodes after ``after`` within the filters, ``limit`` of them in order (through the
+        index on (tenant, seq), or (tenant, project, seq) with a project)."""
         where = _filter_sql("n", f, args)
         args += [after, limit]
-        rows = await self.pool.fetch(
-            f"SELECT {_NODE_COLUMNS} FROM {self.s}.nodes n WHERE {where} AND n.seq > ${len(args) - 1}"
-            f" ORDER BY n.seq LIMIT ${len(args)}", *args,
-        )
-        return [(int(r["seq"]), _row(r)) for r in rows]
+        return (f"SELECT {_NODE_COLUMNS} FROM {self.s}.nodes n WHERE {where} AND n.seq > ${len(args) - 1}"
+                f" ORDER BY n.seq LIMIT ${len(args)}")
+
+    async def analyze(self) -> None:
+        """Statistics of the read model for the planner: after a bulk load (a replay) the tables have
+        none until autovacuum gets to them (never, where it is off), and the page query, planned
+        without them, sorts every node after the cursor instead of reading 200 in index order."""
+        await self.pool.execute(f"ANALYZE {self.s}.nodes, {self.s}.edges, {self.s}.node_counts")
 
     async def count(self, f: PageFilter) -> int:
         if f.since is None and f.until is None:  # the kept counts (exact: written with the nodes)
@@ -267,26 +315,39 @@ class PgGraphStore:
         """Edges with one end among ``ids`` (this page) and the other on this page or an earlier one
         (order number ≤ ``last``, within the filters)."""
         args: list[Any] = [list(ids), last]
-        src = _filter_sql("s", f, args)
-        dst = _filter_sql("t", f, args)
-        # per edge, its two nodes by primary key (LATERAL ... LIMIT 1: index lookups, never a scan
-        # of the whole graph), the page's edges found through the page's ids by index too. An
-        # in_project edge is found from its member only: a project's node is always older than its
-        # members (created first, in the member's transaction), so the edge belongs to the member's
-        # page — and a project on this page is no hub of thousands of lookups.
+        edges = _edges_sql(self.s, f, args)
         rows = await self.pool.fetch(
-            f"WITH page AS (SELECT unnest($1::text[]) AS id), e AS ("
-            f"  SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.source = p.id"
-            f"  UNION SELECT x.* FROM page p JOIN {self.s}.edges x ON x.tenant = $3 AND x.target = p.id"
-            f"   AND x.type <> 'in_project')"
-            f" SELECT e.source, e.target, e.type, e.weight FROM e"
-            f" JOIN LATERAL (SELECT * FROM {self.s}.nodes n WHERE n.tenant = e.tenant AND n.id = e.source LIMIT 1) s ON true"
-            f" JOIN LATERAL (SELECT * FROM {self.s}.nodes n WHERE n.tenant = e.tenant AND n.id = e.target LIMIT 1) t ON true"
-            f" WHERE s.seq <= $2 AND t.seq <= $2 AND {src} AND {dst}"
-            f" ORDER BY greatest(s.seq, t.seq), e.type, s.seq, t.seq", *args,
+            f"WITH page AS MATERIALIZED (SELECT n.id, n.seq, n.type FROM unnest($1::text[]) AS i(id) CROSS JOIN LATERAL"
+            f"  (SELECT id, seq, type FROM {self.s}.nodes WHERE tenant = $3 AND id = i.id LIMIT 1) n),"
+            f" bounds AS (SELECT min(seq) AS first, $2::bigint AS last FROM page), e AS ({edges})"
+            f" SELECT source, target, type, weight FROM e ORDER BY {_EDGE_ORDER}", *args,
         )
         return [GraphEdge(source=r["source"], target=r["target"], type=EdgeType(r["type"]), weight=r["weight"])
                 for r in rows]
+
+    async def page_with_edges(self, f: PageFilter, after: int, limit: int) -> tuple[list[tuple[int, NodeRow]], list[GraphEdge]]:
+        """One statement: the nodes after ``after`` in order (``limit`` + 1 of them at most: the
+        extra one says a next page exists) and the edges of the first ``limit`` (as
+        :meth:`page_edges` finds them), which come as arrays on the first node's row."""
+        args: list[Any] = [limit]
+        nodes = self._nodes_sql(f, after, limit + 1, args)
+        edges = _edges_sql(self.s, f, args)
+        rows = await self.pool.fetch(
+            f"WITH pg AS MATERIALIZED ({nodes}),"
+            f" page AS MATERIALIZED (SELECT id, seq, type FROM pg ORDER BY seq LIMIT $1),"
+            f" bounds AS (SELECT min(seq) AS first, max(seq) AS last FROM page), e AS ({edges}),"
+            f" ea AS (SELECT array_agg(source ORDER BY {_EDGE_ORDER}) AS e_source,"
+            f"  array_agg(target ORDER BY {_EDGE_ORDER}) AS e_target, array_agg(type ORDER BY {_EDGE_ORDER}) AS e_type,"
+            f"  array_agg(weight ORDER BY {_EDGE_ORDER}) AS e_weight FROM e)"
+            f" SELECT pg.*, ea.* FROM pg LEFT JOIN bounds ON pg.seq = bounds.first LEFT JOIN ea ON bounds.first IS NOT NULL"
+            f" ORDER BY pg.seq", *args,
+        )
+        found: list[GraphEdge] = []
+        if rows and rows[0]["e_source"] is not None:
+            r = rows[0]
+            found = [GraphEdge(source=src, target=dst, type=EdgeType(kind), weight=weight)
+                     for src, dst, kind, weight in zip(r["e_source"], r["e_target"], r["e_type"], r["e_weight"], strict=True)]
+        return [(int(r["seq"]), _row(r)) for r in rows], found
 
     # similar edges -------------------------------------------------------------------------
     async def claim_similar(self, limit: int) -> list[SimilarTask]:

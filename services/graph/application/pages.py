@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from contracts.envelope import utcnow
-from contracts.graph import GraphPage, GraphPageQuery
+from contracts.graph import GraphEdge, GraphPage, GraphPageQuery
 from kit.service import Call
-from services.graph.application.ports import GraphStore, PageFilter
-from services.graph.domain.model import decode_cursor, encode_cursor, filters_digest, graph_node
+from services.graph.application.ports import PageFilter
+from services.graph.domain.model import NodeRow, decode_cursor, encode_cursor, filters_digest, graph_node
 
 #: a page's reply stays under NATS's default 1 MiB message limit (with the envelope around it): a
 #: page of 1,000 memories with long labels, provenance and their edges can exceed it, and is then
@@ -18,8 +19,24 @@ from services.graph.domain.model import decode_cursor, encode_cursor, filters_di
 MAX_PAGE_BYTES = 900_000
 
 
+class PageStore(Protocol):
+    """What pages read (the graph's Postgres store, :class:`GraphStore`, answers it too)."""
+
+    async def page_with_edges(self, f: PageFilter, after: int, limit: int) -> tuple[list[tuple[int, NodeRow]],
+                                                                                   list[GraphEdge]]:
+        """The nodes after ``after`` in order, ``limit`` + 1 at most (the extra one says that a next
+        page exists), and the edges of the first ``limit`` — one round trip."""
+        ...
+
+    async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]:
+        """The edges of a page given its nodes (``last``: the largest order number among them)."""
+        ...
+
+    async def count(self, f: PageFilter) -> int: ...
+
+
 class GraphPages:
-    def __init__(self, store: GraphStore, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, store: PageStore, clock: Callable[[], datetime] = utcnow) -> None:
         self.store = store
         self.clock = clock
 
@@ -35,19 +52,19 @@ class GraphPages:
         after = decode_cursor(q.cursor, digest) if q.cursor is not None else 0
         f = PageFilter(tenant=call.tenant, project=project,
                        node_types=tuple(q.node_types) if q.node_types else None, since=q.since, until=q.until)
-        rows, total = await asyncio.gather(self.store.page(f, after, q.limit + 1), self.store.count(f))
+        (rows, edges), total = await asyncio.gather(self.store.page_with_edges(f, after, q.limit), self.store.count(f))
         more = len(rows) > q.limit
         rows = rows[: q.limit]
         now = self.clock()
         while True:
             last = rows[-1][0] if rows else after
-            edges = await self.store.page_edges(f, [row.id for _, row in rows], last) if rows else []
             page = GraphPage(nodes=[graph_node(row, now) for _, row in rows], edges=edges,
                              next_cursor=encode_cursor(last, digest) if more else None, total=total)
             if len(rows) <= 1 or len(page.model_dump_json()) <= MAX_PAGE_BYTES:
                 return page
             # too big for one bus message: fewer nodes, the rest on the next page (same order)
             rows, more = rows[: len(rows) // 2], True
+            edges = await self.store.page_edges(f, [row.id for _, row in rows], rows[-1][0])
 
     def query_handlers(self) -> dict[type, object]:
         """The service's query table (kit's ServiceRuntime dispatches through it)."""
