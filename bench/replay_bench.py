@@ -59,6 +59,7 @@ async def recall_ids(app, tenant: str, questions: list[str], *, exact: bool = Fa
         # past LoCoMo's 5,882 turns the bench saves each turn again as "<turn> [note k]": near-identical
         # memories whose order among themselves is a tie; the turns a recall finds are compared too
         out.append(["text:" + _COPY_SUFFIX.sub("", h.memory.content) for h in result.hits])
+        out.append([f"{h.score:.5f}" for h in result.hits])  # equal scores, other order: ties
     if hasattr(app.index, "exact_search"):
         app.index.exact_search = False
     return out
@@ -91,11 +92,12 @@ def compare(before: list[list[str]], after: list[list[str]]) -> dict[str, Any]:
     """How alike two recalls of the same questions are: ids (identical, same set, overlap) and turns."""
     if not before:
         return {}
-    texts_before, texts_after = before[1::2], after[1::2]
-    before, after = before[0::2], after[0::2]
+    texts_before, texts_after = before[1::3], after[1::3]
+    scores_before, scores_after = before[2::3], after[2::3]
+    before, after = before[0::3], after[0::3]
     n = len(before)
     return dict(
-        n=n,
+        n=n, same_scores=sum(a == b for a, b in zip(scores_before, scores_after, strict=True)),
         overlap=sum(len(set(a) & set(b)) / max(1, len(a)) for a, b in zip(before, after, strict=True)) / n,
         same=sum(a == b for a, b in zip(before, after, strict=True)),
         same_set=sum(set(a) == set(b) for a, b in zip(before, after, strict=True)),
@@ -108,7 +110,8 @@ def compare(before: list[list[str]], after: list[list[str]]) -> dict[str, Any]:
 def describe(c: dict[str, Any]) -> str:
     return (f"top-10 identical for {c['same']}/{c['n']} questions (the same ten, in any order: {c['same_set']}/{c['n']}), "
             f"overlap {100 * c['overlap']:.1f}%; the same turns found (suffix of repeated turns ignored) for "
-            f"{c['same_turns']}/{c['n']}, overlap {100 * c['turn_overlap']:.1f}%")
+            f"{c['same_turns']}/{c['n']}, overlap {100 * c['turn_overlap']:.1f}%; the same ten scores (ties aside, "
+            f"the same ranking) for {c['same_scores']}/{c['n']}")
 
 
 async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
@@ -134,7 +137,7 @@ async def replay_and_compare(
         before = await recall_ids(app, tenant, questions)
         exact_before = await recall_ids(app, tenant, questions, exact=True)
         phases = {"index build (optimize)": 0.0, "drop": 0.0}
-        upserting = [0.0]
+        upserting, build_cpu = [0.0], [0.0]
         timed_optimize, timed_drop, timed_upsert = app.index.optimize, app.store.drop_read_model, app.index.upsert
 
         async def upsert(points: Any) -> None:
@@ -145,11 +148,12 @@ async def replay_and_compare(
                 upserting[0] += time.perf_counter() - started
 
         async def optimize() -> bool:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 return await timed_optimize()
             finally:
                 phases["index build (optimize)"] += time.perf_counter() - started
+                build_cpu[0] += time.process_time() - cpu
 
         async def drop() -> None:
             started = time.perf_counter()
@@ -174,7 +178,7 @@ async def replay_and_compare(
         hits = app.service.models.cache.hits if app.service.models.cache else 0
     out: dict[str, Any] = dict(rate=report.rate, events=report.events, seconds=report.seconds,
                                identical=digest_before == digest_after, recall=compare(before, after),
-                               exact=compare(exact_before, exact_after), upserting=upserting[0],
+                               exact=compare(exact_before, exact_after), upserting=upserting[0], build_cpu=build_cpu[0],
                                entries=entries, hits=hits, memories=memories, phases=phases, cpu=phases_cpu,
                                pg_cpu=pg_cpu if postgres else None)
     if profiler:
@@ -301,7 +305,8 @@ def main() -> None:
         + ", ".join(f"{name} {secs:.1f} s" for name, secs in result["phases"].items())
         + f"; events alone {result['events'] / max(1e-9, result['seconds'] - sum(result['phases'].values())):.0f}/s); "
         f"the replaying process used {result['cpu']:.1f} s of CPU = {result['events'] / max(1e-9, result['cpu']):.0f} events "
-        "per CPU-second of its own (the index's build threads included, NATS apart)"
+        f"per CPU-second of its own, of which the index build {result['build_cpu']:.1f} s (the events alone: "
+        f"{result['events'] / max(1e-9, result['cpu'] - result['build_cpu']):.0f} per CPU-second; NATS apart)"
         + (f"; Postgres {result['pg_cpu']:.1f} s of CPU" if result["pg_cpu"] is not None else "")
         + f"; the index's upserts took {result['upserting']:.1f} s of wall time (batch {args.batch})",
         f"read model after replay {'identical' if result['identical'] else 'DIFFERENT'} (digest of every memory's id, version, "
