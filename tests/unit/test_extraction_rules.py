@@ -76,7 +76,9 @@ def test_a_statement_about_the_listener_only_is_dropped() -> None:
     ("I don't eat meat.", "Ana doesn't eat meat."),
     ("I really enjoy pottery.", "Ana really enjoys pottery."),
     ("I went hiking with my brother.", "Ana went hiking with their brother."),
-    ("I watch films and I try new recipes.", "Ana watches films and Ana tries new recipes."),
+    ("I watch films and I try new recipes.", "Ana watches films and they try new recipes."),  # named once
+    ("I was tired but I'm fine and I don't mind.", "Ana was tired but they are fine and they don't mind."),
+    ("I got ideas from people I know.", "Ana got ideas from people they know."),
     ("We adopted a cat.", "Ana and others adopted a cat."),
     ("My mom taught me to paint.", "Ana's mom taught them to paint."),
 ])
@@ -110,7 +112,29 @@ def test_the_user_is_named_the_user() -> None:
     assert display_name("user") == "The user"
     assert display_name("caroline") == "Caroline"
     assert statement_of("I live in Oslo and I love it.", "user", "assistant") == \
-        "The user lives in Oslo and the user loves it."
+        "The user lives in Oslo and they love it."
+
+
+def test_a_sentence_that_goes_on_names_the_speaker_no_more() -> None:
+    assert text.resolve_first_person("It made me think how much work we have to do.", "Ana", mentioned=True) == \
+        "It made them think how much work they have to do."
+
+
+def test_intensifiers_are_dropped_from_a_fact() -> None:
+    assert text.without_fluff("Ana is super excited and definitely going to Rome.") == \
+        "Ana is excited and going to Rome."
+    assert text.without_fluff("Ana actually, loves it.") == "Ana loves it."
+    assert text.without_fluff("Ana bought a super.") == "Ana bought a super."  # a noun stays
+
+
+def test_discourse_openers_are_stripped_and_double_dashes_end_a_sentence() -> None:
+    assert text.strip_interjections("On a different note, I got a job.") == "I got a job."
+    assert text.strip_interjections("Speaking of which, I started pottery.") == "I started pottery."
+    assert text.sentences("Big news--I'm exploring endorsements.") == ["Big news", "I'm exploring endorsements."]
+    assert statement_of("Anyway, I'm super excited about my new job!", "Ana", "Ben") == \
+        "Ana is super excited about their new job."
+    facts = extract("Ana: On a side note, I'm super excited about my new job!")
+    assert [f.content for f in facts] == ["Ana is excited about their new job."]
 
 
 def test_a_sentence_is_cut_where_a_new_first_person_clause_begins() -> None:
@@ -211,7 +235,7 @@ def test_near_duplicates_within_a_log_are_dropped() -> None:
 def test_a_sentence_going_on_about_the_previous_one_joins_it() -> None:
     facts = extract("Ana: I adopted a puppy last week. It has been chewing all my shoes.")
     assert len(facts) == 1
-    assert facts[0].content == "Ana adopted a puppy last week; it has been chewing all Ana's shoes."
+    assert facts[0].content == "Ana adopted a puppy last week; it has been chewing all their shoes."
 
 
 def test_the_engine_is_deterministic() -> None:

@@ -30,6 +30,7 @@ from services.extractor.domain.text import (
     sentences,
     strip_interjections,
     third_person,
+    without_fluff,
 )
 
 ASSISTANT_SPEAKERS = frozenset({"assistant", "ai", "bot", "system", "model", "engram", "claude", "chatgpt", "gpt"})
@@ -270,7 +271,7 @@ class BuiltinEngine:
                 last = None
                 continue
             found.append((Fact(
-                content=text, category=kind.category, importance=kind.importance, confidence=kind.confidence,
+                content=without_fluff(text), category=kind.category, importance=kind.importance, confidence=kind.confidence,
                 turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
                 at=turn.at,
             ), said, kind.topic is not None))
@@ -294,11 +295,12 @@ class BuiltinEngine:
         said = strip_interjections(sentence).rstrip(" .!")
         if is_filler(said) or len(content_words(said)) < 2:
             return None
-        text = resolve_first_person(said, display_name(speaker))
+        text = resolve_first_person(said, display_name(speaker), mentioned=True)
         if SECOND_PERSON.search(text):
             if listener is None or is_assistant(listener):
                 return None
             text = resolve_second_person(text, display_name(listener))
+        text = without_fluff(text)
         joined = f"{fact.content.rstrip('.')}; {text[:1].lower()}{text[1:]}."
         if len(joined) > MAX_FACT_CHARS:
             return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n+|\s+-\s+|\s+—\s+|;\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n+|\s+-\s+|\s*—\s*|(?<=\w)--+(?=\w)|\s+--+\s+|;\s+")
 _ABBREVIATIONS = re.compile(r"\b(Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|e\.g|i\.e)\.$", re.IGNORECASE)
 WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 
@@ -42,9 +42,14 @@ _FILLER = re.compile(
 _LEADING = re.compile(
     r"^(?:(?:hi|hey|hello|yeah|yes|yep|no|nope|oh|ah|aw+|wow|whoa|well|so|hmm|um|uh|haha|lol|omg|ok|okay|"
     r"alright|thanks|thank you|congrats|sure|totally|definitely|absolutely|honestly|actually|anyway|btw|"
-    r"by the way|cool|nice|great|awesome|oh man|man|dude)\b[\s,!.~-]*)+",
+    r"by the way|cool|nice|great|awesome|oh man|man|dude|anyways|also|besides|guess what|you know what|fun fact|"
+    r"funny enough|to be honest|tbh|speaking of (?:which|that)|in the meantime(?: though)?|"
+    r"on an? (?:different|side|related|lighter|brighter|positive|similar|other) note)\b[\s,!.~-]*)+",
     re.IGNORECASE,
 )
+#: intensifiers that add nothing to a fact ("Ana is super excited" → "Ana is excited")
+_FLUFF = re.compile(r"\s*\b(?:definitely|actually|literally|honestly|truly|absolutely|totally|seriously|basically|"
+                    r"kinda|sorta|super(?=\s+[a-z]))\b,?", re.IGNORECASE)
 _VOCATIVE_TAIL = re.compile(r",\s*[A-Z][a-z]+[!.]*$")
 _VOCATIVE_HEAD = re.compile(r"^[A-Z][a-z]+,\s+")
 
@@ -91,6 +96,12 @@ def strip_interjections(sentence: str) -> str:
     return out[:1].upper() + out[1:] if out else out
 
 
+def without_fluff(text: str) -> str:
+    """A fact without intensifiers that add nothing to it ("definitely", "actually", "super" …)."""
+    out = _FLUFF.sub("", text).strip()
+    return out[:1].upper() + out[1:] if out and not text[:1].islower() else out
+
+
 def words(text: str) -> list[str]:
     return WORD.findall(text)
 
@@ -116,21 +127,23 @@ _ADVERBS = frozenset("""really just also always never still actually totally tru
 often sometimes recently finally even only already rarely seriously honestly kinda sort of mostly generally
 """.split())
 _THIRD = {"have": "has", "do": "does", "go": "goes", "be": "is", "am": "is"}
-_PRONOUN_SUBS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\bI'm\b|\bI am\b", re.IGNORECASE), "{n} is"),
-    (re.compile(r"\bI've\b", re.IGNORECASE), "{n} has"),
-    (re.compile(r"\bI'll\b", re.IGNORECASE), "{n} will"),
-    (re.compile(r"\bI'd\b", re.IGNORECASE), "{n} would"),
-    (re.compile(r"\bwe're\b", re.IGNORECASE), "{n} and others are"),
-    (re.compile(r"\bwe've\b", re.IGNORECASE), "{n} and others have"),
-    (re.compile(r"\bwe'll\b", re.IGNORECASE), "{n} and others will"),
-    (re.compile(r"\bwe'd\b", re.IGNORECASE), "{n} and others would"),
-    (re.compile(r"\bmyself\b", re.IGNORECASE), "{n}"),
-    (re.compile(r"\bourselves\b", re.IGNORECASE), "{n} and others"),
-    (re.compile(r"\b(?:my|mine|our|ours)\b", re.IGNORECASE), "{n}'s"),
-    (re.compile(r"\bwe\b", re.IGNORECASE), "{n} and others"),
-    (re.compile(r"\bus\b"), "{n} and others"),
-    (re.compile(r"\bme\b", re.IGNORECASE), "{n}"),
+#: each first-person form: (pattern, as the first mention of the speaker, as a later one ("they"))
+_FIRST_FORMS: list[tuple[str, str, str]] = [
+    (r"\bI'm\b|\bI am\b", "{n} is", "they are"),
+    (r"\bI've\b", "{n} has", "they have"),
+    (r"\bI'll\b", "{n} will", "they will"),
+    (r"\bI'd\b", "{n} would", "they would"),
+    (r"\bwe're\b", "{n} and others are", "they are"),
+    (r"\bwe've\b", "{n} and others have", "they have"),
+    (r"\bwe'll\b", "{n} and others will", "they will"),
+    (r"\bwe'd\b", "{n} and others would", "they would"),
+    (r"\bmyself\b", "{n}", "themselves"),
+    (r"\bourselves\b", "{n} and others", "themselves"),
+    (r"\b(?:mine|ours)\b", "{n}'s", "theirs"),
+    (r"\b(?:my|our)\b", "{n}'s", "their"),
+    (r"\bwe\b", "{n} and others", "they"),
+    (r"(?-i:\bus\b)", "{n} and others", "them"),
+    (r"\bme\b", "{n}", "them"),
 ]
 _SECOND_SUBS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\byou're\b", re.IGNORECASE), "{n} is"),
@@ -141,7 +154,15 @@ _SECOND_SUBS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\byourself\b", re.IGNORECASE), "{n}"),
     (re.compile(r"\byou\b|\bu\b", re.IGNORECASE), "{n}"),
 ]
-_I_VERB = re.compile(r"\bI\b(\s+(?:(?:" + "|".join(sorted(_ADVERBS)) + r")\s+)*)(don't|do not|[A-Za-z]+)")
+_I_VERB = r"\bI\b(\s+(?:(?:" + "|".join(sorted(_ADVERBS)) + r")\s+)*)(don't|do not|[A-Za-z]+)"
+#: every first-person form in one pass, in the order of ``_FIRST_FORMS``; then "I" before a verb, then "I"
+_FIRST_PERSON_FORMS = re.compile(
+    "|".join(f"(?P<f{i}>{pattern})" for i, (pattern, _, _) in enumerate(_FIRST_FORMS))
+    + r"|(?P<verb>" + _I_VERB.replace("(\\s+", "(?P<between>\\s+", 1).replace("(don't", "(?P<word>don't", 1) + r")"
+    + r"|(?P<bare>\bI\b)",
+    re.IGNORECASE,
+)
+_PLURAL = {"am": "are", "was": "were", "is": "are", "has": "have", "does": "do"}
 
 
 def third_person(verb: str) -> str:
@@ -158,21 +179,31 @@ def third_person(verb: str) -> str:
     return verb + "s"
 
 
-def resolve_first_person(sentence: str, speaker: str) -> str:
+def resolve_first_person(sentence: str, speaker: str, mentioned: bool = False) -> str:
     """Rewrite a speaker's first person as statements about them: "I love my dog" said by Ana →
-    "Ana loves Ana's dog"."""
+    "Ana loves their dog". The speaker is named once: each later mention (or every one, when
+    ``mentioned``: the sentence goes on about a fact that named them) is "they" ("I watch films and
+    I cook" → "Ana watches films and they cook")."""
+    named = mentioned
 
-    def verb(match: re.Match[str]) -> str:
-        between, word = match.group(1), match.group(2)
-        if word.lower() in ("don't", "do not"):
-            return f"{speaker}{between}doesn't"
-        return f"{speaker}{between}{third_person(word)}"
+    def one(match: re.Match[str]) -> str:
+        nonlocal named
+        first = not named and speaker not in match.string[: match.start()]
+        named = True
+        kind = match.lastgroup or ""
+        if kind.startswith("f"):
+            _, as_first, as_later = _FIRST_FORMS[int(kind[1:])]
+            return as_first.format(n=speaker) if first else as_later
+        if kind == "verb":
+            between, word = match.group("between"), match.group("word")
+            if word.lower() in ("don't", "do not"):
+                return f"{speaker}{between}doesn't" if first else f"they{between}don't"
+            if first:
+                return f"{speaker}{between}{third_person(word)}"
+            return f"they{between}{_PLURAL.get(word.lower(), word)}"
+        return speaker if first else "they"
 
-    out = _I_VERB.sub(verb, sentence)
-    for pattern, template in _PRONOUN_SUBS:
-        out = pattern.sub(template.format(n=speaker), out)
-    out = re.sub(r"\bI\b", speaker, out)
-    return _tidy(later_mentions(out, speaker))
+    return _tidy(later_mentions(_FIRST_PERSON_FORMS.sub(one, sentence), speaker))
 
 
 def later_mentions(text: str, name: str) -> str:
