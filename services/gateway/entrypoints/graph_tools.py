@@ -25,7 +25,9 @@ from mcp.server.apps import Apps
 from mcp.server.extension import Extension
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from contracts.graph import (
     DEFAULT_GRAPH_PAGE,
@@ -60,6 +62,38 @@ PageNumber = Annotated[int | None, Field(default=None, ge=1, le=MAX_PAGE_NUMBER,
                                                      "pages from the start; prefer cursor).")]
 
 
+def _inlined(schema: Any, resolve: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """The same JSON schema with every ``$ref`` replaced by its definition and each nullable type
+    (``anyOf: [{type: T}, {type: null}]``) written as ``type: [T, null]``: the same constraints,
+    which a JSON-schema validator checks in under half the time — MCP clients validate every result
+    against the tool's ``outputSchema`` (the ``mcp`` SDK's client with ``jsonschema``: ~50 ms of CPU
+    for a 200-node page as pydantic writes the schema, more than the rest of the call)."""
+    if isinstance(schema, list):
+        return [_inlined(item, resolve) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        target = resolve({"$ref": schema["$ref"]})
+        return _inlined({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, resolve)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "anyOf" and all(isinstance(v, dict) and set(v) == {"type"} for v in value):
+            out["type"] = [v["type"] for v in value]
+        elif key == "properties":
+            out[key] = {name: _inlined(sub, resolve) for name, sub in value.items()}
+        else:
+            out[key] = _inlined(value, resolve)
+    return out
+
+
+class _FlatSchema(BaseModel):
+    """A tool result model whose JSON schema is written without references (see :func:`_inlined`)."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _inlined(handler.resolve_ref_schema(handler(core_schema)), handler.resolve_ref_schema)  # type: ignore[no-any-return]
+
+
 class GraphCounts(BaseModel):
     """What one page holds, by kind."""
 
@@ -70,7 +104,7 @@ class GraphCounts(BaseModel):
     edges_by_type: dict[str, int]
 
 
-class GraphView(BaseModel):
+class GraphView(_FlatSchema):
     """The structured content of ``memory-graph``: the first page and what it holds."""
 
     nodes: list[GraphNode]
@@ -81,7 +115,7 @@ class GraphView(BaseModel):
     project: str | None = Field(description="the project shown (None: every project the caller can see)")
 
 
-class GraphData(BaseModel):
+class GraphData(_FlatSchema):
     """The structured content of ``fetch-graph-data``: one page."""
 
     nodes: list[GraphNode]
