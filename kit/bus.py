@@ -449,6 +449,7 @@ class Bus:
         prepare: Callable[[list[Msg]], Awaitable[None]] | None = None,
         concurrency: int = 1,
         after_batch: Callable[[], Awaitable[None]] | None = None,
+        handle_batch: Callable[[list[Msg]], Awaitable[None]] | None = None,
     ) -> None:
         """Run a durable pull consumer until ``stop`` is set.
 
@@ -460,7 +461,9 @@ class Bus:
         handles up to that many messages of a batch at once — only for handlers whose writes are
         safe to interleave (e.g. guarded by optimistic concurrency), never for order-sensitive ones.
         ``after_batch`` runs once each fetched batch is handled (e.g. to record progress once per
-        batch rather than per message); a failure there is only logged.
+        batch rather than per message); a failure there is only logged. ``handle_batch`` handles a
+        fetched batch of several messages at once, in order (e.g. one transaction for a backlog);
+        all are then acked — if it fails they are handled one by one as above (retries, dead letters).
         """
         await self.ensure_consumer(spec)
         sub = await self.js.pull_subscribe_bind(spec.durable, stream=spec.stream)
@@ -472,7 +475,9 @@ class Bus:
                 await self._handle(spec, m, handler, on_dead)
 
         async def handle_all(msgs: list[Msg]) -> None:
-            if concurrency <= 1:
+            if handle_batch is not None and len(msgs) > 1 and await whole(msgs):
+                pass
+            elif concurrency <= 1:
                 for msg in msgs:
                     await self._handle(spec, msg, handler, on_dead)
             else:
@@ -482,6 +487,18 @@ class Bus:
                     await after_batch()
                 except Exception:
                     log.exception("%s: after-batch step failed", spec.durable)
+
+        async def whole(msgs: list[Msg]) -> bool:
+            assert handle_batch is not None
+            try:
+                await handle_batch(msgs)
+            except Exception:
+                log.exception("%s: a batch of %s failed as a whole; handling one by one", spec.durable, len(msgs))
+                return False
+            for msg in msgs:
+                await msg.ack()
+            metrics.CONSUMER_MESSAGES.labels(spec.durable, "ack").inc(len(msgs))
+            return True
 
         async def prepared(msgs: list[Msg]) -> None:
             if prepare is None or not msgs:

@@ -143,11 +143,13 @@ class CheckpointedProjector(Generic[TxT]):
     # the consumer ------------------------------------------------------------------------
     def start(
         self, bus: Bus, spec: ConsumerSpec, checkpoint: str, stop: asyncio.Event, *, batched: bool = True,
-        fetch: int = 64,
+        fetch: int = 64, apply_batch: Callable[[Events, str], Awaitable[int]] | None = None,
     ) -> asyncio.Task[None]:
         """Consume ``spec`` until ``stop`` is set, recording progress as ``checkpoint``, up to
         ``fetch`` events a fetch. ``batched`` runs the preparation hook per fetched batch and
-        flushes checkpoints after it."""
+        flushes checkpoints after it. ``apply_batch`` (the service's bulk path, as in
+        :func:`kit.replay.rebuild`) applies a fetched batch of several events at once (a backlog);
+        if it fails, its events go one by one."""
 
         async def on_event(msg: Msg) -> None:
             event = EventEnvelope.model_validate_json(msg.data)
@@ -162,7 +164,13 @@ class CheckpointedProjector(Generic[TxT]):
                     continue
             await self.prepare(batch)
 
+        async def handle_batch(msgs: list[Msg]) -> None:
+            assert apply_batch is not None
+            await apply_batch([(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs],
+                              checkpoint)
+
         return asyncio.create_task(bus.consume(
             spec, on_event, stop, batch=fetch,
             prepare=prepare if batched else None, after_batch=self.flush_checkpoints if batched else None,
+            handle_batch=handle_batch if apply_batch is not None else None,
         ))

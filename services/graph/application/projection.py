@@ -75,7 +75,10 @@ class GraphProjection:
 
     async def prepare(self, batch: Sequence[tuple[EventEnvelope, int]]) -> None:
         """Learn with one query which of a fetched batch's events are projected already (after a
-        replay the live consumer sees every event again): those then cost no transaction."""
+        replay the live consumer sees every event again): those then cost no transaction. Not
+        for a lone event (its transaction finds out as cheaply; the query would only delay it)."""
+        if len(batch) < 2:
+            return
         keys = [k for k in (aggregate_key(event) for event, _ in batch) if k is not None]
         if keys:
             self.projector.note_applied(await self.store.applied(keys))

@@ -164,13 +164,13 @@ class GraphSlice:
         return order, before
 
     async def touch_project(self, tenant: str, project: str, at: datetime, seq: int) -> None:
-        row = project_row(tenant, project, at)
-        found = self._nodes.get((tenant, row.id))
+        key = (tenant, project_node_id(project))
+        found = self._nodes.get(key)
         if found is None:
-            self._insert(row)
+            self._insert(project_row(tenant, project, at))
         elif found[1].updated_at < at:
-            self._put(found[0], replace(found[1], updated_at=at))
-            self._dirty_nodes.add((tenant, row.id))
+            self._nodes[key] = (found[0], replace(found[1], updated_at=at))  # a project is in no family or log
+            self._dirty_nodes.add(key)
 
     async def delete_node(self, tenant: str, node_id: str) -> None:
         self._remove_edges(self._edges_of(tenant, node_id))
