@@ -265,6 +265,46 @@ def test_similar_edges_come_from_the_memory_service_and_go_with_a_forget(stack: 
     stack.run(case())
 
 
+def test_an_older_memory_gains_a_closer_neighbour_saved_after_it(stack: Stack) -> None:
+    """Similarity is symmetric: a memory saved later is offered to its neighbours' lists, so the
+    older memory gets the edge too; with a list of one, the closer newcomer replaces a weaker edge."""
+    user = tenant()
+    worker = stack.graph.similar
+
+    async def similar_edges() -> dict[tuple[str, str], float]:
+        return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
+
+    async def case() -> None:
+        tea = await stack.save(user, "My favourite drink is green tea")
+        drinks = await stack.save(user, "I love drinking green tea every morning")
+        first = await until(lambda: _having_similar(similar_edges, {(drinks, tea), (tea, drinks)}),
+                            "the older memory's edge to the newer one")
+        assert first[(tea, drinks)] == pytest.approx(first[(drinks, tea)])
+        worker.limit = 1  # every list keeps its single closest neighbour from here on
+        try:
+            closer = await stack.save(user, "Green tea is my favourite drink")
+            edges = await until(lambda: _having_similar(similar_edges, {(closer, tea)}), "the closer memory's edges")
+            await until(lambda: _settled(stack), "the similar queue drained")
+            edges = await similar_edges()
+            assert edges[(closer, tea)] > first[(tea, drinks)], "the test's texts: the newcomer is the closer one"
+            tea_list = {t: w for (src, t), w in edges.items() if src == tea}
+            assert tea_list == {closer: pytest.approx(edges[(closer, tea)])}, tea_list
+        finally:
+            worker.limit = stack.graph_settings.graph_similar_limit
+
+    stack.run(case())
+
+
+async def _having_similar(edges: Callable[[], Awaitable[dict[tuple[str, str], float]]],
+                          want: set[tuple[str, str]]) -> dict[tuple[str, str], float] | None:
+    found = await edges()
+    return found if want <= set(found) else None
+
+
+async def _settled(stack: Stack) -> bool:
+    return await stack.graph.store.similar_backlog() == 0
+
+
 # isolation and refusals ------------------------------------------------------------------------------
 def test_tenant_and_project_isolation_of_every_graph_query(stack: Stack) -> None:
     alice, bob = tenant(), tenant()
@@ -359,6 +399,37 @@ def _envelope(user: str, payload: dict[str, Any]) -> Any:
     from contracts.envelope import QueryEnvelope
 
     return QueryEnvelope(type="graph_page", tenant=user, payload=payload)
+
+
+def test_a_backlog_reaches_the_graph_in_batches(stack: Stack) -> None:
+    """Saves made while the graph's consumer is stopped wait on its durable consumer; on restart
+    they are fetched together and projected a batch a transaction (with the same edges)."""
+    user = tenant()
+    batches: list[int] = []
+    projection = stack.graph.projection
+    bulk = projection.apply_batch
+
+    async def counted(batch: Any, checkpoint: str) -> int:
+        batches.append(len(batch))
+        return await bulk(batch, checkpoint)
+
+    async def case() -> None:
+        stack.graph_stop.set()
+        await asyncio.gather(*stack.graph_tasks, return_exceptions=True)
+        ids = [await stack.save(user, f"backlog fact {i}", category=Category.SKILL, memory_key=f"skill.go_{i}x")
+               for i in range(6)]
+        projection.apply_batch = counted  # type: ignore[method-assign]
+        try:
+            stack.graph_stop = asyncio.Event()
+            stack.graph_tasks = await graph_main.start(stack.graph, stack.graph_stop)
+            await until(lambda: _total(stack, user, {}, 7), "the backlog in the graph")
+        finally:
+            projection.apply_batch = bulk  # type: ignore[method-assign]
+        assert batches and max(batches) > 1, batches
+        edges = edge_set((await stack.everything(user))[1], EdgeType.EXTENDS)
+        assert edges == {(ids[i], ids[i - 1], "extends") for i in range(1, 6)}
+
+    stack.run(case())
 
 
 # replay (last: it stops the graph's consumer) --------------------------------------------------------

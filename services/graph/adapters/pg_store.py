@@ -23,6 +23,7 @@ from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
 from services.graph.application.ports import PageFilter, SimilarTask
 from services.graph.domain.model import NodeRow, project_row
+from services.graph.domain.similar import offer
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _NODE_COLUMNS = ("seq, tenant, id, type, project, label, forgotten, category, memory_key, family, log_id, importance, "
@@ -359,8 +360,17 @@ class PgGraphStore:
         )
         return [SimilarTask(r["tenant"], r["memory_id"], r["project"], r["version"], r["attempts"]) for r in rows]
 
-    async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None) -> bool:
+    async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None, *, offer_limit: int = 0) -> bool:
+        neighbours = {str(n.memory_id): n.score for n in (found.similar if found else [])
+                      if str(n.memory_id) != task.memory_id}
         async with self.pool.acquire() as conn, conn.transaction():
+            # the memories' nodes first, in key order, as the projection locks a node before its
+            # queue row: a forget projected meanwhile waits for this round (and then drops its edges)
+            # or went first (and the forgotten neighbour is passed over)
+            live = {r["id"] for r in await conn.fetch(
+                f"SELECT id, forgotten FROM {self.s}.nodes WHERE tenant = $1 AND id = ANY($2::text[])"
+                f' ORDER BY id COLLATE "C" FOR UPDATE', task.tenant, sorted({task.memory_id, *neighbours}),
+            ) if not r["forgotten"]} if offer_limit and neighbours else set()
             version = await conn.fetchval(
                 f"SELECT version FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2 FOR UPDATE",
                 task.tenant, task.memory_id,
@@ -369,13 +379,29 @@ class PgGraphStore:
                 return False  # forgotten since (unqueued), or a newer version waits for its own round
             await conn.execute(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2 AND type = 'similar'",
                                task.tenant, task.memory_id)
+            upsert = (f"INSERT INTO {self.s}.edges (tenant, source, target, type, weight) VALUES ($1, $2, $3, 'similar',"
+                      f" $4) ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight")
             if found is not None:
-                await conn.executemany(
-                    f"INSERT INTO {self.s}.edges (tenant, source, target, type, weight) VALUES ($1, $2, $3, 'similar',"
-                    f" $4) ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight",
-                    [(task.tenant, task.memory_id, str(s.memory_id), s.score) for s in found.similar
-                     if str(s.memory_id) != task.memory_id],
-                )
+                await conn.executemany(upsert, [(task.tenant, task.memory_id, n, score) for n, score in neighbours.items()])
+            offered = [n for n in neighbours if n in live] if task.memory_id in live else []
+            if offered:  # similarity is symmetric: each neighbour's list may take this memory (domain rule)
+                lists: dict[str, dict[str, float | None]] = {n: {} for n in offered}
+                for r in await conn.fetch(
+                    f"SELECT source, target, weight FROM {self.s}.edges WHERE tenant = $1 AND source = ANY($2::text[])"
+                    f" AND type = 'similar'", task.tenant, offered,
+                ):
+                    lists[r["source"]][r["target"]] = r["weight"]
+                taken, dropped = [], []
+                for n in offered:
+                    decided = offer(lists[n], task.memory_id, neighbours[n], offer_limit)
+                    if decided.take:
+                        taken.append((task.tenant, n, task.memory_id, neighbours[n]))
+                    dropped += [(task.tenant, n, d) for d in decided.drop]
+                if dropped:
+                    await conn.executemany(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2"
+                                           f" AND type = 'similar' AND target = $3", dropped)
+                if taken:
+                    await conn.executemany(upsert, taken)
             await conn.execute(f"DELETE FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2",
                                task.tenant, task.memory_id)
             return True

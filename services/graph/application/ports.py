@@ -98,10 +98,12 @@ class GraphStore(Protocol):
 
     async def claim_similar(self, limit: int) -> list[SimilarTask]: ...
 
-    async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None) -> bool:
+    async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None, *, offer_limit: int = 0) -> bool:
         """Replace the memory's similar edges with ``found`` and take it off the queue, if the queue
         still holds this version (else a newer one is waiting): returns whether it did. ``found``
-        None: the memory is gone or forgotten; its edges go."""
+        None: the memory is gone or forgotten; its edges go. ``offer_limit`` > 0: the memory is
+        offered to each found neighbour's own list too, kept to that many
+        (:func:`services.graph.domain.similar.offer`; not to a forgotten neighbour)."""
 
     async def retry_similar(self, task: SimilarTask, delay_s: float, max_attempts: int) -> None: ...
 

@@ -6,7 +6,9 @@ memory, a new version, a memory saved again after being forgotten); this worker 
 it asks the memory service (:class:`contracts.graph.SimilarMemories`, answered from its vector
 index within the memory's project) and replaces the memory's ``similar`` edges — only if the queue
 still holds that version, so a late answer never overwrites a newer one, and a second worker or a
-retry writes the same edges again (idempotent). A memory the memory service does not know yet (its
+retry writes the same edges again (idempotent). Similarity is symmetric, so the memory is offered
+to each neighbour's list too (:mod:`services.graph.domain.similar`): a neighbour saved earlier gains
+a closer memory that arrived after it. A memory the memory service does not know yet (its
 read model is behind the event log), or an older version of it, is asked again a little later; an
 unreachable memory service leaves the queue for later.
 """
@@ -52,7 +54,7 @@ class SimilarEdges:
             if not found.found or (found.version is not None and found.version < task.version):
                 await self.store.retry_similar(task, self.retry_delay_s, self.max_attempts)
                 return
-            if await self.store.set_similar(task, found):
+            if await self.store.set_similar(task, found, offer_limit=self.limit):
                 self.done += 1
 
     async def drain(self) -> int:
