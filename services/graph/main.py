@@ -111,7 +111,7 @@ class _ReadModels:
         await self.store.drop_read_model()
 
     async def finish(self) -> None:
-        return None
+        await self.store.analyze()  # the planner's statistics of the tables just loaded (pages want them)
 
 
 async def replay(settings: GraphSettings, on_progress: Callable[[int, int], None] = lambda d, t: None, *,
