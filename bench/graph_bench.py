@@ -479,16 +479,15 @@ async def similar_edges(args: argparse.Namespace, state: dict[str, Any], client:
             if done % 200 == 0:
                 print(f"\rsaved {done:,}/{len(texts):,}", end="", flush=True)
 
-    async def total() -> int:
-        page: GraphPage = await client.ask(tenant, GraphPageQuery(limit=1))
-        return page.total
-
-    before = await total()
     note_load("similar edges")
     t0 = time.perf_counter()
     await asyncio.gather(*(save(t) for t in texts))
     saved_s = time.perf_counter() - t0
-    while await total() < before + len(texts) or await graph.store.similar_backlog():  # projected, then asked
+    spec = graph_nats.consumer_spec(graph.bus.names)
+    while True:  # every save projected (its event acknowledged by the graph), then its neighbours asked
+        info = await graph.bus.js.consumer_info(spec.stream, spec.durable)
+        if not (info.num_pending or info.num_ack_pending or await graph.store.similar_backlog()):
+            break
         await asyncio.sleep(0.1)
     drained_s = time.perf_counter() - t0
     print()
