@@ -20,12 +20,20 @@ afterwards (kept with ``--state``). The graph's tenant is the user of an API key
    for each one's neighbours; the per-memory cost is timed there.
 3. **Pages** — through MCP (the ``mcp`` SDK client with the API key, one session, against the
    gateway): every page from the start with ``fetch-graph-data`` by cursor (200 nodes each), and
-   repeated first pages with ``memory-graph``; then the same through the bus (``graph_page``:
-   request-reply over NATS, as the gateway asks it), so the gateway's and MCP's share shows.
+   repeated first pages with ``memory-graph``; the same walk as the /graph page's host asks it
+   (plain JSON-RPC POSTs, no schema check); then through the bus (``graph_page``: request-reply
+   over NATS, as the gateway asks it), so the gateway's and the client's share shows. CPU per call
+   by process next to each (the machine is shared: wall times there are upper bounds).
 4. **Save → visible** — a save through the bus until a page after the last known cursor holds the
    new node.
 
-    python bench/graph_bench.py --memories 100000 --state /var/tmp/engram-graph-100k
+A replay leaves the graph's durable consumer holding every event (the service would fetch each one
+to skip it): the bench acknowledges the replayed ones before measuring, and analyzes the tables.
+
+    python bench/graph_bench.py --memories 100000 --state /var/tmp/engram-graph-100k --load-only  # build once
+    python bench/graph_bench.py --memories 100000 --state /var/tmp/engram-graph-100k --vectors 2000 --visibility 100
+    python bench/graph_bench.py --memories 100000 --state /var/tmp/engram-graph-100k --vectors 0   # pages again
+    python bench/graph_bench.py --state /var/tmp/engram-graph-100k --drop-state                   # clean up
 """
 
 from __future__ import annotations
@@ -318,6 +326,25 @@ def save_state(args: argparse.Namespace, state: dict[str, Any]) -> None:
         path.chmod(0o600)  # it holds the bench user's API key
 
 
+async def drop_state(state_dir: Path) -> None:
+    """Delete a kept state: its streams, its schemas (graph, memory, auth) and its folder."""
+    state = json.loads((state_dir / "graph_bench.json").read_text())
+    ns = state["namespace"]
+    bus = await Bus.connect(os.environ.get("ENGRAM_NATS_URL", "nats://127.0.0.1:4222"), Names(ns), name="graph-bench")
+    try:
+        await bus.delete_streams()
+    finally:
+        await bus.close()
+    conn = await asyncpg.connect(os.environ.get("ENGRAM_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"))
+    try:
+        for schema in (f"graph_{ns}", f"mem_{ns}", f"auth_{ns}"):
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await conn.close()
+    shutil.rmtree(state_dir)
+    print(f"dropped {state_dir} (namespace {ns}: streams and schemas)")
+
+
 async def run(args: argparse.Namespace) -> list[str]:
     nats_url = os.environ.get("ENGRAM_NATS_URL", "nats://127.0.0.1:4222")
     database_url = os.environ.get("ENGRAM_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -602,7 +629,11 @@ def main() -> None:
     parser.add_argument("--replay", action="store_true", help="with a kept state: replay the graph again")
     parser.add_argument("--load-only", action="store_true", help="build the graph (with --state) and stop")
     parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--drop-state", action="store_true", help="delete the --state (streams, schemas, folder)")
     args = parser.parse_args()
+    if args.drop_state:
+        asyncio.run(drop_state(args.state))
+        return
     lines = asyncio.run(run(args))
     lines.append("load average (1 min) at the start of each measurement: " + ", ".join(LOADS))
     for line in lines:
