@@ -1,7 +1,9 @@
 """Extraction quality and speed on LoCoMo: the built-in engine against LoCoMo's observations.
 
-Each LoCoMo session is one daily log (its turns, speakers as named). The built-in engine extracts
-facts; each fact's provenance is the turn (dia_id) it came from. LoCoMo's per-session
+Each LoCoMo session is one daily log (its turns, speakers as named, dated by the session's date).
+The built-in engine extracts facts, scored as the extractor saves them: relative dates resolved
+from the log's date (``domain/dates.py``, the pipeline's last step; ``--undated``: left as said);
+each fact's provenance is the turn (dia_id) it came from. LoCoMo's per-session
 ``observation`` facts (third-person statements with evidence dia_ids) are the gold.
 
 Matching rule (fixed): an observation is **covered** when some extracted fact whose provenance
