@@ -123,6 +123,20 @@ class GraphData(_FlatSchema):
     next_cursor: str | None
     total: int
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """The page's schema with each node and edge held to its required keys: the app asks a page
+        at a time and a client checks every one against this schema (the ``mcp`` SDK's client:
+        ~25 ms of CPU for 200 nodes and their edges with every field described, ~3 ms so), while
+        the fields are those of ``memory-graph``'s schema, which describes them in full."""
+        schema = super().__get_pydantic_json_schema__(core_schema, handler)
+        for key, what in (("nodes", "a node"), ("edges", "an edge")):
+            items = schema["properties"][key]["items"]
+            schema["properties"][key]["items"] = {
+                "type": "object", "required": items["required"],
+                "description": f"{what}, with the fields of memory-graph's outputSchema"}
+        return schema
+
 
 def app_html() -> str:
     """The app: one HTML file shipped as package data."""
