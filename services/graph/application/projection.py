@@ -1,9 +1,11 @@
 """Events → the graph's read model, once per stream sequence (kit's CheckpointedProjector).
 
 Projected aggregates: memories (``MemoryState``), daily logs (``DailyLogState``) and extraction
-results (``ExtractionResultState``); every other event on the log is not the graph's. Each event is
-one transaction: the aggregate's lock (the sequence it reflects), the node, its edges, and the
-consumer's checkpoint. Edge rules:
+results (``ExtractionResultState``); every other event on the log is not the graph's. A lone event
+is one transaction: the aggregate's lock (the sequence it reflects), the node, its edges, and the
+consumer's checkpoint; a batch (a replay's, a backlog's) is one transaction for all of its events,
+the same rules run on a slice of the read model loaded first (:meth:`GraphProjection.apply_batch`).
+Edge rules:
 
 - ``in_project``: a memory or log → its project's node (created with the first thing in it);
 - ``derives``: a log → a memory whose provenance names it, and → each memory of an extraction result;
@@ -12,7 +14,8 @@ consumer's checkpoint. Edge rules:
 - ``updates``: a memory → a forgotten memory of its key family it followed (the first memory of the
   family after the forgotten one); a memory saved again after being forgotten loses it;
 - ``similar``: asked of the memory service after the projection (:mod:`.similar`): a saved or
-  changed memory is queued in the same transaction; a forgotten one loses its similar edges.
+  changed memory is queued in the same transaction (its neighbours' lists are offered it then);
+  a forgotten one loses its similar edges.
 """
 
 from __future__ import annotations
