@@ -82,31 +82,41 @@ async def write_slice(tx: PgGraphTx, ch: SliceChanges) -> None:
             await c.executemany(sql, rows)
 
     await many(f"DELETE FROM {s}.nodes WHERE tenant = $1 AND id = $2", ch.node_deletes)
-    await many(
-        f"INSERT INTO {s}.nodes ({_NODE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-        f" $14, $15, $16, $17::jsonb) ON CONFLICT (tenant, id) DO UPDATE SET seq = EXCLUDED.seq, type = EXCLUDED.type,"
-        f" project = EXCLUDED.project, label = EXCLUDED.label, forgotten = EXCLUDED.forgotten,"
-        f" category = EXCLUDED.category, memory_key = EXCLUDED.memory_key, family = EXCLUDED.family,"
-        f" log_id = EXCLUDED.log_id, importance = EXCLUDED.importance, version = EXCLUDED.version,"
-        f" expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,"
-        f" detail = EXCLUDED.detail",
-        [(order, r.tenant, r.id, r.type.value, r.project, r.label, r.forgotten, r.category, r.memory_key, r.family,
-          r.log_id, r.importance, r.version, r.expires_at, r.created_at, r.updated_at, json.dumps(r.detail))
-         for order, r in ch.node_upserts],
-    )
+    if ch.node_upserts:  # one statement over arrays (each key once: a dict's)
+        rows = [(order, r.tenant, r.id, r.type.value, r.project, r.label, r.forgotten, r.category, r.memory_key,
+                 r.family, r.log_id, r.importance, r.version, r.expires_at, r.created_at, r.updated_at,
+                 json.dumps(r.detail)) for order, r in ch.node_upserts]
+        await c.execute(
+            f"INSERT INTO {s}.nodes ({_NODE_COLUMNS}) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[],"
+            f" $4::text[], $5::text[], $6::text[], $7::boolean[], $8::text[], $9::text[], $10::text[], $11::text[],"
+            f" $12::int[], $13::int[], $14::timestamptz[], $15::timestamptz[], $16::timestamptz[], $17::jsonb[])"
+            f" ON CONFLICT (tenant, id) DO UPDATE SET seq = EXCLUDED.seq, type = EXCLUDED.type,"
+            f" project = EXCLUDED.project, label = EXCLUDED.label, forgotten = EXCLUDED.forgotten,"
+            f" category = EXCLUDED.category, memory_key = EXCLUDED.memory_key, family = EXCLUDED.family,"
+            f" log_id = EXCLUDED.log_id, importance = EXCLUDED.importance, version = EXCLUDED.version,"
+            f" expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,"
+            f" detail = EXCLUDED.detail", *(list(column) for column in zip(*rows, strict=True)),
+        )
     await many(f"DELETE FROM {s}.similar_queue WHERE tenant = $1 AND memory_id = $2", ch.unqueue)
     await many(f"DELETE FROM {s}.edges WHERE tenant = $1 AND source = $2 AND type = $3 AND target = $4", ch.edge_deletes)
     await many(f"DELETE FROM {s}.edges WHERE tenant = $1 AND type = 'similar' AND (source = $2 OR target = $2)",
                ch.similar_drops)
-    await many(f"INSERT INTO {s}.edges (tenant, source, type, target, weight) VALUES ($1, $2, $3, $4, $5)"
-               f" ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight",
-               [(*k, w) for k, w in ch.edge_upserts])
+    if ch.edge_upserts:
+        await c.execute(
+            f"INSERT INTO {s}.edges (tenant, source, type, target, weight) SELECT * FROM unnest($1::text[],"
+            f" $2::text[], $3::text[], $4::text[], $5::float8[])"
+            f" ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight",
+            *(list(column) for column in zip(*[(*k, w) for k, w in ch.edge_upserts], strict=True)),
+        )
     await many(f"INSERT INTO {s}.node_counts AS c (tenant, project, type, n) VALUES ($1, $2, $3, $4)"
                f" ON CONFLICT (tenant, project, type) DO UPDATE SET n = c.n + $4",
                [(*k, d) for k, d in sorted(ch.count_deltas.items())])
-    await many(f"INSERT INTO {s}.applied (tenant, key, last_seq) VALUES ($1, $2, $3)"
-               f" ON CONFLICT (tenant, key) DO UPDATE SET last_seq = EXCLUDED.last_seq",
-               [(*k, seq) for k, seq in sorted(ch.applied.items())])
+    if ch.applied:
+        await c.execute(
+            f"INSERT INTO {s}.applied (tenant, key, last_seq) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])"
+            f" ON CONFLICT (tenant, key) DO UPDATE SET last_seq = EXCLUDED.last_seq",
+            *(list(column) for column in zip(*[(*k, seq) for k, seq in sorted(ch.applied.items())], strict=True)),
+        )
     await many(queue_similar_sql(s), [(t.tenant, t.memory_id, t.project, t.version) for t in ch.queue])
     if ch.last_order is not None:
         await c.execute(f"SELECT setval('{s}.node_order', $1)", ch.last_order)
