@@ -65,14 +65,18 @@ async def recall_ids(app, tenant: str, questions: list[str], *, exact: bool = Fa
     return out
 
 
-def postgres_processes(home: Path) -> list[Any]:
-    """The embedded Postgres of the stack in ``home`` (its postmaster and every backend), for
-    its CPU time; empty with a shared server (its CPU is others' too)."""
+def postgres_processes(database_url: str) -> list[Any]:
+    """The embedded Postgres serving ``database_url`` (its postmaster, started with ``-p <port>``,
+    and every backend), for its CPU time; empty with a shared server (its CPU is others' too)."""
+    from urllib.parse import urlsplit
+
     import psutil
 
+    port = str(urlsplit(database_url).port or 5432)
     out = []
     for proc in psutil.process_iter(["name", "cmdline"]):
-        if (proc.info["name"] or "").startswith("postgres") and str(home) in " ".join(proc.info["cmdline"] or []):
+        args = proc.info["cmdline"] or []
+        if (proc.info["name"] or "").startswith("postgres") and "-p" in args and port in args:
             out += [proc, *proc.children(recursive=True)]
     return out
 
@@ -124,6 +128,7 @@ async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
 
 async def replay_and_compare(
     settings: MemorySettings, tenant: str, questions: list[str], *, use_cache: bool, profile: bool, batch: int,
+    embedded_postgres: bool,
 ) -> dict[str, Any]:
     async with memory_app(settings) as app:
         await ensure_service_stopped(app)
@@ -163,7 +168,7 @@ async def replay_and_compare(
                 phases["drop"] += time.perf_counter() - started
 
         app.index.optimize, app.store.drop_read_model, app.index.upsert = optimize, drop, upsert  # type: ignore[method-assign]
-        postgres = postgres_processes(settings.home)
+        postgres = postgres_processes(settings.database_url) if embedded_postgres else []
         profiler = cProfile.Profile() if profile else None
         if profiler:
             profiler.enable()
@@ -276,7 +281,8 @@ def main() -> None:
                 state.update(loaded=True, load_line=load_line, save_rate=save_rate)
                 if state_file:
                     state_file.write_text(json.dumps(state))
-            stack.services["memory"].stop()
+            for service in stack.services.values():  # the replay needs NATS and Postgres only: nothing
+                service.stop()                        # else competes for the CPU (the graph follows the log)
             time.sleep(1.0)
             if args.pad_to:
                 padded = asyncio.run(pad_events(stack.nats_url, options.namespace, state["tenant"], args.pad_to))
@@ -287,7 +293,7 @@ def main() -> None:
                                       namespace=options.namespace, memory_schema=memory_schema(options))
             result = asyncio.run(replay_and_compare(settings, state["tenant"], questions,
                                                     use_cache=not args.no_cache, profile=args.profile,
-                                                    batch=args.batch))
+                                                    batch=args.batch, embedded_postgres=stack.postgres is not None))
     finally:
         if not args.state:
             drop_shared_data(options)
