@@ -4,7 +4,8 @@ small GGUF model, on loopback, CPU only. Used by the opt-in test (``-m llm_local
 ``ENGRAM_EXTRACTOR_ENGINE=llm`` (docs/extraction.md, "A real local model").
 
 Nothing here downloads anything: the binary and the model are files install.sh put in
-``$ENGRAM_LLM_HOME`` (default ``~/.cache/engram/llm``)."""
+``$ENGRAM_LLM_HOME`` (default ``~/.cache/engram/llm``); another GGUF put in its ``models/`` is
+used with ``ENGRAM_LLM_MODEL_FILE=<file name>``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ HOME = Path(os.environ.get("ENGRAM_LLM_HOME", Path.home() / ".cache" / "engram" 
 MODEL_FILE = os.environ.get("ENGRAM_LLM_MODEL_FILE", "SmolLM2-135M-Instruct.Q4_1.gguf")
 MODEL_NAME = "smollm2-135m-instruct"  # the name the server answers to (--alias)
 CONTEXT = 8192  # SmolLM2's training context
+MAX_ANSWER = 512  # tokens per answer when a request names no max_tokens (the engine names its own)
 
 
 def binary() -> Path:
@@ -60,7 +62,7 @@ def command(port: int, threads: int, context: int = CONTEXT) -> list[str]:
     return [
         str(binary()), "--model", str(model_path()), "--alias", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads), "--threads-batch", str(threads),
-        "--ctx-size", str(context), "--parallel", "1", "--no-webui", "--log-disable",
+        "--ctx-size", str(context), "--n-predict", str(MAX_ANSWER), "--parallel", "1", "--no-webui", "--log-disable",
     ]
 
 
