@@ -14,8 +14,9 @@ Monday 2023-05-08)::
     this weekend            → this weekend (weekend of 2023-05-13)  (its Saturday)
     last Saturday           → last Saturday (2023-05-06)      next Friday → next Friday (2023-05-12)
 
-The words are kept: replacing them ("on 2023-05-07") read as well but cost LoCoMo recall with
-extraction 0.014 at R@5 and observation coverage 0.017 (docs/extraction.md). Pure functions.
+The words are kept: replacing them ("on 2023-05-07") cost LoCoMo observation coverage 0.017 (the
+bracket 0.010), as observations and later questions keep the conversation's words (docs/extraction.md).
+Pure functions.
 """
 
 from __future__ import annotations
