@@ -24,6 +24,8 @@ class ExtractorSettings(CommonSettings):
     extractor_llm_timeout_s: float = Field(60.0, gt=0)
     extractor_llm_attempts: int = Field(3, ge=1, le=10)
     extractor_llm_max_chars: int = Field(24_000, ge=1_000, description="a larger log is split into pieces of this size")
+    extractor_llm_max_tokens: int = Field(4096, ge=64, le=131_072,
+                                          description="the answer's bound per piece (an answer cut there keeps its complete facts)")
     extractor_concurrency: int = Field(2, ge=1, le=32, description="logs extracted at once per replica")
     extractor_ack_wait_s: float = Field(120.0, gt=0)
     log_recover_interval_s: float = Field(300.0, gt=0, description="how often stuck logs are recovered")

@@ -52,7 +52,7 @@ def build_engine(settings: ExtractorSettings) -> ExtractionEngine:
         return LlmExtraction(
             settings.extractor_llm_url, settings.extractor_llm_model, api_key=settings.extractor_llm_api_key,
             timeout_s=settings.extractor_llm_timeout_s, attempts=settings.extractor_llm_attempts,
-            max_chars=settings.extractor_llm_max_chars,
+            max_chars=settings.extractor_llm_max_chars, max_tokens=settings.extractor_llm_max_tokens,
         )
     return BuiltinExtraction()
 
