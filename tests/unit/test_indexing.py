@@ -259,3 +259,18 @@ def test_the_reranker_reads_the_end_of_the_context_before_the_content() -> None:
     head, content = text.split("\n")
     assert content == plain.content and head.startswith("…word") and head.endswith("turtles?")
     assert len(head) <= RERANK_CONTEXT_CHARS + 1
+
+
+def test_bracketed_absolute_dates_are_indexed_as_keywords_but_not_embedded() -> None:
+    from services.memory.application.late import late_document
+
+    dated = state("Caroline went to a support group yesterday (2023-05-07) and plans a trip next month "
+                  "(June 2023), after last week (week of 2023-05-01) and the weekend (weekend of 2023-05-06).")
+    plain = state("Caroline went to a support group yesterday and plans a trip next month, after last week "
+                  "and the weekend.")
+    assert embedding_texts(dated) == embedding_texts(plain)
+    assert late_document(dated) == late_document(plain)
+    assert "2023-05-07" in keyword_text(dated) and "June 2023" in keyword_text(dated)
+    # a date that is the point of a bracket of another kind, or not in brackets, stays embedded
+    for kept in ("The release (v2023-05-07b) shipped.", "Married on 2023-05-07.", "Born in (around) 1990."):
+        assert embedding_texts(state(kept)) == [kept]

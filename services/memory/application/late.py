@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryView
+from services.memory.application.indexing import embedded_content
 from services.memory.application.ports import DocumentTokens
 
 __all__ = [
@@ -60,8 +61,9 @@ _HEADER = struct.Struct("<3sHI")  # magic, dims, rows
 
 
 def late_document(state: MemoryState | MemoryView) -> tuple[str | None, str]:
-    """What the late-interaction encoder reads for a memory: its context and its content."""
-    return state.context, state.content
+    """What the late-interaction encoder reads for a memory: its context and its content (without
+    bracketed absolute dates, as the dense vector: :func:`.indexing.embedded_content`)."""
+    return state.context, embedded_content(state.content)
 
 
 def document_matrix(tokens: DocumentTokens) -> np.ndarray:

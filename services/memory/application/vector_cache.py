@@ -78,7 +78,7 @@ def late_cache_model(model_id: str) -> str:
 
 #: Bumped by hand for a change to what a memory is indexed with that the probe of
 #: :func:`recipe_fingerprint` would not see.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: bracketed absolute dates are not embedded (indexing.embedded_content)
 
 
 @functools.cache
