@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
 from contracts.envelope import utcnow
-from contracts.graph import GraphEdge, GraphPage, GraphPageQuery
+from contracts.graph import GraphPage, GraphPageQuery
 from kit.service import Call
-from services.graph.application.ports import PageFilter
-from services.graph.domain.model import NodeRow, decode_cursor, encode_cursor, filters_digest, graph_node
+from services.graph.application.ports import GraphStore, PageFilter
+from services.graph.domain.model import decode_cursor, encode_cursor, filters_digest, graph_node
 
 #: a page's reply stays under NATS's default 1 MiB message limit (with the envelope around it): a
 #: page of 1,000 memories with long labels, provenance and their edges can exceed it, and is then
@@ -19,24 +18,8 @@ from services.graph.domain.model import NodeRow, decode_cursor, encode_cursor, f
 MAX_PAGE_BYTES = 900_000
 
 
-class PageStore(Protocol):
-    """What pages read (the graph's Postgres store, :class:`GraphStore`, answers it too)."""
-
-    async def page_with_edges(self, f: PageFilter, after: int, limit: int) -> tuple[list[tuple[int, NodeRow]],
-                                                                                   list[GraphEdge]]:
-        """The nodes after ``after`` in order, ``limit`` + 1 at most (the extra one says that a next
-        page exists), and the edges of the first ``limit`` — one round trip."""
-        ...
-
-    async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]:
-        """The edges of a page given its nodes (``last``: the largest order number among them)."""
-        ...
-
-    async def count(self, f: PageFilter) -> int: ...
-
-
 class GraphPages:
-    def __init__(self, store: PageStore, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, store: GraphStore, clock: Callable[[], datetime] = utcnow) -> None:
         self.store = store
         self.clock = clock
 

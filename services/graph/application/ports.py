@@ -92,9 +92,15 @@ class GraphStore(Protocol):
 
     async def page(self, f: PageFilter, after: int, limit: int) -> list[tuple[int, NodeRow]]: ...
 
+    async def page_with_edges(self, f: PageFilter, after: int, limit: int) -> tuple[list[tuple[int, NodeRow]],
+                                                                                   list[GraphEdge]]:
+        """The nodes after ``after`` in order, ``limit`` + 1 at most (the extra one says that a next
+        page exists), and the edges of the first ``limit`` — one round trip."""
+
     async def count(self, f: PageFilter) -> int: ...
 
-    async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]: ...
+    async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]:
+        """The edges of a page given its nodes (``last``: the largest order number among them)."""
 
     async def claim_similar(self, limit: int) -> list[SimilarTask]: ...
 
