@@ -390,6 +390,18 @@ class ExtractionTaskState(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
+    @model_validator(mode="after")
+    def _success_has_no_error(self) -> ExtractionTaskState:
+        """A successful task carries no ``error``: the memory service clears it when a task
+        succeeds and refuses an error recorded on a success (RecordExtractionTask). Events written
+        before that rule hold a success that kept an earlier attempt's error; they read (replay,
+        the read model, an import) without it, as the rule would have written them. The event
+        itself is unchanged, so the failure's reason stays in the task's history (its earlier
+        ``failed`` event)."""
+        if self.status is TaskStatus.SUCCESS and self.error is not None:
+            self.error = None
+        return self
+
 
 class ExtractionTaskView(BaseModel):
     id: UUID

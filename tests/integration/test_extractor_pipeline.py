@@ -290,7 +290,8 @@ async def test_a_failed_task_is_recorded_failed_and_its_retry_success(pipeline: 
         return LogNotice(tenant="bob", log_id=str(saved.id), status=view.processing_status.value,
                          version=view.version)
 
-    assert (await extractor(FailingEngine()).handle(await notice())).outcome is Outcome.FAILED
+    first = await notice()
+    assert (await extractor(FailingEngine()).handle(first)).outcome is Outcome.FAILED
     task = await pipeline_task(p, "bob", saved.id)
     assert task is not None and task.status is TaskStatus.FAILED and "endpoint down" in (task.error or "")
     assert task.log_ids == [saved.id] and task.finished_at is not None
@@ -300,3 +301,10 @@ async def test_a_failed_task_is_recorded_failed_and_its_retry_success(pipeline: 
     task = await pipeline_task(p, "bob", saved.id)
     assert task is not None and task.status is TaskStatus.SUCCESS and task.metrics["retry_count"] == 2
     assert task.metrics["facts"] > 0
+    assert task.error is None  # the failed attempt's error went with its failure
+    listed = (await p.client.ask("bob", GetExtractionTasks(status=TaskStatus.SUCCESS))).tasks
+    assert [(t.task_id, t.error) for t in listed] == [(task.task_id, None)]
+    # the first attempt's event redelivered after the success, to a worker whose engine fails: the
+    # ledger knows the task done, so nothing is recorded and the task stays a success with no error
+    assert (await extractor(FailingEngine()).handle(first)).outcome is Outcome.ALREADY_DONE
+    assert (await pipeline_task(p, "bob", saved.id)) == task

@@ -12,6 +12,7 @@ from contracts.daily_logs import (
     MAX_TRIES,
     DailyLogState,
     DeleteLogs,
+    ExtractionTaskState,
     ProcessingStatus,
     RecordExtractionResult,
     RecordExtractionTask,
@@ -264,6 +265,56 @@ def test_a_task_is_identified_by_task_id_and_updated_in_place() -> None:
     assert err.value.field == "id"
     with pytest.raises(NotFound):
         rules.record_task(None, "alice", None, uuid4(), RecordExtractionTask(id=uuid4()), NOW)
+
+
+def test_a_task_that_succeeds_after_a_failure_has_no_error() -> None:
+    """failed → running → success: the error is dropped (the attempts' count is the task's metrics,
+    untouched); failed → failed replaces it; a success refuses an error."""
+    tid = extraction_task_uuid("alice", "pipe-1")
+
+    def record(current: ExtractionTaskState | None, **fields: object) -> ExtractionTaskState:
+        state = rules.record_task(current, "alice", "pipe-1", tid, RecordExtractionTask(task_id="pipe-1", **fields),
+                                  NOW)
+        assert state is not None
+        return state
+
+    failed = record(None, status=TaskStatus.FAILED, error="endpoint down", metrics={"retry_count": 1})
+    assert failed.error == "endpoint down" and failed.finished_at == NOW
+    again = record(failed, status=TaskStatus.FAILED, error="timed out")
+    assert again.status is TaskStatus.FAILED and again.error == "timed out"  # replaced, never appended
+    running = record(again, status=TaskStatus.RUNNING)
+    assert running.error == "timed out"  # a retry still shows why the last attempt failed
+    done = record(running, status=TaskStatus.SUCCESS, metrics={"retry_count": 2})
+    assert done.status is TaskStatus.SUCCESS and done.error is None and done.metrics == {"retry_count": 2}
+    assert done.version == 4 and done.finished_at == NOW
+    assert rules.task_view(done).error is None
+    assert record(failed, status=TaskStatus.SUCCESS).error is None  # failed → success directly
+    assert rules.record_task(done, "alice", "pipe-1", tid, RecordExtractionTask(id=tid, status=TaskStatus.SUCCESS),
+                             NOW) is None  # nothing left to clear: nothing written
+
+    # a success cannot carry an error: given with it, or given alone to a successful task
+    for current, fields in ((None, {"status": TaskStatus.SUCCESS}), (running, {"status": TaskStatus.SUCCESS}),
+                            (done, {})):
+        with pytest.raises(InvalidArgument) as err:
+            record(current, error="partly", **fields)
+        assert err.value.field == "error"
+
+    # a successful task recorded failed again (a later run under the same task id) is failed with
+    # the new reason; a redelivered command never reaches this rule (its key answers it)
+    later = record(done, status=TaskStatus.FAILED, error="model gone")
+    assert later.status is TaskStatus.FAILED and later.error == "model gone" and later.metrics == {"retry_count": 2}
+
+
+def test_a_success_recorded_before_the_rule_reads_without_its_stale_error() -> None:
+    """Events are the task's full state: one written before the rule (success, the failed attempt's
+    error kept) replays without the error; every other state reads as written."""
+    failed = {"id": str(uuid4()), "tenant": "alice", "task_id": "pipe-1", "status": "failed", "error": "endpoint down",
+              "version": 1, "created_at": NOW.isoformat(), "updated_at": NOW.isoformat()}
+    for status in ("failed", "running", "pending"):
+        assert ExtractionTaskState.model_validate({**failed, "status": status}).error == "endpoint down"
+    old_success = ExtractionTaskState.model_validate({**failed, "status": "success", "version": 3})
+    assert old_success.error is None and old_success.status is TaskStatus.SUCCESS and old_success.version == 3
+    assert ExtractionTaskState.model_validate_json(old_success.model_dump_json()) == old_success
 
 
 def test_dates_are_iso_strings_never_numbers() -> None:

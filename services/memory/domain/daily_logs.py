@@ -242,15 +242,30 @@ def record_task(
     current: ExtractionTaskState | None, tenant: str, task_id: str | None, task_uuid: UUID,
     cmd: RecordExtractionTask, now: datetime,
 ) -> ExtractionTaskState | None:
-    """A task recorded or updated (fields omitted are kept); None when nothing would change."""
+    """A task recorded or updated (fields omitted are kept); None when nothing would change.
+
+    ``error`` says why the task failed, so a task that succeeds drops it: a retry that succeeds
+    after a failed attempt reads ``success`` with no error (with "omitted is kept" alone it kept the
+    failure's). An error given with a success, or to a task that stays successful, is refused. Any
+    other status keeps the error it has (a ``running`` retry still shows why the last attempt
+    failed), a ``failed`` record replaces it, and a successful task recorded ``failed`` again (a
+    later run under the same task id) is failed with the new error: a redelivered command is
+    answered by its idempotency key, never folded twice. The failure's reason stays in the task's
+    history (its ``failed`` event); ``metrics`` (the pipeline's ``retry_count``) are untouched."""
     given: dict[str, object] = {
         name: getattr(cmd, name) for name in ("log_ids", "status", "project", "engine", "error", "metrics")
         if getattr(cmd, name) is not None
     }
+    if current is None and task_id is None:
+        raise NotFound(f"no extraction task with id {task_uuid}; give a task_id to record a new one", "id")
+    status = given.get("status", current.status if current is not None else TaskStatus.PENDING)
+    if status is TaskStatus.SUCCESS:
+        if "error" in given:
+            raise InvalidArgument("a successful extraction task carries no error: record it failed with its error, "
+                                  "or success without one", "error")
+        given["error"] = None
     if current is None:
-        if task_id is None:
-            raise NotFound(f"no extraction task with id {task_uuid}; give a task_id to record a new one", "id")
-        status = given.get("status", TaskStatus.PENDING)
+        assert task_id is not None
         return ExtractionTaskState(
             id=task_uuid, tenant=tenant, task_id=task_id, **given, created_at=now, updated_at=now,
             started_at=now if status is not TaskStatus.PENDING else None,
@@ -260,7 +275,6 @@ def record_task(
         raise Conflict(f"extraction task {current.task_id!r} belongs to project {current.project!r}", "project")
     if all(getattr(current, k) == v for k, v in given.items()):
         return None
-    status = given.get("status", current.status)
     times: dict[str, object] = {}
     if status is TaskStatus.RUNNING and current.status is not TaskStatus.RUNNING:
         times = {"started_at": now, "finished_at": None}
