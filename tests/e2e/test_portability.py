@@ -19,6 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from contracts.daily_logs import daily_log_id
+from services.memory.domain.model import keyed_memory_id
 
 pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "portability"
@@ -179,6 +180,56 @@ def test_export_purge_import_round_trip_is_exact(running, tmp_path) -> None:  # 
         hits = http.post("/recall", json={"query": "bees on the roof"}).json()["hits"]
         assert hits and marker in hits[0]["memory"]["content"]  # vectors are back too
         assert http.get("/shared-memories", params={"title": "Trip to Kyoto"}).json()["shared_memories"]
+
+
+def test_an_import_into_another_user_links_results_to_the_imported_memories(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A result's memory ids and shared memory ids name, in the new user, the records restored there:
+    a keyed memory by the new user's id of its key, a free-form one by its new id, a shared memory
+    by the new user's id of its title; restored with them, or in a later import (its own batch)."""
+    source, source_key = new_user(running, "giver")
+    target, target_key = new_user(running, "taker")
+    with rest(running, source_key) as http:
+        keyed = http.post("/memories", json={"content": "Runs 10 km every week", "category": "goal",
+                                             "memory_key": "goal.running"}).json()["memory_id"]
+        free = http.post("/memories", json={"content": "Keeps bees on the roof"}).json()["memory_id"]
+        trip = http.post("/shared-memories", json={"title": "Trip to Kyoto", "event": "We planned it"}).json()
+        log = http.post("/daily-logs", json={"log_date": "2024-06-01", "turns": [
+            {"speaker": "user", "text": "I keep bees and I run every week."}]}).json()
+        _wait_processed(http, log["id"])  # (the extractor's own result is exported too)
+        recorded = http.post("/extraction-results", json={
+            "log_id": log["id"], "task_id": "manual-1", "memory_ids": [keyed, free],
+            "shared_memory_ids": [trip["shared_memory_id"]]})
+        assert recorded.status_code in (200, 201), recorded.text
+
+    export = tmp_path / "giver.jsonl"
+    engram(running, tmp_path, "export", "--user", source, "-o", str(export))
+    header, *records = export.read_text().splitlines()
+    results = [r for r in records if json.loads(r)["type"] == "extraction_result"]
+    assert len(results) >= 2
+    # first everything but the results, then the results alone: their batch has none of the records
+    # they name, which the memory service then finds in the new user by key and title
+    first, second = tmp_path / "records.jsonl", tmp_path / "results.jsonl"
+    first.write_text("\n".join([header, *(r for r in records if r not in results)]) + "\n")
+    second.write_text("\n".join([header, *results]) + "\n")
+    engram(running, tmp_path, "import", str(first), "--user", target)
+    done = engram(running, tmp_path, "import", str(second), "--user", target)
+    assert f"{len(results):,} restored" in done.stderr, done.stderr
+    again = engram(running, tmp_path, "import", str(export), "--user", target)  # all at once: nothing new
+    assert "error" not in again.stderr, again.stderr
+
+    with rest(running, target_key) as http:
+        memories = http.get("/memories", params={"limit": 100}).json()["memories"]
+        ids = {m["content"]: m["id"] for m in memories}
+        shared = http.get("/shared-memories", params={"title": "Trip to Kyoto"}).json()["shared_memories"]
+        target_log = str(daily_log_id(target, "default", date(2024, 6, 1)))
+        found = http.get("/extraction-results", params={"log_id": target_log}).json()["results"]
+    assert ids["Runs 10 km every week"] == str(keyed_memory_id(target, "default", "goal.running"))
+    manual = next(r for r in found if r["task_id"] == "manual-1")
+    assert manual["memory_ids"] == [ids["Runs 10 km every week"], ids["Keeps bees on the roof"]]
+    assert manual["shared_memory_ids"] == [shared[0]["id"]]
+    assert len(found) == len(results)
+    for result in found:  # every result names the new user's records, none of the giver's
+        assert set(result["memory_ids"]) <= set(ids.values()), result
 
 
 def _memories(running: Any, key: str) -> list[str]:

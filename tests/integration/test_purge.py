@@ -170,14 +170,20 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
     asyncio.run(dead_letter(stack.nats_url, stack.o.namespace, user, marker))
 
     needles = [user, marker, other, other_marker]
+    assert asyncio.run(cached_entries(stack.database_url, user)) > 0
+    bystanders = asyncio.run(cached_entries(stack.database_url, other))
     before_pg = asyncio.run(postgres_hits(stack.database_url, needles))
     before_streams = asyncio.run(stream_hits(stack.nats_url, stack.o.namespace, needles))
     assert before_pg[user] and before_pg[marker] and before_streams[user] and before_streams[marker]
 
+    victim_digests = asyncio.run(memory_digests_of(stack.database_url, user))
     purged = engram(stack, "purge", "--user", user, "--yes")
     assert "Purged" in purged.stderr
 
     after_pg = asyncio.run(postgres_hits(stack.database_url, needles))
+    # the embedding cache names no user: its entries of the victim's texts are found by their hashes
+    assert asyncio.run(cached_entries(stack.database_url, user, digests=victim_digests)) == 0
+    assert asyncio.run(cached_entries(stack.database_url, other)) == bystanders
     after_streams = asyncio.run(stream_hits(stack.nats_url, stack.o.namespace, needles))
     assert (after_pg[user], after_pg[marker]) == (0, 0), after_pg
     assert (after_streams[user], after_streams[marker]) == (0, 0), after_streams
@@ -199,6 +205,31 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
     assert (replayed[user], replayed[marker]) == (0, 0), replayed
     assert replayed[other_marker] >= 1
     assert vector_points(stack.o.home, stack.o.namespace, user) == 0
+
+
+async def memory_digests_of(database_url: str, tenant: str) -> list[bytes]:
+    """The embedding cache's digests of the texts of the tenant's memories (their current versions)."""
+    from services.memory.adapters.pg_portability import PgPortability
+    from services.memory.application.vector_cache import memory_digests
+
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=1)
+    try:
+        states = await PgPortability(pool, "memory").memory_states(tenant, None, 1_000)
+        return sorted({d for s in states for d in memory_digests(s)})
+    finally:
+        await pool.close()
+
+
+async def cached_entries(database_url: str, tenant: str, digests: list[bytes] | None = None) -> int:
+    """Entries of the memory service's embedding cache under ``digests`` (default: those of the
+    tenant's memories now)."""
+    digests = await memory_digests_of(database_url, tenant) if digests is None else digests
+    conn = await asyncpg.connect(database_url)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM memory.embedding_cache WHERE digest = ANY($1::bytea[])",
+                                       digests))
+    finally:
+        await conn.close()
 
 
 def vector_points(home: Path, namespace: str, tenant: str) -> int:

@@ -10,7 +10,8 @@ One table in the memory schema, ``embedding_cache (model, digest, value)`` (migr
 * measured (docs/benchmarks.md, "Replay at scale"): a batch of 256 memories is one round trip.
 
 It is a cache: a replay leaves it alone (not a projection of the event log), and
-``TRUNCATE <schema>.embedding_cache`` at any time only costs re-embedding.
+``TRUNCATE <schema>.embedding_cache`` at any time only costs re-embedding. Its keys name no user:
+a purge deletes the digests of the user's texts under every model (:meth:`PgEmbeddingCache.delete_digests`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,26 @@ class PgEmbeddingCache(EmbeddingCacheStore):
                 ON CONFLICT (model, digest) DO NOTHING""",
             [k[0] for k in unique], [k[1] for k in unique], list(unique.values()),
         )
+
+    async def delete_digests(self, digests: Sequence[bytes]) -> int:
+        """Delete ``digests`` under every model, in one statement: the models present are found by
+        a loose index scan of the primary key (a handful: embedders, recipes), then each
+        (model, digest) pair is deleted by the key, never by a scan of the table."""
+        if not digests:
+            return 0
+        status = await self.pool.execute(
+            f"""WITH RECURSIVE models AS (
+                    (SELECT model FROM {self.s}.embedding_cache ORDER BY model LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT c.model FROM {self.s}.embedding_cache c WHERE c.model > m.model
+                            ORDER BY c.model LIMIT 1)
+                    FROM models m WHERE m.model IS NOT NULL)
+                DELETE FROM {self.s}.embedding_cache c
+                USING models m, unnest($1::bytea[]) AS d(digest)
+                WHERE c.model = m.model AND c.digest = d.digest""",
+            list(dict.fromkeys(digests)),
+        )
+        return int(status.split()[-1])
 
     async def count(self) -> int:
         """How many entries the cache holds."""

@@ -1,5 +1,6 @@
-"""The read model's side of portability: ids in stable order for export pages, and the purge of
-every row of a user in the memory schema."""
+"""The read model's side of portability: ids in stable order for export pages, the keys and titles
+a restore into another user maps names by, and the purge of every row of a user in the memory
+schema (with the memories it derives the embedding cache's keys from)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from uuid import UUID
 
 import asyncpg
 
+from contracts.memory import MemoryState
 from contracts.portability import RecordKind
 from kit.pg import delete_tenant_rows
+from services.memory.adapters.pg_store import _COLUMNS, _state
 
 _TABLES: dict[RecordKind, str] = {
     "memory": "memories", "shared_memory": "shared_memories", "daily_log": "daily_logs",
@@ -42,9 +45,21 @@ class PgPortability:
             tenant, list(ids))
         return {r["id"]: (r["project"], r["log_date"]) for r in rows}
 
-    async def memory_ids(self, tenant: str) -> list[UUID]:
-        rows = await self.pool.fetch(f"SELECT id FROM {self.s}.memories WHERE tenant = $1", tenant)
-        return [r["id"] for r in rows]
+    async def memory_states(self, tenant: str, after: UUID | None, limit: int) -> list[MemoryState]:
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories WHERE tenant = $1 AND ($2::uuid IS NULL OR id > $2)
+                ORDER BY id LIMIT $3""", tenant, after, limit)
+        return [_state(r) for r in rows]
+
+    async def keyed_memories(self, tenant: str) -> list[tuple[str, str]]:
+        rows = await self.pool.fetch(
+            f"SELECT DISTINCT project, memory_key FROM {self.s}.memories WHERE tenant = $1 AND memory_key IS NOT NULL",
+            tenant)
+        return [(r["project"], r["memory_key"]) for r in rows]
+
+    async def shared_titles(self, tenant: str) -> list[str]:
+        rows = await self.pool.fetch(f"SELECT title FROM {self.s}.shared_memories WHERE tenant = $1", tenant)
+        return [r["title"] for r in rows]
 
     async def delete_tenant(self, tenant: str) -> dict[str, int]:
         """Every table of the schema with a ``tenant`` column (those added later included)."""

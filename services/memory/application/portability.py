@@ -7,9 +7,12 @@
 * ``restore`` (command): exported records appended back to the event log as they were (ids,
   versions, timestamps, event types) and projected, each only if its subject does not already
   hold that version: an import run twice changes nothing. A batch's memory texts are embedded in
-  one call, as a batch of saves is.
-* ``purge`` (command): every row of the user in this service's schema, their vectors and the
-  in-process caches that hold their content.
+  one call, as a batch of saves is. Restored into another user, an extraction result names the
+  memories as they were restored (a keyed memory by its key's id in that user: the key is learnt
+  from the batch's own records, else from the user's keyed memories).
+* ``purge`` (command): every row of the user in this service's schema, their vectors, the
+  embedding cache's entries derived from their memories' texts and the in-process caches that
+  hold their content.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from uuid import UUID, uuid5
 from contracts.daily_logs import DAILY_LOG_AGGREGATE, EXTRACTION_RESULT_AGGREGATE, EXTRACTION_TASK_AGGREGATE
 from contracts.envelope import EventEnvelope
 from contracts.errors import ErrorBody, ErrorCode, ServiceError
-from contracts.memory import MemoryStatus
+from contracts.memory import MemoryState, MemoryStatus
 from contracts.portability import (
     EXPORT_PAGE_BYTES,
     DailyLogRecord,
@@ -52,6 +55,8 @@ from services.memory.domain import model, shared
 from services.memory.domain.portability import Remap, portable
 
 _NS = UUID("2c7e9a41-5b3d-4e8f-a1c6-9d0e7f3b5a24")
+#: Memories a purge reads, uncaches and unindexes at a time.
+_PURGE_PAGE = 1_000
 _AGGREGATE: dict[RecordKind, str] = {
     "memory": model.AGGREGATE, "shared_memory": shared.AGGREGATE, "daily_log": DAILY_LOG_AGGREGATE,
     "extraction_task": EXTRACTION_TASK_AGGREGATE, "extraction_result": EXTRACTION_RESULT_AGGREGATE,
@@ -70,7 +75,18 @@ class PortabilityStore(Protocol):
         """(project, date) of the tenant's logs among ``ids``."""
         ...
 
-    async def memory_ids(self, tenant: str) -> list[UUID]: ...
+    async def memory_states(self, tenant: str, after: UUID | None, limit: int) -> list[MemoryState]:
+        """The tenant's memories (any status) after ``after``, in id order: what the purge derives
+        the embedding cache's keys from."""
+        ...
+
+    async def keyed_memories(self, tenant: str) -> list[tuple[str, str]]:
+        """(project, memory key) of every keyed memory of the tenant."""
+        ...
+
+    async def shared_titles(self, tenant: str) -> list[str]:
+        """The titles of the tenant's shared memories."""
+        ...
 
     async def delete_tenant(self, tenant: str) -> dict[str, int]:
         """Delete every row of ``tenant`` in the service's schema; rows removed per table."""
@@ -156,6 +172,7 @@ class Portability:
         subject already holds its version is a duplicate."""
         remap = Remap(cmd.source_user, env.tenant)
         await self._prime(remap, cmd)
+        await self._learn_names(remap, env.tenant, cmd)
         items = []
         for i, record in enumerate(cmd.records):
             try:
@@ -174,6 +191,25 @@ class Portability:
         fresh = [s for s in active if s.id not in applied]
         if fresh:
             await prime(self.models, [t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
+
+    async def _learn_names(self, remap: Remap, tenant: str, cmd: RestoreRecords) -> None:
+        """Before results are restored into another user: the keys and titles their memory ids and
+        shared memory ids need (:class:`Remap`). The batch's own records first (``_prime`` read its
+        memories); an id still unknown may name a record restored by an earlier batch, so the
+        user's keyed memories and shared titles are read (once, only then). An id known from
+        neither is a free-form memory's (``uuid5``), or names a record not restored yet."""
+        results = [r for r in cmd.records if isinstance(r, ExtractionResultRecord)]
+        if remap.same or not results:
+            return
+        for record in cmd.records:
+            if isinstance(record, SharedMemoryRecord):
+                remap.shared_state(record)
+        if any(i not in remap.memories for r in results for i in r.state.memory_ids):
+            for project, key in await self.port.keyed_memories(tenant):
+                remap.know_keyed(project, key)
+        if any(i not in remap.shared for r in results for i in r.state.shared_memory_ids):
+            for title in await self.port.shared_titles(tenant):
+                remap.know_shared(title)
 
     async def _restore_one(self, env: CommandCall, remap: Remap, index: int, record: Any) -> RestoreItem:
         if isinstance(record, MemoryRecord):
@@ -241,13 +277,27 @@ class Portability:
     async def purge(self, env: CommandCall, cmd: PurgeMemoryUser) -> PurgeResult:
         """Delete every row of the user in this service's schema, their vectors and cached
         content. Idempotent: a second purge removes nothing. The user's events are purged from
-        the event stream by the caller (kit/purge.py), before and after this command."""
+        the event stream by the caller (kit/purge.py), before and after this command.
+
+        The embedding cache is keyed by hashes of texts, not by user: its entries derived from the
+        user's memories (sentence vectors, late-interaction tokens, dense and keyword vectors) are
+        found from the memories' rows (their current versions: the events of earlier ones are
+        already purged) and deleted page by page, with the vectors, before the rows go, so a purge
+        interrupted anywhere and run again finds them from the rows still there. Another user's
+        memory of the same text loses its entries too: a cache, it is recomputed when needed."""
         user = cmd.user_id
-        ids = [str(i) for i in await self.port.memory_ids(user)]
-        for start in range(0, len(ids), 1_000):
-            await self.index.delete(ids[start:start + 1_000])
+        cache = self.models.cache
+        vectors = cached = 0
+        after: UUID | None = None
+        while page := await self.port.memory_states(user, after, _PURGE_PAGE):
+            if cache is not None:
+                cached += await cache.forget_memories(self.models, page)
+            await self.index.delete([str(s.id) for s in page])
+            vectors += len(page)
+            after = page[-1].id
         removed = await self.port.delete_tenant(user)
-        removed["vectors"] = len(ids)
+        removed["vectors"] = vectors
+        removed["embedding_cache"] = cached
         self.forget_caches(user)
         return PurgeResult(service=MEMORY, removed=removed)
 

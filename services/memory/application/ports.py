@@ -254,6 +254,10 @@ class EmbeddingCacheStore(Protocol):
         """Store (model, digest, value) items; an existing key is left as it is."""
         ...
 
+    async def delete_digests(self, digests: Sequence[bytes]) -> int:
+        """Delete the entries of ``digests`` under every model (a purged user's texts); how many."""
+        ...
+
 
 @dataclass
 class Models:

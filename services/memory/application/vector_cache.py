@@ -23,6 +23,11 @@ keyed by the embedder and ``(context, content)``, and its **keyword vector**
 text)``, so a second replay does no sentence split, stemming or weighting at all. Both keys name
 the recipe (:func:`recipe_fingerprint`: what :mod:`.indexing` makes of a probe memory), so a change
 to how memories are split, weighted or keyword-indexed misses instead of serving stale vectors.
+
+A purge forgets what was derived from a user's memories (:meth:`VectorCache.forget_memories`):
+every entry whose digest is one of their texts' (:func:`memory_digests`), under any model or
+recipe, and the process's primed vectors of those texts. The keys name no user, so an entry
+another user's memory shares goes too: that costs a recomputation, never a wrong vector.
 """
 
 from __future__ import annotations
@@ -33,14 +38,20 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
 import numpy as np
 
 from contracts.memory import MemoryState
-from services.memory.application.indexing import embedding_texts, keyword_text, keyword_vector, state_vector
+from services.memory.application.indexing import (
+    embedding_texts,
+    keyword_text,
+    keyword_vector,
+    memory_passages,
+    state_vector,
+)
 from services.memory.application.late import CONTEXT_TOKEN_WEIGHT, document_matrix, late_document, pack
 from services.memory.application.ports import EmbeddingCacheStore, Models
 from services.memory.domain.keywords import SparseVector
@@ -54,6 +65,7 @@ __all__ = [
     "VectorCache",
     "document_digest",
     "late_cache_model",
+    "memory_digests",
     "pack_sparse",
     "recipe_fingerprint",
     "text_digest",
@@ -132,6 +144,32 @@ class MemoryKeys:
     def __init__(self, state: MemoryState) -> None:
         self.document = document_digest(late_document(state))
         self.keywords = document_digest((state.context, keyword_text(state)))
+
+
+def memory_texts(state: MemoryState) -> tuple[set[str], set[Document]]:
+    """The sentence texts and late-interaction documents the cache may hold of a memory: what the
+    current recipe embeds, and its content as written (what a recipe that embedded dates did)."""
+    texts = {*embedding_texts(state), *memory_passages(state.content, state.context)}
+    return texts, {late_document(state), (state.context, state.content)}
+
+
+def memory_digests(state: MemoryState) -> set[bytes]:
+    """Every digest under which the cache may hold something derived from a memory's text: its
+    sentences', its late-interaction document's (also its dense vector's), its keyword text's."""
+    texts, documents = memory_texts(state)
+    return ({text_digest(t) for t in texts} | {document_digest(d) for d in documents}
+            | {MemoryKeys(state).keywords})
+
+
+def _forget_primed(model: object, keys: Iterable[Hashable]) -> None:
+    """Drop ``keys`` from a model's primed vectors (the priming wrappers of
+    :mod:`.embedding`: an LRU ``_primed`` under ``_lock``); a model without them holds nothing."""
+    primed, lock = getattr(model, "_primed", None), getattr(model, "_lock", None)
+    if primed is None or lock is None:
+        return
+    with lock:
+        for key in keys:
+            primed.pop(key, None)
 
 
 class VectorCache:
@@ -233,6 +271,27 @@ class VectorCache:
         except Exception as exc:
             log.warning("embedding cache write failed (%s: %s); the vectors are recomputed when needed",
                         type(exc).__name__, exc)
+
+    # a purge --------------------------------------------------------------------------------
+    async def forget_memories(self, models: Models, states: Sequence[MemoryState]) -> int:
+        """Delete every entry derived from ``states``' texts (one statement; any model, any
+        recipe) and drop those texts from this process's primed vectors and packed rows; how many
+        entries were deleted. Unlike a lookup, a failure here is raised: a purge must not report
+        success with the user's vectors left behind (run again, it finds them again)."""
+        texts: set[str] = set()
+        documents: set[Document] = set()
+        digests: set[bytes] = set()
+        for state in states:
+            more_texts, more_documents = memory_texts(state)
+            texts |= more_texts
+            documents |= more_documents
+            digests |= memory_digests(state)
+        _forget_primed(models.embedder, texts)
+        _forget_primed(models.late_encoder, documents)
+        with self._lock:
+            for document in documents:
+                self._packed.pop(document, None)
+        return await self.store.delete_digests(sorted(digests)) if digests else 0
 
     # what a replay derives: each memory's dense and keyword vectors -----------------------------
     @staticmethod

@@ -6,6 +6,13 @@ daily log's, an extraction task's and result's) are derived again for the new us
 saves by key, title or day land on the restored records; other ids (free-form memories) become
 ``uuid5(new user, old id)``. Ids are global keys of the read model and the vector index, so the
 same file imported into two users never makes them share a row or a point.
+
+An extraction result names memories and shared memories by id; each of those ids is mapped exactly
+as the record it names is (a keyed memory's to the new user's keyed id, a shared memory's to the
+new user's id of its title, a free-form memory's to ``uuid5``), so that in the new user the result
+names the restored records. What a name needs (a memory's key, a shared memory's title) comes from
+the records of the same restore (:meth:`Remap.memory_states`, :meth:`Remap.shared_state`) or from
+the new user's own records (:meth:`Remap.know_keyed`, :meth:`Remap.know_shared`).
 """
 
 from __future__ import annotations
@@ -41,7 +48,29 @@ class Remap:
 
     def __init__(self, source: str | None, target: str) -> None:
         self.same = source is None or source == target
+        self.source = source or target
         self.target = target
+        #: source id -> id in ``target`` of the memories and shared memories whose key or title is
+        #: known (the others are free-form: :meth:`other`)
+        self.memories: dict[UUID, UUID] = {}
+        self.shared: dict[UUID, UUID] = {}
+
+    def know_keyed(self, project: str, memory_key: str) -> None:
+        """A keyed memory the target holds: the source's memory of that key maps onto it."""
+        self.memories[keyed_memory_id(self.source, project, memory_key)] = keyed_memory_id(self.target, project, memory_key)
+
+    def know_shared(self, title: str) -> None:
+        """A shared memory the target holds: the source's shared memory of that title maps onto it."""
+        self.shared[shared_id(self.source, title)] = shared_id(self.target, title)
+
+    def memory_id(self, old: UUID) -> UUID:
+        """A source memory's id in the target, as its record is restored: its key's id when the key
+        is known, else :meth:`other`."""
+        return old if self.same else self.memories.get(old) or self.other(old)
+
+    def shared_memory_id(self, old: UUID) -> UUID:
+        """A source shared memory's id in the target: its title's id when known, else :meth:`other`."""
+        return old if self.same else self.shared.get(old) or self.other(old)
 
     def other(self, old: UUID) -> UUID:
         return old if self.same else uuid5(_NS, f"import:{self.target}:{old}")
@@ -64,13 +93,15 @@ class Remap:
                 if prov:
                     prov["log_id"] = self.log(prov["log_id"], data["project"], prov.get("log_date"))
             out.append((version.event, version.occurred_at, MemoryState.model_validate(data)))
+        if not self.same:
+            self.memories[record.id] = out[-1][2].id
         return out
 
     def shared_state(self, record: SharedMemoryRecord) -> SharedMemoryState:
         data = record.state.model_dump()
         data["tenant"] = self.target
         if not self.same:
-            data["id"] = shared_id(self.target, data["title"])
+            data["id"] = self.shared[record.state.id] = shared_id(self.target, data["title"])
         return SharedMemoryState.model_validate(data)
 
     def log_state(self, record: DailyLogRecord) -> DailyLogState:
@@ -94,8 +125,8 @@ class Remap:
         if not self.same:
             data["log_id"] = self.log(data["log_id"], data["project"], record.log_date)
             data["id"] = extraction_result_id(self.target, data["log_id"], data["task_id"])
-            data["memory_ids"] = [self.other(i) for i in data["memory_ids"]]
-            data["shared_memory_ids"] = [self.other(i) for i in data["shared_memory_ids"]]
+            data["memory_ids"] = [self.memory_id(i) for i in data["memory_ids"]]
+            data["shared_memory_ids"] = [self.shared_memory_id(i) for i in data["shared_memory_ids"]]
         return ExtractionResultState.model_validate(data)
 
 

@@ -1,0 +1,96 @@
+"""Restoring an extraction result into another user: its memory ids and shared memory ids name the
+records as they are restored there (a keyed memory by its key's id, a shared memory by its title's,
+a free-form memory by ``uuid5``), whether those records come in the same restore or an earlier one."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+from uuid import UUID, uuid4
+
+from contracts.daily_logs import daily_log_id, extraction_result_id
+from contracts.portability import ExtractionResultRecord, MemoryRecord, SharedMemoryRecord
+from services.memory.domain.model import keyed_memory_id
+from services.memory.domain.portability import Remap
+from services.memory.domain.shared import shared_id
+
+NOW = "2025-01-01T00:00:00Z"
+DAY = date(2024, 12, 31)
+
+
+def memory(source: str, key: str | None, content: str = "Likes tea") -> MemoryRecord:
+    """A memory as ``source`` exported it (a keyed one's id derived from its key, as a save does)."""
+    memory_id = keyed_memory_id(source, "p", key) if key else uuid4()
+    versions = [{"event": "MemorySaved", "occurred_at": NOW, "state": {
+        "id": str(memory_id), "project": "p", "content": content, "category": "preference" if key else None,
+        "memory_key": key, "version": v, "created_at": NOW, "updated_at": NOW}} for v in (1, 2)]
+    return MemoryRecord.model_validate({"id": str(memory_id), "versions": versions})
+
+
+def shared(source: str, title: str) -> SharedMemoryRecord:
+    return SharedMemoryRecord.model_validate({"event": "SharedMemorySaved", "occurred_at": NOW, "state": {
+        "id": str(shared_id(source, title)), "title": title, "event": "We went", "importance": 3, "version": 1,
+        "created_at": NOW, "updated_at": NOW}})
+
+
+def result(source: str, memory_ids: list[UUID], shared_ids: list[UUID]) -> ExtractionResultRecord:
+    log_id = daily_log_id(source, "p", DAY)
+    state: dict[str, Any] = {
+        "id": str(extraction_result_id(source, log_id, "t1")), "project": "p", "log_id": str(log_id),
+        "task_id": "t1", "memory_ids": [str(i) for i in memory_ids], "shared_memory_ids": [str(i) for i in shared_ids],
+        "version": 1, "created_at": NOW, "updated_at": NOW}
+    return ExtractionResultRecord.model_validate({"event": "ExtractionResultRecorded", "occurred_at": NOW,
+                                                  "state": state, "log_date": DAY.isoformat()})
+
+
+def restored_id(remap: Remap, record: MemoryRecord) -> UUID:
+    return remap.memory_states(record)[-1][2].id
+
+
+def test_a_result_restored_with_its_records_names_them_as_restored() -> None:
+    keyed, free, trip = memory("u1", "preference.tea"), memory("u1", None, "Runs"), shared("u1", "Trip to Kyoto")
+    found = result("u1", [keyed.id, free.id], [trip.state.id])
+    remap = Remap("u1", "u2")
+    memory_ids = [restored_id(remap, keyed), restored_id(remap, free)]
+    trip_id = remap.shared_state(trip).id
+    state = remap.result_state(found)
+    assert state.memory_ids == memory_ids
+    assert memory_ids[0] == keyed_memory_id("u2", "p", "preference.tea")  # a later save by key lands on it
+    assert memory_ids[1] not in (free.id, memory_ids[0])
+    assert state.shared_memory_ids == [trip_id] == [shared_id("u2", "Trip to Kyoto")]
+    assert state.tenant == "u2" and state.log_id == daily_log_id("u2", "p", DAY)
+    assert set(state.memory_ids).isdisjoint(found.state.memory_ids)  # nothing of the source user is named
+
+
+def test_a_result_restored_after_its_records_learns_their_names_from_the_target() -> None:
+    keyed, free, trip = memory("u1", "goal.run"), memory("u1", None, "Runs"), shared("u1", "Trip to Kyoto")
+    earlier = Remap("u1", "u2")  # the batch that restored the records
+    expected = [restored_id(earlier, keyed), restored_id(earlier, free)]
+    expected_shared = [earlier.shared_state(trip).id]
+
+    later = Remap("u1", "u2")  # the batch with the result: knows what the target holds
+    later.know_keyed("p", "goal.run")
+    later.know_shared("Trip  to Kyoto ")  # titles are matched as shared ids are derived: normalised
+    state = later.result_state(result("u1", [keyed.id, free.id], [trip.state.id]))
+    assert state.memory_ids == expected and state.shared_memory_ids == expected_shared
+
+    unaware = Remap("u1", "u2")  # a key known to no one: the id maps as a free-form memory's would
+    assert unaware.result_state(result("u1", [keyed.id], [])).memory_ids != [expected[0]]
+
+
+def test_a_key_of_another_user_or_project_is_not_mistaken_for_the_sources() -> None:
+    keyed = memory("u1", "goal.run")
+    remap = Remap("u1", "u2")
+    remap.know_keyed("other", "goal.run")
+    assert remap.memory_id(keyed.id) != keyed_memory_id("u2", "other", "goal.run")
+    assert remap.memory_id(keyed.id) == remap.other(keyed.id)
+
+
+def test_into_the_same_user_every_id_is_kept() -> None:
+    keyed, trip = memory("u1", "preference.tea"), shared("u1", "Trip")
+    found = result("u1", [keyed.id, uuid4()], [trip.state.id])
+    for remap in (Remap("u1", "u1"), Remap(None, "u1")):
+        remap.memory_states(keyed)
+        state = remap.result_state(found)
+        assert (state.id, state.memory_ids, state.shared_memory_ids) == (
+            found.state.id, found.state.memory_ids, found.state.shared_memory_ids)
