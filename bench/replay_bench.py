@@ -126,12 +126,37 @@ async def read_model_digest(app) -> str:  # type: ignore[no-untyped-def]
     )
 
 
+def index_digest(app) -> str:  # type: ignore[no-untyped-def]
+    """Every point of the embedded shard — id, payload, dense vector (float32 bytes), keyword
+    vector — hashed in id order: equal digests, equal indexes."""
+    import hashlib
+
+    import numpy as np
+    import qdrant_edge as qe
+
+    shard, points, offset = app.index._require(), [], None
+    while True:
+        page, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=5000, with_payload=True, with_vector=True))
+        points += page
+        if offset is None:
+            break
+    digest = hashlib.sha256()
+    for point in sorted(points, key=lambda r: str(r.id)):
+        sparse = point.vector.get("keywords")
+        digest.update(str(point.id).encode())
+        digest.update(json.dumps(point.payload, sort_keys=True).encode())
+        digest.update(np.asarray(point.vector["dense"], np.float32).tobytes())
+        if sparse is not None:
+            digest.update(np.asarray(sparse.indices, np.uint32).tobytes() + np.asarray(sparse.values, np.float32).tobytes())
+    return f"{len(points)} points, {digest.hexdigest()[:16]}"
+
+
 async def replay_and_compare(
     settings: MemorySettings, tenant: str, questions: list[str], *, use_cache: bool, profile: bool, batch: int,
-    embedded_postgres: bool,
+    embedded_postgres: bool, rebuild_index: bool,
 ) -> dict[str, Any]:
     async with memory_app(settings) as app:
-        await ensure_service_stopped(app)
+        await ensure_service_stopped(app.bus)
         cache = PgEmbeddingCache(app.store.pool, app.store.s)
         if not use_cache:
             await cache.clear()
@@ -139,6 +164,7 @@ async def replay_and_compare(
         entries = await cache.count()
         memories = await app.store.pool.fetchval(f"SELECT count(*) FROM {app.store.s}.memories")
         digest_before = await read_model_digest(app)
+        index_before = index_digest(app)
         before = await recall_ids(app, tenant, questions)
         exact_before = await recall_ids(app, tenant, questions, exact=True)
         phases = {"index build (optimize)": 0.0, "drop": 0.0}
@@ -173,11 +199,12 @@ async def replay_and_compare(
         if profiler:
             profiler.enable()
         cpu_started, pg_started = time.process_time(), cpu_of(postgres)
-        report = await rebuild(app, batch=batch)
+        report = await rebuild(app, batch=batch, rebuild_index=rebuild_index)
         phases_cpu, pg_cpu = time.process_time() - cpu_started, cpu_of(postgres) - pg_started
         if profiler:
             profiler.disable()
         digest_after = await read_model_digest(app)
+        index_after = index_digest(app)
         after = await recall_ids(app, tenant, questions)
         exact_after = await recall_ids(app, tenant, questions, exact=True)
         hits = app.service.models.cache.hits if app.service.models.cache else 0
@@ -185,7 +212,8 @@ async def replay_and_compare(
                                identical=digest_before == digest_after, recall=compare(before, after),
                                exact=compare(exact_before, exact_after), upserting=upserting[0], build_cpu=build_cpu[0],
                                entries=entries, hits=hits, memories=memories, phases=phases, cpu=phases_cpu,
-                               pg_cpu=pg_cpu if postgres else None)
+                               pg_cpu=pg_cpu if postgres else None, points=report.details,
+                               index_before=index_before, index_after=index_after)
     if profiler:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
@@ -252,6 +280,9 @@ def main() -> None:
                         help="before replaying, append copies of the saved memory events (new ids, same texts) "
                              "until the log holds this many memory events")
     parser.add_argument("--batch", type=int, default=256, help="events fetched and applied at once")
+    parser.add_argument("--rebuild-index", action="store_true",
+                        help="drop the vector index and write every point (by default the replay keeps the points "
+                             "whose fingerprint is already right)")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     texts = contents(args.memories)
@@ -293,7 +324,8 @@ def main() -> None:
                                       namespace=options.namespace, memory_schema=memory_schema(options))
             result = asyncio.run(replay_and_compare(settings, state["tenant"], questions,
                                                     use_cache=not args.no_cache, profile=args.profile,
-                                                    batch=args.batch, embedded_postgres=stack.postgres is not None))
+                                                    batch=args.batch, embedded_postgres=stack.postgres is not None,
+                                                    rebuild_index=args.rebuild_index))
     finally:
         if not args.state:
             drop_shared_data(options)
@@ -306,7 +338,9 @@ def main() -> None:
     cache_note = (f"embedding cache: {result['entries']:,} entries, {result['hits']:,} hits"
                   if not args.no_cache else "no embedding cache (emptied first): every text embedded again")
     lines += [
-        f"replay of {result['memories']:,} memories (drop and rebuild Postgres + vectors; {cache_note}): {result['events']:,} events in "
+        f"replay of {result['memories']:,} memories ("
+        + ("drop and rebuild Postgres + vectors" if args.rebuild_index else "drop and rebuild Postgres, vectors reconciled")
+        + f"; {cache_note}): {result['events']:,} events in "
         f"{result['seconds']:.1f} s = {result['rate']:.1f} events/s (of which "
         + ", ".join(f"{name} {secs:.1f} s" for name, secs in result["phases"].items())
         + f"; events alone {result['events'] / max(1e-9, result['seconds'] - sum(result['phases'].values())):.0f}/s); "
@@ -315,6 +349,10 @@ def main() -> None:
         f"{result['events'] / max(1e-9, result['cpu'] - result['build_cpu']):.0f} per CPU-second; NATS apart)"
         + (f"; Postgres {result['pg_cpu']:.1f} s of CPU" if result["pg_cpu"] is not None else "")
         + f"; the index's upserts took {result['upserting']:.1f} s of wall time (batch {args.batch})",
+        f"vector index: {result['points'].get('points_written', 0):,} points written, "
+        f"{result['points'].get('points_kept', 0):,} kept (fingerprint right), {result['points'].get('points_swept', 0):,} swept; "
+        f"index before {result['index_before']}, after {result['index_after']} "
+        f"({'identical' if result['index_before'] == result['index_after'] else 'DIFFERENT'}: ids, payloads, vectors)",
         f"read model after replay {'identical' if result['identical'] else 'DIFFERENT'} (digest of every memory's id, version, "
         f"status, content hash, late-interaction tokens); recall: {describe(result['recall'])}",
     ]

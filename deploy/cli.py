@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from pathlib import Path
@@ -248,6 +249,11 @@ def _database_url() -> str | None:
 def replay_command(
     service: Annotated[str, typer.Argument(help="the service whose read models to rebuild: memory | extractor | graph")],
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    rebuild_index: Annotated[bool, typer.Option(
+        "--rebuild-index",
+        help="memory: drop the vector index and write every point (by default the points already right are kept, "
+             "checked by fingerprint; use this after a change of embedding dimension or if the index files are damaged)",
+    )] = False,
 ) -> None:
     """Drop a service's read models and rebuild them from the event log (stop the service first)."""
     if service == "extractor":
@@ -264,11 +270,15 @@ def replay_command(
     from services.memory.main import replay as run_replay
 
     if not yes:
-        typer.confirm("Drop the memory read models (Postgres tables, vectors) and rebuild them from events?", abort=True)
-    report = _replay_with_progress(MemorySettings, run_replay)
+        what = "Postgres tables, vector index" if rebuild_index else "Postgres tables; vectors checked point by point"
+        typer.confirm(f"Drop the memory read models ({what}) and rebuild them from events?", abort=True)
+    report = _replay_with_progress(MemorySettings, functools.partial(run_replay, rebuild_index=rebuild_index))
+    points = report.details
     console.print(
         f"Rebuilt the memory read models from {report.events:,} events "
-        f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s."
+        f"({report.applied:,} applied) in {report.seconds:.1f}s: {report.rate:,.0f} events/s. Vector index: "
+        f"{points.get('points_written', 0):,} points written, {points.get('points_kept', 0):,} already right "
+        f"and kept, {points.get('points_swept', 0):,} of no memory removed."
     )
 
 

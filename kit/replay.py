@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from nats.js import api
@@ -33,6 +33,8 @@ class ReplayReport:
     events: int
     applied: int
     seconds: float
+    #: what a service adds about its read models (e.g. the memory service's points kept / written)
+    details: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:

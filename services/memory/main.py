@@ -72,8 +72,9 @@ def limit_blas_threads() -> None:
 
 
 @asynccontextmanager
-async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
-    """Open every adapter of the memory service (no consumers started)."""
+async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> AsyncIterator[MemoryApp]:
+    """Open every adapter of the memory service (no consumers started); ``fresh_index``: drop the
+    vector index first (a replay that rebuilds it, e.g. after the embedding dimension changed)."""
     limit_blas_threads()
     bus = await Bus.connect(settings.nats_url, settings.names, name="engram-memory")
     pool = await create_pool(settings.database_url)
@@ -90,6 +91,9 @@ async def memory_app(settings: MemorySettings) -> AsyncIterator[MemoryApp]:
             qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
             collection=settings.qdrant_collection, api_key=settings.qdrant_api_key, owner=settings.namespace,
         )
+        if fresh_index:
+            await ensure_service_stopped(bus)  # never drop the index under a running service
+            await index.drop()
         await index.ensure()
         models = Models(
             embedder=embedder, late_encoder=await asyncio.to_thread(make_late_encoder, settings),
@@ -156,12 +160,15 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def replay(settings: MemorySettings, on_progress: Callable[[int, int], None]) -> ReplayReport:
+async def replay(
+    settings: MemorySettings, on_progress: Callable[[int, int], None], *, rebuild_index: bool = False,
+) -> ReplayReport:
     """Rebuild the memory service's read models from the event log (`engram replay memory`); the
-    service must be stopped (:class:`ServiceRunning` otherwise)."""
-    async with memory_app(settings) as app:
-        await ensure_service_stopped(app)
-        return await rebuild(app, on_progress)
+    service must be stopped (:class:`ServiceRunning` otherwise). ``rebuild_index``: drop the vector
+    index and write every point, instead of keeping the points already right."""
+    async with memory_app(settings, fresh_index=rebuild_index) as app:
+        await ensure_service_stopped(app.bus)
+        return await rebuild(app, on_progress, rebuild_index=rebuild_index)
 
 
 def _stop_on_signals() -> asyncio.Event:

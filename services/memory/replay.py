@@ -5,6 +5,12 @@ Run with the memory service stopped (`engram replay memory`, through
 models, applies every event again from sequence 1, in order, with the service's own projection —
 idempotent by sequence, so an interrupted replay can simply be run again — and hands over to the
 live projector.
+
+The Postgres tables are emptied and written again. The vector index is kept and brought to what
+the log says point by point (:mod:`services.memory.application.index_sync`): a point whose
+fingerprint is already the one the replay computes is left as it is (vectors, HNSW links), the
+others are written, and points of no memory are swept at the end; ``rebuild_index=True``
+(`engram replay memory --rebuild-index`) drops the index and writes every point instead.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from services.memory.application.service import MemoryService
 from services.memory.entrypoints.nats import RECORD_PROJECTORS
 
 if TYPE_CHECKING:
+    from kit.bus import Bus
     from services.memory.config import MemorySettings
     from services.memory.main import MemoryApp
 
@@ -31,39 +38,54 @@ REPLAY_CHECKPOINT = "memory-replay"
 class _ReadModels:
     """The memory read models a replay drops and completes: Postgres tables and the vector index."""
 
-    def __init__(self, app: MemoryApp) -> None:
+    def __init__(self, app: MemoryApp, *, keep_index: bool) -> None:
         self.app = app
+        self.keep_index = keep_index
 
     async def drop(self) -> None:
         await self.app.store.drop_read_model()
-        await self.app.index.drop()
-        await self.app.index.ensure()
+        if not self.keep_index:
+            await self.app.index.drop()
+            await self.app.index.ensure()
 
     async def finish(self) -> None:
-        await self.app.index.optimize()  # build the vector index now, while nothing is waiting on it
+        index, sync = self.app.index, self.app.service.projection.replay_sync
+        if sync.keep and await index.size() != len(sync.live):  # points of no memory: swept
+            await index.delete(sync.stale(await index.point_ids()))
+        if not sync.keep or index.needs_optimize():
+            await index.optimize()  # build the vector index now, while nothing is waiting on it
 
 
-async def ensure_service_stopped(app: MemoryApp) -> None:
-    names = app.bus.names
+async def ensure_service_stopped(bus: Bus) -> None:
+    """Refuse (:class:`ServiceRunning`) while any memory service consumes from ``bus``."""
+    names = bus.names
     consumers = [names.command_consumer(MEMORY), names.projector(MEMORY, "memory")]
     consumers += [names.projector(MEMORY, aggregate, name=name) for aggregate, name in RECORD_PROJECTORS.items()]
-    await runner.ensure_stopped(app.bus, "memory", consumers)
+    await runner.ensure_stopped(bus, "memory", consumers)
 
 
 async def rebuild(
     app: MemoryApp, on_progress: Callable[[int, int], None] = lambda done, total: None, batch: int = 256,
+    *, rebuild_index: bool = False,
 ) -> ReplayReport:
-    """Drop and rebuild every read model of the memory service from the event log."""
+    """Rebuild every read model of the memory service from the event log: the Postgres tables
+    emptied and written again, the vector index kept and reconciled point by point (or, with
+    ``rebuild_index``, dropped and written again). The report's ``details`` count the points."""
     service: MemoryService = app.service
-    return await runner.rebuild(
-        app.bus, service.projection.projector, _ReadModels(app), replay_checkpoint=REPLAY_CHECKPOINT,
-        live_checkpoint=PROJECTOR, on_progress=on_progress, batch=batch, apply_batch=service.projection.replay_batch,
-        flush=service.projection.replay_flush,
+    sync = service.projection.begin_replay(keep_index=not rebuild_index)
+    report = await runner.rebuild(
+        app.bus, service.projection.projector, _ReadModels(app, keep_index=not rebuild_index),
+        replay_checkpoint=REPLAY_CHECKPOINT, live_checkpoint=PROJECTOR, on_progress=on_progress, batch=batch,
+        apply_batch=service.projection.replay_batch, flush=service.projection.replay_flush,
     )
+    report.details.update(points_kept=sync.kept, points_written=sync.written, points_swept=sync.swept)
+    return report
 
 
-async def replay(settings: MemorySettings, on_progress: Callable[[int, int], None]) -> ReplayReport:
+async def replay(
+    settings: MemorySettings, on_progress: Callable[[int, int], None], *, rebuild_index: bool = False,
+) -> ReplayReport:
     """Kept for callers of the old location: use :func:`services.memory.main.replay`."""
     from services.memory.main import replay as run
 
-    return await run(settings, on_progress)
+    return await run(settings, on_progress, rebuild_index=rebuild_index)

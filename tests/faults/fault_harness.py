@@ -306,7 +306,7 @@ def replay_matches(stack: Stack, tenant: str) -> dict[str, Any]:
         deadline = time.time() + 30
         while True:  # the stopped service's pull requests expire within seconds
             try:
-                await ensure_service_stopped(app)
+                await ensure_service_stopped(app.bus)
                 return
             except Exception:
                 if time.time() > deadline:

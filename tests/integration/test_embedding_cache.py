@@ -79,7 +79,7 @@ async def test_replay_in_a_new_process_embeds_nothing_and_rebuilds_the_same(infr
             before = await digest(app)
         async with memory_app(settings) as app:  # a new process: nothing primed in memory
             embedder, late = count_models(app)
-            report = await rebuild(app)
+            report = await rebuild(app, rebuild_index=True)  # every point written: vectors from the cache
             assert report.events == len(contents)
             assert (embedder.texts, late.texts) == (0, 0)
             assert app.service.models.cache.hits >= 2 * len(contents)
@@ -88,7 +88,7 @@ async def test_replay_in_a_new_process_embeds_nothing_and_rebuilds_the_same(infr
             await PgEmbeddingCache(app.store.pool, app.store.s).clear()
         async with memory_app(settings) as app:
             embedder, late = count_models(app)
-            await rebuild(app)
+            await rebuild(app, rebuild_index=True)
             assert embedder.texts >= len(contents) and late.texts == len(contents)
             assert await digest(app) == before
             # and it is filled again for the next replay

@@ -52,7 +52,7 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             await s.handle_command(cmd("save_shared_memory", {"title": "Beach day", "event": "Sunset at Nazaré"}))
             await s.handle_command(cmd("save_shared_memory", {"title": "Beach day", "event": "Sunset and sardines at Nazaré"}))
             before = await snapshot(app)
-            await ensure_service_stopped(app)
+            await ensure_service_stopped(app.bus)
             seen: list[tuple[int, int]] = []
             report = await rebuild(app, lambda done, total: seen.append((done, total)))
             after = await snapshot(app)
@@ -80,7 +80,7 @@ async def test_replay_refuses_while_the_service_runs(infra, tmp_path: Path) -> N
         try:
             await asyncio.sleep(1.5)
             with pytest.raises(ServiceRunning):
-                await ensure_service_stopped(app)
+                await ensure_service_stopped(app.bus)
         finally:
             stop.set()
             await asyncio.gather(*tasks)

@@ -40,19 +40,19 @@ async def test_a_second_replay_reads_every_vector_from_the_cache(infra, tmp_path
             forget = cmd({"memory_id": saved.result["memory_id"]}).model_copy(update={"type": "forget_memory"})
             assert (await app.service.handle_command(forget)).result["forgotten"]
             before = await digest(app)
-            await rebuild(app)  # the first replay computes the memories' vectors and keeps them
+            await rebuild(app, rebuild_index=True)  # the first replay computes the memories' vectors and keeps them
             assert await digest(app) == before
         async with memory_app(settings) as app:
             embedder, late = count_models(app)
             with monkeypatch.context() as patched:
                 patched.setattr(indexing, "split_sentences", refuse)
                 patched.setattr(indexing, "document_vector", refuse)
-                await rebuild(app)
+                await rebuild(app, rebuild_index=True)
             assert (embedder.texts, late.texts) == (0, 0)
             assert await digest(app) == before
             # late tokens the cache no longer holds are computed again, the same
             await app.store.pool.execute(f"DELETE FROM {app.store.s}.embedding_cache WHERE model LIKE '%late-packed%'")
-            await rebuild(app)
+            await rebuild(app, rebuild_index=True)
             assert late.texts == len(contents)
             assert await digest(app) == before
     finally:

@@ -18,7 +18,13 @@ from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.adapters.vectors_edge import EdgeVectorIndex, ShardLockedError
 from services.memory.adapters.vectors_qdrant import CollectionOwnedElsewhere, QdrantServerVectorIndex
-from services.memory.application.ports import SearchFilter, SearchHit, VectorIndex, VectorPoint
+from services.memory.application.ports import (
+    FINGERPRINT_FIELD,
+    SearchFilter,
+    SearchHit,
+    VectorIndex,
+    VectorPoint,
+)
 from services.memory.application.recall import search
 from services.memory.domain.keywords import SparseVector, document_vector, query_vector
 
@@ -410,6 +416,23 @@ async def test_drop_then_ensure_is_empty(index: VectorIndex, corpus_points: list
     assert await index.count(SearchFilter(tenant="alice", status=None)) == 0
     await index.upsert(corpus_points[:3])  # usable again after the rebuild
     assert await index.count(SearchFilter(tenant="alice")) == 3
+
+
+async def test_fingerprints_size_and_point_ids(index: VectorIndex, corpus_points: list[VectorPoint]) -> None:
+    """What a replay reads to keep the points already right (both adapters; the owner marker of a
+    claimed Qdrant collection is never one of them)."""
+    ids = [p.id for p in corpus_points]
+    assert await index.size() == len(ids)
+    assert sorted(await index.point_ids()) == sorted(ids)
+    assert await index.fingerprints(ids[:2]) == {ids[0]: None, ids[1]: None}  # written without one
+    marked = VectorPoint(ids[0], corpus_points[0].dense, corpus_points[0].sparse,
+                         {**corpus_points[0].payload, FINGERPRINT_FIELD: "f1"})
+    await index.upsert([marked])
+    unknown = str(uuid.uuid4())
+    assert await index.fingerprints([ids[0], ids[1], unknown]) == {ids[0]: "f1", ids[1]: None}
+    assert await index.fingerprints([]) == {}
+    await index.delete(ids[:1])
+    assert await index.size() == len(ids) - 1 and ids[0] not in await index.point_ids()
 
 
 # --- edge only -------------------------------------------------------------

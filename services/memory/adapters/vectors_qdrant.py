@@ -39,6 +39,7 @@ from services.memory.adapters.vectors import (
     validate_search,
 )
 from services.memory.application.ports import (
+    FINGERPRINT_FIELD,
     SearchFilter,
     SearchHit,
     SearchMode,
@@ -158,7 +159,7 @@ class QdrantServerVectorIndex(VectorIndex):
             found = params.size if params is not None else None
             raise RuntimeError(
                 f"collection {self.collection!r} has no {DENSE_VECTOR!r} vector of size {self.dim} "
-                f"(found {found}); drop it and replay to rebuild"
+                f"(found {found}); stop the memory service and run `engram replay memory --rebuild-index`"
             )
         sparse = info.config.params.sparse_vectors or {}
         if SPARSE_VECTOR not in sparse:
@@ -302,3 +303,31 @@ class QdrantServerVectorIndex(VectorIndex):
         """Exact number of points matching ``filter``."""
         result = await self.client.count(self.collection, count_filter=self._filter(filter), exact=True)
         return int(result.count)
+
+    async def fingerprints(self, ids: Sequence[str]) -> dict[str, str | None]:
+        """The stored fingerprint of each of ``ids`` the collection holds (one retrieve)."""
+        if not ids:
+            return {}
+        found = await self.client.retrieve(self.collection, ids=list(ids), with_payload=[FINGERPRINT_FIELD],
+                                           with_vectors=False)
+        out: dict[str, str | None] = {}
+        for record in found:
+            value = (record.payload or {}).get(FINGERPRINT_FIELD)
+            out[str(uuid.UUID(str(record.id)))] = str(value) if value is not None else None
+        return out
+
+    async def size(self) -> int:
+        """How many memory points the collection holds (every tenant; the owner marker aside)."""
+        result = await self.client.count(self.collection, exact=True)
+        return max(0, int(result.count) - (1 if await self._owner() is not None else 0))
+
+    async def point_ids(self) -> list[str]:
+        """Every memory point's id (the owner marker aside), scrolled without payloads or vectors."""
+        out: list[str] = []
+        offset: Any = None
+        while True:
+            page, offset = await self.client.scroll(self.collection, limit=10_000, offset=offset,
+                                                    with_payload=False, with_vectors=False)
+            out += [pid for record in page if (pid := str(uuid.UUID(str(record.id)))) != OWNER_POINT_ID]
+            if offset is None:
+                return out

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallHit, RecallMode
-from services.memory.application.ports import Embedder, SearchFilter, VectorPoint
+from services.memory.application.ports import FINGERPRINT_FIELD, Embedder, SearchFilter, VectorPoint
 from services.memory.domain.keywords import SparseVector, add_sparse, document_vector, keyword_terms
 
 SEARCH_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}
@@ -237,11 +237,14 @@ def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[li
     return [state_vector(state, matrix) for state, matrix in zip(states, matrices, strict=False)]
 
 
-def point_for(state: MemoryState, dense: Sequence[float], sparse: SparseVector | None = None) -> VectorPoint:
+def point_for(
+    state: MemoryState, dense: Sequence[float], sparse: SparseVector | None = None, fingerprint: str | None = None,
+) -> VectorPoint:
     """The memory's point: vectors, the fields searches filter on, and the rest of its view, so
     that a recall answers from its hits without reading them back from Postgres. ``sparse``: its
-    :func:`keyword_vector` if already known (a replay's cache)."""
-    return VectorPoint(
+    :func:`keyword_vector` if already known (a replay's cache); ``fingerprint``: what the point is
+    made of (:mod:`.index_sync`), stored with it so that a replay leaves it alone when unchanged."""
+    point = VectorPoint(
         id=str(state.id),
         dense=dense,
         sparse=keyword_vector(state) if sparse is None else sparse,
@@ -262,6 +265,9 @@ def point_for(state: MemoryState, dense: Sequence[float], sparse: SparseVector |
             "provenance": state.provenance.model_dump(mode="json") if state.provenance else None,
         },
     )
+    if fingerprint is not None:
+        point.payload[FINGERPRINT_FIELD] = fingerprint
+    return point
 
 
 _VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id"}

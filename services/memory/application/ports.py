@@ -125,6 +125,12 @@ class SearchHit:
     keywords: SparseVector | None = None
 
 
+#: The payload field of a memory's point that fingerprints everything the point is made of (the
+#: memory's state, the embedder, the indexing recipe, the point's layout):
+#: :mod:`services.memory.application.index_sync`.
+FINGERPRINT_FIELD = "fingerprint"
+
+
 @runtime_checkable
 class VectorIndex(Protocol):
     """Port to the vector index holding the memories' dense and keyword vectors.
@@ -162,6 +168,20 @@ class VectorIndex(Protocol):
     ) -> list[SearchHit]: ...
 
     async def count(self, filter: SearchFilter) -> int: ...
+
+    async def fingerprints(self, ids: Sequence[str]) -> dict[str, str | None]:
+        """The :data:`FINGERPRINT_FIELD` stored with each of ``ids`` the index holds (None for a
+        point written without one); ids it does not hold are left out. What a replay compares
+        with the points it would write, to leave the ones already right alone."""
+        ...
+
+    async def size(self) -> int:
+        """How many points the index holds, of every tenant."""
+        ...
+
+    async def point_ids(self) -> list[str]:
+        """The id of every point the index holds (a replay's sweep of points the log does not have)."""
+        ...
 
     async def drop(self) -> None: ...
 

@@ -27,6 +27,7 @@ from contracts.envelope import EventEnvelope
 from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
 from kit.command_log import OutcomeRecord
 from kit.projector import CheckpointedProjector
+from services.memory.application.index_sync import ReplaySync, fingerprint, point_recipe
 from services.memory.application.indexing import embedding_texts, keyword_vector, point_for, state_vector
 from services.memory.application.late import document_matrix, late_document, pack
 from services.memory.application.ports import LogRecord, Models, ReadModel, ReadModelTx, VectorIndex
@@ -86,6 +87,7 @@ class MemoryProjection:
         #: profiles are valid while their tenant's count is unchanged
         self.tenant_writes: Counter[str] = Counter()
         self._replay_writes: asyncio.Future[None] | None = None  # the last replayed batch's writes
+        self.replay_sync = ReplaySync(keep=False)  # the running (or last) replay's view of the index
 
     # one event ---------------------------------------------------------------------------
     async def apply(
@@ -106,7 +108,7 @@ class MemoryProjection:
             late_tokens = None
             if state.status is MemoryStatus.ACTIVE:
                 vector, late_tokens = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
-                await self.index.upsert([point_for(state, vector)])
+                await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
             else:
                 await self.index.delete([str(state.id)])
             await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
@@ -201,6 +203,16 @@ class MemoryProjection:
         await prime(self.models, [text for st in fresh for text in embedding_texts(st)],
                     [late_document(st) for st in fresh])
 
+    def begin_replay(self, *, keep_index: bool) -> ReplaySync:
+        """Start a replay's view of the vector index (:class:`.index_sync.ReplaySync`): with
+        ``keep_index`` the index was kept and only points whose fingerprint differs are written."""
+        self.replay_sync = ReplaySync(keep=keep_index)
+        return self.replay_sync
+
+    def fingerprint(self, state: MemoryState) -> str:
+        """The fingerprint of ``state``'s point (:mod:`.index_sync`)."""
+        return fingerprint(point_recipe(self.models.embedder.model_id), state)
+
     async def replay_batch(self, batch: Sequence[tuple[EventEnvelope, int]], checkpoint: str) -> int:
         """A replay's batch in bulk (:func:`kit.replay.rebuild`): the read model was emptied and
         nothing else writes, so each memory's last event in the batch is its state after it (events
@@ -209,8 +221,10 @@ class MemoryProjection:
         ``ReadModelTx.replay_memories``); rows still only move forward (``last_seq``), across
         batches too. With an embedding cache nothing is recomputed that a replay computed before:
         each memory's dense and keyword vectors are read from it (:meth:`indexed_vectors`) and its
-        late tokens copied from it inside Postgres. Other aggregates go event by event. Returns
-        how many events were written."""
+        late tokens copied from it inside Postgres. When the replay kept the vector index
+        (:meth:`begin_replay`), a point whose stored fingerprint is already the one it would get is
+        neither computed nor written. Other aggregates go event by event. Returns how many events
+        were written."""
         last_events: dict[str, tuple[EventEnvelope, int]] = {}
         others: list[tuple[EventEnvelope, int]] = []
         for event, seq in batch:
@@ -224,20 +238,27 @@ class MemoryProjection:
             if state.id not in last or last[state.id][1] < seq:
                 last[state.id] = (state, seq)
         active = [st for st, _ in last.values() if st.status is MemoryStatus.ACTIVE]
+        sync = self.replay_sync
+        ids = [str(st.id) for st in active]
+        fingerprints = [self.fingerprint(st) for st in active]
+        stored = await self.index.fingerprints(ids) if sync.keep else {}
+        todo = sync.to_write(ids, fingerprints, stored)
+        changed = [active[i] for i in todo]
         cache, encoder = self.models.cache, self.models.late_encoder
         keys = [MemoryKeys(st) for st in active] if cache is not None else []
         late: dict[UUID, bytes | None] = {}
         digests: dict[UUID, bytes] = {}
         if cache is None:  # everything computed: both models at once, as a live batch
-            await prime(self.models, [text for st in active for text in embedding_texts(st)],
+            await prime(self.models, [text for st in changed for text in embedding_texts(st)],
                         [late_document(st) for st in active])
-            vectors = [(await self.memory_vector(st), None) for st in active]
+            vectors = [(await self.memory_vector(st), None) for st in changed]
             late = {st.id: await self.late_tokens(st) for st in active}
         else:
-            vectors = await self.indexed_vectors(active, keys)
+            vectors = await self.indexed_vectors(changed, [keys[i] for i in todo])
             if encoder is not None:
                 digests = {st.id: k.document for st, k in zip(active, keys, strict=True)}
-        points = [point_for(st, dense, sparse) for st, (dense, sparse) in zip(active, vectors, strict=True)]
+        points = [point_for(st, dense, sparse, fingerprints[i])
+                  for i, st, (dense, sparse) in zip(todo, changed, vectors, strict=True)]
         rows = [(st, model.content_hash(st.content), seq, late.get(st.id), digests.get(st.id))
                 for st, seq in last.values()]
         gone = [str(mid) for mid, (st, _) in last.items() if st.status is not MemoryStatus.ACTIVE]
@@ -262,6 +283,8 @@ class MemoryProjection:
 
         # a pipeline one batch deep: this batch is written while the next one is read and prepared
         await self.replay_flush()
+        sync.scheduled(dict(zip(ids, fingerprints, strict=True)), gone,
+                       {p.id: fingerprints[i] for i, p in zip(todo, points, strict=True)})
         self._replay_writes = asyncio.ensure_future(write())
         for st, _ in last.values():
             self.tenant_writes[st.tenant] += 1
