@@ -172,6 +172,7 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
                     report.errors.append(f"line {batch[item.index][0]}: {item.error}")
 
     batch: list[tuple[int, dict[str, Any]]] = []
+    results_started = False
     with path.open(encoding="utf-8") as f:
         for number, value in engram_lines(f):
             if not isinstance(value, dict):  # the header
@@ -180,6 +181,12 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
                 await client.send(ADMIN_TENANT, RestoreAuthUser(user_id=report.user),
                                   key=key_for("restore-user", report.user))
                 continue
+            if value.get("type") == "extraction_result" and not results_started:
+                # a result names memories by id, remapped from their keys and titles in the target
+                # user: every batch before it is restored first (this batch carries its own records)
+                results_started = True
+                if pending:
+                    await asyncio.gather(*pending)
             batch.append((number, value))
             if len(batch) == MAX_RESTORE_RECORDS:
                 await gate.acquire()
