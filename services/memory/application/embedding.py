@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -78,6 +78,12 @@ class PrimedEmbedder:
             while len(self._primed) > self.capacity:
                 self._primed.popitem(last=False)
 
+    def forget(self, texts: Iterable[str]) -> None:
+        """Drop ``texts`` from the primed vectors (a purged user's texts)."""
+        with self._lock:
+            for text in texts:
+                self._primed.pop(text, None)
+
     def _lookup(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         """Primed vectors of ``texts`` (None where not primed); hits become most recently used."""
         with self._lock:
@@ -139,6 +145,12 @@ class PrimedLateEncoder:
                 self._primed.move_to_end(document)
             while len(self._primed) > self.capacity:
                 self._primed.popitem(last=False)
+
+    def forget(self, documents: Iterable[tuple[str | None, str]]) -> None:
+        """Drop ``documents`` from the primed token vectors (a purged user's texts)."""
+        with self._lock:
+            for document in documents:
+                self._primed.pop(document, None)
 
     def _lookup(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens | None]:
         """Primed tokens of ``documents`` (None where not primed); hits become most recently used."""

@@ -162,14 +162,11 @@ def memory_digests(state: MemoryState) -> set[bytes]:
 
 
 def _forget_primed(model: object, keys: Iterable[Hashable]) -> None:
-    """Drop ``keys`` from a model's primed vectors (the priming wrappers of
-    :mod:`.embedding`: an LRU ``_primed`` under ``_lock``); a model without them holds nothing."""
-    primed, lock = getattr(model, "_primed", None), getattr(model, "_lock", None)
-    if primed is None or lock is None:
-        return
-    with lock:
-        for key in keys:
-            primed.pop(key, None)
+    """Drop ``keys`` from a model's primed vectors (the priming wrappers of :mod:`.embedding`
+    have ``forget``); a model without priming holds nothing."""
+    forget = getattr(model, "forget", None)
+    if forget is not None:
+        forget(keys)
 
 
 class VectorCache:
