@@ -135,6 +135,10 @@ class Names:
     def dead_letter(self, stream: str, durable: str) -> str:
         return f"{self.namespace}.dlq.{stream}.{durable}"
 
+    def broadcast(self, service: str, name: str) -> str:
+        """A plain (not stored) message every replica of ``service`` hears, e.g. that a user was purged."""
+        return f"{self.namespace}.bcast.{service}.{name}"
+
     # consumers ---------------------------------------------------------------------------
     def command_consumer(self, service: str) -> ConsumerSpec:
         return ConsumerSpec(

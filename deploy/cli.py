@@ -48,7 +48,8 @@ def up(
     auth_port: Annotated[int, typer.Option(help="OAuth sign-in server port; a free one is used when taken")] = 8081,
     auth_public_url: Annotated[str | None, typer.Option(help="externally visible URL of the sign-in server")] = None,
     new_key: Annotated[bool, typer.Option("--new-key", help="mint a new API key (one is minted only at the first start)")] = False,
-    replicas: Annotated[int, typer.Option(min=1, max=8, help="processes of every service (memory beyond 1 needs ENGRAM_QDRANT_URL)")] = 1,
+    replicas: Annotated[int, typer.Option(min=1, max=8, help="processes of every service (memory replicas each keep their own embedded vector shard, "
+                                                           "following the event log, unless ENGRAM_QDRANT_URL names a Qdrant server)")] = 1,
 ) -> None:
     """Start NATS, Postgres and every service on this machine; print the MCP URL (and, at the first
     start or with --new-key, an API key)."""

@@ -94,8 +94,8 @@ class StackOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     new_key: bool = False  # `engram up --new-key`: mint an API key even if one was made before
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # supervision (deploy/supervisor.py)
-    #: `engram up --replicas N`: processes of every service (the memory service's beyond the first
-    #: only with a Qdrant server, ENGRAM_QDRANT_URL: the embedded vector shard belongs to one process)
+    #: `engram up --replicas N`: processes of every service (memory replicas on the embedded engine
+    #: each keep their own vector shard, following the event log: ENGRAM_MEMORY_REPLICA)
     replicas: int = 1
     metrics: bool = True  # give every process a /metrics port (ENGRAM_<SERVICE>_METRICS_PORT)
 
@@ -285,15 +285,15 @@ class Stack:
             "ENGRAM_AUTH_PORT": str(auth_port),
             "ENGRAM_AUTH_PUBLIC_URL": self.auth_url,
         }
-        if self.replica_count(MEMORY) < self.o.replicas:
-            self.say(f"memory: 1 replica of {self.o.replicas} (the embedded vector shard belongs to one process; "
-                     "set ENGRAM_QDRANT_URL to a Qdrant server to run more)")
         if self.o.replicas > 1:
             env["ENGRAM_REUSE_PORT"] = "1"  # the gateway's and auth's replicas share their ports (kit/listen.py)
         for name in SERVICES:
             for replica in range(1, self.replica_count(name) + 1):
                 process = name if replica == 1 else f"{name}-{replica}"
                 own = dict(env)
+                if name == MEMORY and self.o.replicas > 1 and not self._qdrant_url():
+                    # each replica keeps its own embedded shard, following the log (index_follow.py)
+                    own["ENGRAM_MEMORY_REPLICA"] = str(replica)
                 if self.o.metrics:
                     port = self._free_port()
                     own[f"ENGRAM_{name.upper()}_METRICS_PORT"] = str(port)
@@ -314,9 +314,10 @@ class Stack:
 
     def replica_count(self, service: str) -> int:
         """How many processes of ``service`` this stack runs."""
-        if service == MEMORY and not (self.o.extra_env.get("ENGRAM_QDRANT_URL") or os.environ.get("ENGRAM_QDRANT_URL")):
-            return 1
         return max(1, self.o.replicas)
+
+    def _qdrant_url(self) -> str:
+        return self.o.extra_env.get("ENGRAM_QDRANT_URL") or os.environ.get("ENGRAM_QDRANT_URL") or ""
 
     def _free_port(self) -> int:
         taken = set(self.metrics_ports.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -15,6 +16,11 @@ class MemorySettings(CommonSettings):
     )
     qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
     qdrant_collection: str = "memories"
+    memory_replica: str = Field(
+        "", pattern=r"^[A-Za-z0-9_-]{0,64}$",
+        description="with the embedded engine and several memory replicas: this replica's name (e.g. the pod's); "
+        "it keeps its own vector index, following the event log (index_follow.py). Empty: the only replica",
+    )
     memory_metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port (0: off)")
     qdrant_api_key: str | None = None
     embedder: str = Field("minilm", description="minilm (offline, default) | openai")
@@ -47,3 +53,10 @@ class MemorySettings(CommonSettings):
         "(LoCoMo R@10 +0.015; +~7 ms per recall at 100k memories, docs/benchmarks.md)",
     )
     memory_schema: str = "memory"
+
+    @property
+    def vector_path(self) -> Path:
+        """The embedded engine's shard: ``$ENGRAM_HOME/qdrant``, a further replica's ``qdrant-<replica>``."""
+        if self.memory_replica in ("", "1"):
+            return self.home / "qdrant"
+        return self.home / f"qdrant-{self.memory_replica}"

@@ -25,6 +25,7 @@ from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
+from services.memory.application.index_follow import IndexFollower
 from services.memory.application.ports import Embedder, Models, VectorIndex
 from services.memory.application.service import MemoryService
 from services.memory.application.vector_cache import VectorCache
@@ -88,7 +89,7 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
         embedder = PrimedEmbedder(metrics.TimedEmbedder(make_embedder(settings)))  # engram_embed_duration_seconds
         await asyncio.to_thread(embedder.embed, ["warm-up"])
         index = build_vector_index(
-            qdrant_url=settings.qdrant_url, path=settings.home / "qdrant", dim=embedder.dim,
+            qdrant_url=settings.qdrant_url, path=settings.vector_path, dim=embedder.dim,
             collection=settings.qdrant_collection, api_key=settings.qdrant_api_key, owner=settings.namespace,
         )
         if fresh_index:
@@ -147,7 +148,16 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
     stop = stop or _stop_on_signals()
     tracing.setup(MEMORY)
     async with memory_app(settings) as app:
+        follows = bool(settings.memory_replica) and not app.index.optimizes_itself  # its own shard: index_follow
+        if follows:  # before anything of this replica writes (see IndexFollower.sweep)
+            follower = IndexFollower(app.service.projection, app.store, app.index)
+            swept = await follower.sweep()
+            log.info("memory replica %s follows the event log into its own vector index (%d stale points removed)",
+                     settings.memory_replica, swept)
         tasks = nats_entry.start(app.bus, app.service, stop)
+        if follows:
+            tasks += await nats_entry.start_index_follower(app.bus, app.service, follower, settings.memory_replica,
+                                                           stop, from_start=getattr(app.index, "created", False))
         tasks += metrics.start(MEMORY, app.bus, stop, port=settings.memory_metrics_port,  # /metrics, consumer lag
                                host=settings.metrics_host)
         tasks.append(asyncio.create_task(maintain_index(app, stop)))

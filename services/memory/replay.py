@@ -23,7 +23,7 @@ from kit import replay as runner
 from kit.replay import ReplayReport, ServiceRunning
 from services.memory.application.projection import PROJECTOR
 from services.memory.application.service import MemoryService
-from services.memory.entrypoints.nats import RECORD_PROJECTORS
+from services.memory.entrypoints.nats import INDEX_FOLLOWER_PREFIX, RECORD_PROJECTORS, index_follower_spec
 
 if TYPE_CHECKING:
     from kit.bus import Bus
@@ -56,11 +56,23 @@ class _ReadModels:
             await index.optimize()  # build the vector index now, while nothing is waiting on it
 
 
+async def index_followers(bus: Bus) -> list[str]:
+    """The durable consumers of replicas that follow the log into their own vector index."""
+    prefix = f"{MEMORY}-{INDEX_FOLLOWER_PREFIX}"
+    try:
+        infos = await bus.js.consumers_info(bus.names.events_stream)
+    except Exception:  # no stream yet: nothing follows it
+        return []
+    return [i.name for i in infos if i.name.startswith(prefix)]
+
+
 async def ensure_service_stopped(bus: Bus) -> None:
     """Refuse (:class:`ServiceRunning`) while any memory service consumes from ``bus``."""
     names = bus.names
     consumers = [names.command_consumer(MEMORY), names.projector(MEMORY, "memory")]
     consumers += [names.projector(MEMORY, aggregate, name=name) for aggregate, name in RECORD_PROJECTORS.items()]
+    consumers += [index_follower_spec(names, durable.removeprefix(f"{MEMORY}-{INDEX_FOLLOWER_PREFIX}"))
+                  for durable in await index_followers(bus)]
     await runner.ensure_stopped(bus, "memory", consumers)
 
 
@@ -79,6 +91,10 @@ async def rebuild(
         apply_batch=service.projection.replay_batch, flush=service.projection.replay_flush,
     )
     report.details.update(points_kept=sync.kept, points_written=sync.written, points_swept=sync.swept)
+    # replicas with their own vector index check it against the rebuilt read model from the log's
+    # first event when they start again (services/memory/application/index_follow.py)
+    for durable in await index_followers(app.bus):
+        await app.bus.js.delete_consumer(app.bus.names.events_stream, durable)
     return report
 
 

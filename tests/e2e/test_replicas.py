@@ -4,9 +4,10 @@ correct results, work spread across replicas (each replica's own counters, scrap
 
 The gateways (and auth's OAuth servers) share one port with SO_REUSEPORT, so the kernel spreads the
 clients' connections; commands are spread by JetStream across the replicas' pulls on one durable
-consumer, queries by the NATS queue group. The memory service runs two replicas only with a Qdrant
-server (ENGRAM_TEST_QDRANT_URL; the embedded vector shard belongs to one process), else one.
-Waits are bounded polls; nothing is timed.
+consumer, queries by the NATS queue group. The memory service's two replicas share a Qdrant server
+when ENGRAM_TEST_QDRANT_URL names one; otherwise each keeps its own embedded vector shard, following
+the event log (services/memory/application/index_follow.py), and recall through either finds what
+was saved through the other. Waits are bounded polls; nothing is timed.
 """
 
 from __future__ import annotations
@@ -154,9 +155,8 @@ async def settled(r: Replicated, project: str) -> list[str]:
 
 async def test_every_service_runs_twice_and_work_is_spread(replicated: Replicated) -> None:
     r = replicated
-    for service in ("gateway", "auth", "extractor", "graph"):
+    for service in ("gateway", "auth", "memory", "extractor", "graph"):
         assert len(processes(r, service)) == 2, r.stack.services
-    assert len(processes(r, "memory")) == (2 if QDRANT_URL else 1)
     project = "rep-" + uuid.uuid4().hex[:6]
     n = 24
     await save_and_log(r, project, n)
@@ -181,6 +181,40 @@ async def test_every_service_runs_twice_and_work_is_spread(replicated: Replicate
                 for p in processes(r, "memory")}
     assert sum(commands.values()) >= 2 * n and all(v > 0 for v in commands.values()), commands
     print(f"memory commands: {commands}")
+
+    # recall through either memory replica finds every save, whichever replica took its command
+    found = await recalled(r, project, n)
+    assert found == set(range(n)), found
+    recalls = {p: counter(r, p, "engram_handler_duration_seconds_count", kind="query", operation="recall")
+               for p in processes(r, "memory")}
+    assert all(v > 0 for v in recalls.values()), recalls
+    print(f"memory recalls: {recalls}")
+    if not QDRANT_URL:  # each replica followed the log into its own shard
+        follows = {p: counter(r, p, "engram_consumer_messages_total", durable=f"memory-index-{i}", result="ack")
+                   for i, p in enumerate(processes(r, "memory"), start=1)}
+        assert all(v >= n for v in follows.values()), follows
+        print(f"memory index followers: {follows}")
+
+
+async def recalled(r: Replicated, project: str, n: int) -> set[int]:
+    """The numbers of the project's saved facts that recall finds, each asked on its own session
+    (spread over both gateways and, by the queue group, both memory replicas); a bounded wait for
+    the replica that did not take a save to follow it into its index."""
+    found: set[int] = set()
+    for _ in range(100):
+        for i in sorted(set(range(n)) - found):
+            async with session(r) as client:
+                result = await client.call_tool("recall", {"query": f"Replica fact {project} number {i}",
+                                                           "containerTag": project, "limit": 3,
+                                                           "includeProfile": False})
+                assert not result.is_error, result.content
+                text = "\n".join(getattr(c, "text", "") for c in result.content)
+                if f") Replica fact {project} number {i} — " in text:  # a hit line: "[1] (score) content — project"
+                    found.add(i)
+        if found == set(range(n)):
+            break
+        await asyncio.sleep(0.2)
+    return found
 
 
 def test_auth_commands_are_spread_and_a_killed_replica_leaves_the_other_serving(replicated: Replicated) -> None:
@@ -210,6 +244,7 @@ def test_auth_commands_are_spread_and_a_killed_replica_leaves_the_other_serving(
     contents = asyncio.run(writes())
     saved = [c for c in contents if c.startswith("Replica fact")]
     assert len(saved) == n and len(contents) == len(set(contents)), contents
+    assert asyncio.run(recalled(r, project, n)) == set(range(n))  # the surviving memory replica recalls them
     # A log event the killed replica's still-open pull request took reaches the survivor only after the
     # consumer's ack wait (the log itself was already extracted by a claim): wait for it, bounded.
     acked = counter(r, "extractor", "engram_consumer_messages_total", durable="extractor-logs", result="ack")

@@ -348,6 +348,12 @@ class MemoryStore(ReadModel):
             dynamic=[_view(r) for r in dynamic],
         )
 
+    async def active_memory_count(self) -> int:
+        return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.memories WHERE status = 'active'"))
+
+    async def active_memory_ids(self) -> list[UUID]:
+        return [r["id"] for r in await self.pool.fetch(f"SELECT id FROM {self.s}.memories WHERE status = 'active'")]
+
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]:
         rows = await self.pool.fetch(
             f"SELECT id, last_seq FROM {self.s}.memories WHERE id = ANY($1::uuid[])", list(ids)

@@ -112,6 +112,8 @@ class EdgeVectorIndex(VectorIndex):
         self._many_tenants = False  # points of two tenants were seen (until the shard is reopened)
         self._lock_file: IO[bytes] | None = None
         self._closed = False
+        #: ``ensure()`` created the shard (there was none at ``path``): it holds nothing yet
+        self.created = False
         #: dense searches scan every point instead of walking the HNSW graph (to tell the graph's
         #: approximation apart from a change of the vectors, e.g. comparing recalls around a replay)
         self.exact_search = False
@@ -173,6 +175,7 @@ class EdgeVectorIndex(VectorIndex):
             else:
                 self.path.mkdir(parents=True, exist_ok=True)
                 shard = qe.EdgeShard.create(str(self.path), self._config())
+                self.created = True
         except Exception as exc:
             self._release_lock()
             if "WouldBlock" in str(exc):
@@ -430,6 +433,12 @@ class EdgeVectorIndex(VectorIndex):
             value = (record.payload or {}).get(FINGERPRINT_FIELD)
             out[_point_id(record.id)] = str(value) if value is not None else None
         return out
+
+    async def delete_tenant(self, tenant: str) -> None:
+        """Delete every point of ``tenant`` (one filtered delete)."""
+        flt = qe.Filter(must=[qe.FieldCondition(TENANT_FIELD, match=qe.MatchValue(tenant))])
+        async with self._mutex:
+            self._require().update(qe.UpdateOperation.delete_points_by_filter(flt))
 
     async def size(self) -> int:
         """How many points the shard holds (every tenant)."""

@@ -202,6 +202,11 @@ class QdrantServerVectorIndex(VectorIndex):
         selector = qm.PointIdsList(points=[str(uuid.UUID(i)) for i in ids])
         await self.client.delete(self.collection, points_selector=selector, wait=True)
 
+    async def delete_tenant(self, tenant: str) -> None:
+        """Delete every point of ``tenant`` (one filtered delete; the owner marker has no tenant)."""
+        flt = qm.Filter(must=[qm.FieldCondition(key=TENANT_FIELD, match=qm.MatchValue(value=tenant))])
+        await self.client.delete(self.collection, points_selector=qm.FilterSelector(filter=flt), wait=True)
+
     async def set_payload(self, ids: Sequence[str], payload: dict[str, Any]) -> None:
         """Merge ``payload`` into the points' payloads. Changing ``tenant`` is refused."""
         if TENANT_FIELD in payload:

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
 from typing import Any, Protocol
 from uuid import UUID, uuid5
@@ -105,6 +105,9 @@ class Portability:
         self.names = names
         self.projection = projection
         self.forget_caches = forget_caches
+        #: told the purged user once a purge is done (replicas with their own vector index: the
+        #: memory service's entrypoint broadcasts it, see index_follow)
+        self.after_purge: Callable[[str], Awaitable[None]] | None = None
 
     def _subject(self, kind: RecordKind, tenant: str, record_id: UUID) -> str:
         return self.names.event(tenant, _AGGREGATE[kind], str(record_id))
@@ -299,5 +302,7 @@ class Portability:
         removed["vectors"] = vectors
         removed["embedding_cache"] = cached
         self.forget_caches(user)
+        if self.after_purge is not None:
+            await self.after_purge(user)
         return PurgeResult(service=MEMORY, removed=removed)
 

@@ -4,10 +4,16 @@ skeleton, over the service's handler tables) and its projectors (kit's checkpoin
 from __future__ import annotations
 
 import asyncio
+import contextlib
+
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from contracts.daily_logs import DAILY_LOG_AGGREGATE, EXTRACTION_RESULT_AGGREGATE, EXTRACTION_TASK_AGGREGATE
-from contracts.subjects import MEMORY
+from contracts.envelope import EventEnvelope
+from contracts.subjects import MEMORY, ConsumerSpec, Names
 from kit.bus import Bus
+from services.memory.application.index_follow import IndexFollower
 from services.memory.application.service import PROJECTOR, MemoryService
 
 SHARED_PROJECTOR_NAME = "shared-projector"
@@ -32,6 +38,58 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
         *(projector.start(bus, names.projector(MEMORY, aggregate, name=name), f"{MEMORY}-{name}", stop, batched=False)
           for aggregate, name in RECORD_PROJECTORS.items()),
     ]
+
+
+#: the durable consumers of replicas following the log into their own vector index: ``memory-index-<replica>``
+INDEX_FOLLOWER_PREFIX = "index-"
+
+
+def index_follower_spec(names: Names, replica: str) -> ConsumerSpec:
+    """The durable consumer with which replica ``replica`` follows memory events into its own index."""
+    return names.projector(MEMORY, "memory", name=f"{INDEX_FOLLOWER_PREFIX}{replica}")
+
+
+async def start_index_follower(
+    bus: Bus, service: MemoryService, follower: IndexFollower, replica: str, stop: asyncio.Event, *, from_start: bool,
+) -> list[asyncio.Task[None]]:
+    """Follow memory events into this replica's own vector index (``from_start``: a new shard, so
+    from the log's first event), and hear purges run by other replicas (services.memory.application.
+    index_follow)."""
+    spec = index_follower_spec(bus.names, replica)
+    if from_start:
+        with contextlib.suppress(NotFoundError):
+            await bus.js.delete_consumer(spec.stream, spec.durable)
+
+    def events(msgs: list[Msg]) -> list[tuple[EventEnvelope, int]]:
+        return [(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs]
+
+    async def on_event(msg: Msg) -> None:
+        await follower.follow(events([msg]))
+
+    async def handle_batch(msgs: list[Msg]) -> None:
+        await follower.follow(events(msgs))
+
+    subject = bus.names.broadcast(MEMORY, "purged")
+
+    async def on_purged(msg: Msg) -> None:
+        tenant = msg.data.decode()
+        await follower.index.delete_tenant(tenant)
+        service.forget_caches(tenant)
+
+    async def announce(user: str) -> None:
+        await bus.nc.publish(subject, user.encode())
+        await bus.nc.flush()
+
+    subscription = await bus.nc.subscribe(subject, cb=on_purged)
+    if service.portability is not None:
+        service.portability.after_purge = announce
+
+    async def hear_purges() -> None:
+        await stop.wait()
+        await subscription.unsubscribe()
+
+    return [asyncio.create_task(bus.consume(spec, on_event, stop, batch=256, handle_batch=handle_batch)),
+            asyncio.create_task(hear_purges())]
 
 
 async def serve_queries(bus: Bus, service: MemoryService) -> list[object]:
