@@ -435,6 +435,18 @@ async def test_fingerprints_size_and_point_ids(index: VectorIndex, corpus_points
     assert await index.size() == len(ids) - 1 and ids[0] not in await index.point_ids()
 
 
+async def test_delete_tenant_removes_only_that_tenants_points(index: VectorIndex) -> None:
+    """A purge heard by a replica that did not run it (both adapters)."""
+    everyone = SearchFilter(tenant="alice", status=None)
+    alice = await index.count(everyone)
+    others = await index.size() - alice
+    assert alice > 0 and others > 0
+    await index.delete_tenant("alice")
+    assert await index.count(everyone) == 0 and await index.size() == others
+    await index.delete_tenant("alice")  # again: nothing left to remove
+    assert await index.size() == others
+
+
 # --- edge only -------------------------------------------------------------
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
