@@ -61,6 +61,9 @@ class ConsumerSpec:
     backoff_s: tuple[float, ...] = field(default=(0.5, 2.0, 5.0, 15.0))
     max_ack_pending: int = 1000
     description: str = ""
+    #: the server deletes the consumer after this long without a puller (None: never); for a
+    #: consumer of one replica that may go away for good (it is created again when it comes back)
+    inactive_threshold_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ def _consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
         backoff=None,
         filter_subject=spec.filter_subject,
         max_ack_pending=spec.max_ack_pending,
+        inactive_threshold=spec.inactive_threshold_s,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
@@ -42,11 +43,16 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
 
 #: the durable consumers of replicas following the log into their own vector index: ``memory-index-<replica>``
 INDEX_FOLLOWER_PREFIX = "index-"
+#: a follower nobody pulled from for this long is deleted by the server (a replica scaled away for
+#: good); its replica, if it comes back, follows the log from the first event again
+FOLLOWER_INACTIVE_S = 24 * 3600.0
 
 
 def index_follower_spec(names: Names, replica: str) -> ConsumerSpec:
     """The durable consumer with which replica ``replica`` follows memory events into its own index."""
-    return names.projector(MEMORY, "memory", name=f"{INDEX_FOLLOWER_PREFIX}{replica}")
+    spec = names.projector(MEMORY, "memory", name=f"{INDEX_FOLLOWER_PREFIX}{replica}")
+    return dataclasses.replace(spec, inactive_threshold_s=FOLLOWER_INACTIVE_S,
+                               description=f"memory replica {replica}: follows memory events into its own vector index")
 
 
 async def start_index_follower(
