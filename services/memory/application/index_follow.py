@@ -39,6 +39,7 @@ from contracts.envelope import EventEnvelope
 from contracts.memory import MemoryState, MemoryStatus
 from services.memory.application.indexing import embedding_texts, point_for
 from services.memory.application.ports import ReadModel, VectorIndex
+from services.memory.application.projection import MemoryProjection, prime
 from services.memory.domain import model
 
 __all__ = ["FOLLOW_WAIT_S", "IndexFollower", "ReadModelBehind"]
@@ -55,16 +56,12 @@ class ReadModelBehind(Exception):
 class IndexFollower:
     """Brings this replica's vector index to the memories the log says, batch by batch (see the module)."""
 
-    def __init__(self, projection: object, store: ReadModel, index: VectorIndex, *,
+    def __init__(self, projection: MemoryProjection, store: ReadModel, index: VectorIndex, *,
                  wait_s: float = FOLLOW_WAIT_S) -> None:
-        from services.memory.application.projection import MemoryProjection, prime
-
-        assert isinstance(projection, MemoryProjection)
         self.projection = projection
         self.store = store
         self.index = index
         self.wait_s = wait_s
-        self._prime = prime
         self.written = 0  # points this follower wrote or deleted
         self.kept = 0  # points it found right
 
@@ -102,7 +99,7 @@ class IndexFollower:
         stored = await self.index.fingerprints(ids + gone)
         todo = [i for i, (pid, fp) in enumerate(zip(ids, fingerprints, strict=True)) if stored.get(pid, "") != fp]
         changed = [active[i] for i in todo]
-        await self._prime(self.projection.models, [t for st in changed for t in embedding_texts(st)], [])
+        await prime(self.projection.models, [t for st in changed for t in embedding_texts(st)], [])
         points = [point_for(st, await self.projection.memory_vector(st), fingerprint=fingerprints[i])
                   for i, st in zip(todo, changed, strict=True)]
         await self.index.upsert(points)
