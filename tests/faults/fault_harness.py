@@ -276,7 +276,9 @@ def memory_service_stopped(stack: Stack) -> Iterator[None]:
 
 def replay_matches(stack: Stack, tenant: str) -> dict[str, Any]:
     """With the memory service stopped: the read model's digest and the vector index's count of
-    the tenant's active memories, before and after `engram replay memory`'s rebuild."""
+    the tenant's active memories, before and after `engram replay memory`'s rebuild, and what the
+    rebuild did to the index (``points``: written / kept / swept — every point the faults left is
+    checked against its memory's latest event by fingerprint)."""
     from services.memory.adapters.pg_store import MemoryStore
     from services.memory.application.ports import SearchFilter
     from services.memory.config import MemorySettings
@@ -300,7 +302,8 @@ def replay_matches(stack: Stack, tenant: str) -> dict[str, Any]:
             before = await state(app.store, app.index)
             report = await rebuild(app)
             after = await state(app.store, app.index)
-        return {"before": before, "after": after, "events": report.events, "seconds": report.seconds}
+        return {"before": before, "after": after, "events": report.events, "seconds": report.seconds,
+                "points": report.details}
 
     async def wait_stopped(app: Any) -> None:
         deadline = time.time() + 30

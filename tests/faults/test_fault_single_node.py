@@ -237,11 +237,15 @@ def test_a_poison_message_is_dead_lettered_and_the_rest_flows(stack: Stack, clie
 @pytest.mark.ci
 def test_the_read_models_equal_a_replay(stack: Stack, client: tuple[str, str]) -> None:
     """After every fault above: rebuilding the memory service's read models from the event log
-    gives the same Postgres rows (digest) and as many points in the vector index as active rows."""
+    gives the same Postgres rows (digest), as many points in the vector index as active rows, and
+    finds every point already what the log says (its fingerprint that of its memory's latest event:
+    nothing to write, nothing to sweep)."""
     _, tenant = client
     result = replay_matches(stack, tenant)
     digest, active, points = result["before"]
     record("replay after the faults", {"events": result["events"], "active": active, "points_before": points,
-                                       "points_after": result["after"][2], "identical": result["before"] == result["after"]})
+                                       "points_after": result["after"][2], "identical": result["before"] == result["after"],
+                                       **result["points"]})
     assert active > 0 and points == active, result
     assert result["after"] == result["before"], result
+    assert result["points"]["points_written"] == 0 and result["points"]["points_swept"] == 0, result
