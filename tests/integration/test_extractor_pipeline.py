@@ -308,3 +308,44 @@ async def test_a_failed_task_is_recorded_failed_and_its_retry_success(pipeline: 
     # ledger knows the task done, so nothing is recorded and the task stays a success with no error
     assert (await extractor(FailingEngine()).handle(first)).outcome is Outcome.ALREADY_DONE
     assert (await pipeline_task(p, "bob", saved.id)) == task
+
+
+class LostOnce:
+    """A log source whose first ``mark_processed`` is lost (the process dies right before it)."""
+
+    def __init__(self, inner: ClientLogSource) -> None:
+        self.inner = inner
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def mark_processed(self, tenant: str, log_id: str, *, key: str) -> None:
+        if not self.lost:
+            self.lost += 1
+            raise ConnectionError("killed before the log was marked processed")
+        await self.inner.mark_processed(tenant, log_id, key=key)
+
+
+async def test_a_crash_before_the_log_is_marked_is_resumed_by_the_redelivery(pipeline: Pipeline) -> None:
+    """Found by the fault suite (kill -9 of the extractor): the ledger said done before the log was
+    marked processed, so the redelivered event stopped at "already done" and the log stayed
+    processing. The ledger is now done last: the redelivery finishes the log, its facts once."""
+    p = pipeline
+    logs = LostOnce(ClientLogSource(p.client))
+    extractor = Extractor(engine=BuiltinExtraction(), logs=logs,  # type: ignore[arg-type]
+                          memories=ClientMemoryWriter(p.client), ledger=PgTaskLedger(p.pool, p.schema), task_id=TASK)
+    saved = await save_log(p, "cleo", "2025-05-03")
+    view = (await p.client.ask("cleo", GetDailyLog(id=saved.id))).log
+    assert view is not None
+    notice = LogNotice(tenant="cleo", log_id=str(saved.id), status=view.processing_status.value, version=view.version)
+    with pytest.raises(ConnectionError):
+        await extractor.handle(notice)
+    before = (await memories(p, "cleo")).memories
+    assert (await extractor.handle(notice)).outcome is Outcome.DONE  # the same event, redelivered
+    done = await processed(p, "cleo", saved.id)
+    assert done is not None and done.log is not None and done.log.processing_status.value == "processed"
+    after = (await memories(p, "cleo")).memories
+    assert sorted(m.content for m in after) == sorted(m.content for m in before) and after  # facts once
+    assert len((await results(p, "cleo", saved.id)).results) == 1
+    assert (await extractor.handle(notice)).outcome is Outcome.ALREADY_DONE

@@ -101,15 +101,21 @@ class Extractor:
             extraction = await self.extract(claimed)
         except ExtractionFailed as exc:
             return await self._fail(claimed, notice, str(exc))
-        report = await self.complete(claimed, extraction, record)
+        report = await self.complete(claimed, extraction, record, finish=False)
         await self._record_task(claimed, notice, "success", report, extraction)
         await self.logs.mark_processed(claimed.tenant, claimed.log_id,
                                        key=step_key("processed", claimed.log_id, self.task_id, notice.version))
+        # the ledger says done only once the log is processed: a crash before this point is resumed
+        # by the redelivered event (every step above is keyed, so it is done once); were the ledger
+        # done first, the redelivery would stop at "already done" and leave the log processing
+        await self.ledger.finish(record)
         return report
 
-    async def complete(self, claimed: ClaimedLog, extraction: Extraction, record: TaskRecord) -> TaskReport:
+    async def complete(self, claimed: ClaimedLog, extraction: Extraction, record: TaskRecord, *,
+                       finish: bool = True) -> TaskReport:
         """An extraction's facts written, its result recorded, the ledger row done (the pipeline and
-        re-extraction alike)."""
+        re-extraction alike; ``finish=False``: the caller marks the ledger row done after its own
+        last step)."""
         report = await self.write(claimed, extraction.facts)
         # (log_id, task_id) and the ids: a result is unique per (log_id, task_id) on the memory side, so
         # a resumed task that found other ids (a memory changed meanwhile) replaces it, never duplicates
@@ -121,7 +127,8 @@ class Extractor:
         record.facts = len(extraction.facts)
         record.prompt_tokens += extraction.prompt_tokens
         record.completion_tokens += extraction.completion_tokens
-        await self.ledger.finish(record)
+        if finish:
+            await self.ledger.finish(record)
         return report
 
     async def _record_task(self, claimed: ClaimedLog, notice: LogNotice, status: str,
