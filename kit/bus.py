@@ -214,6 +214,22 @@ class Bus:
         aggregate); a different actual value raises ConcurrencyConflict. A retry of the same
         event (same ``event_id``) is recognised and returns the original sequence.
         """
+        seq, _ = await self._append(subject, event, expected_last_seq)
+        return seq
+
+    async def append_event_once(
+        self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None,
+    ) -> tuple[int, EventEnvelope]:
+        """:meth:`append_event`, and the event as the log holds it: for a retry of an event already
+        appended (same ``event_id``), the first attempt's — its timestamps, not the retry's — so
+        that what a retried command projects and answers is what a replay of the log gives."""
+        seq, stored = await self._append(subject, event, expected_last_seq)
+        return seq, stored if stored is not None else event
+
+    async def _append(
+        self, subject: str, event: EventEnvelope, expected_last_seq: int | None,
+    ) -> tuple[int, EventEnvelope | None]:
+        """(sequence, the stored event if this was a retry of it, else None)."""
         headers = tracing.inject({HEADER_MSG_ID: str(event.event_id)})  # its consumers continue the trace
         if expected_last_seq is not None:
             headers[HEADER_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
@@ -224,9 +240,13 @@ class Bus:
                 raise
             last = await self.last_event(subject)
             if last is not None and last[0].event_id == event.event_id:
-                return last[1]
+                return last[1], last[0]
             raise ConcurrencyConflict(f"{subject}: expected last sequence {expected_last_seq}") from exc
-        return int(ack.seq)
+        if ack.duplicate:  # the same event id within the stream's duplicate window: the first one's
+            raw = await self.js.get_msg(self.names.events_stream, seq=int(ack.seq))
+            assert raw.data is not None
+            return int(ack.seq), EventEnvelope.model_validate_json(raw.data)
+        return int(ack.seq), None
 
     async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None:
         """The newest event on one aggregate subject (its current state), with its sequence."""

@@ -91,6 +91,20 @@ async def test_retried_event_append_is_recognised(bus: Bus) -> None:
     assert info.state.messages == 1
 
 
+async def test_a_retried_append_gets_the_event_the_log_holds(bus: Bus) -> None:
+    """A retry recomputes its event (a new clock reading) under the same event id: the retry is told
+    the first attempt's event, in the duplicate window and past it (the expected sequence moved)."""
+    subject = bus.names.event("alice", "thing", "a3")
+    first = event("a3")
+    retry = first.model_copy(update={"data": {**first.data, "retried": True}})
+    seq, stored = await bus.append_event_once(subject, first, expected_last_seq=0)
+    assert stored is first
+    again, held = await bus.append_event_once(subject, retry, expected_last_seq=0)
+    assert (again, held.data) == (seq, first.data)
+    info = await bus.js.stream_info(bus.names.events_stream)
+    assert info.state.messages == 1
+
+
 async def test_redelivery_after_crash_mid_handling(bus: Bus) -> None:
     spec = replace(bus.names.command_consumer("crashy"), ack_wait_s=1.0, backoff_s=())
     await bus.js.publish(bus.names.command("crashy", "noop"), command("crash-key-001").model_dump_json().encode(),

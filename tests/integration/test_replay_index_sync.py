@@ -21,6 +21,7 @@ from contracts.envelope import CommandEnvelope
 from services.memory.application.indexing import point_for
 from services.memory.application.ports import FINGERPRINT_FIELD, VectorPoint
 from services.memory.config import MemorySettings
+from services.memory.domain import model
 from services.memory.domain.keywords import SparseVector
 from services.memory.main import memory_app
 from services.memory.replay import rebuild
@@ -124,3 +125,30 @@ async def test_a_memory_updated_across_batches_ends_at_its_last_version(settings
         # versions 1–3 replace the kept point one after the other, version 4 puts it back
         assert report.details == {"points_kept": 0, "points_written": 4, "points_swept": 0}
         assert await index_dump(app) == live
+
+
+async def test_a_retried_save_projects_what_the_log_holds(settings: MemorySettings) -> None:
+    """A save whose first attempt appended its event and died before projecting it, retried (same
+    command, a new clock reading): the row and the point are the logged state, so a replay finds
+    every point right (found by the fault suite: the retry used to project its own timestamps)."""
+    async with memory_app(settings) as app:
+        s = app.service
+        save = cmd("save_memory", {"content": "Saved through a crash"})
+        projection = s.projection
+        apply = projection.apply
+
+        async def crash(*args: Any, **kwargs: Any) -> bool:
+            raise ConnectionError("killed after the append, before the projection")
+
+        projection.apply = crash  # type: ignore[method-assign]
+        with pytest.raises(ConnectionError):
+            await s.handle_command(save)
+        projection.apply = apply  # type: ignore[method-assign]
+        reply = await s.handle_command(save)  # the client's retry, same key
+        assert reply.ok
+        state = await app.store.get("dora", uuid.UUID(reply.result["memory_id"]))
+        logged = await app.bus.last_event(app.bus.names.event("dora", "memory", reply.result["memory_id"]))
+        assert logged is not None and state is not None
+        assert state == model.state_of(logged[0])  # the first attempt's timestamps, as the log has them
+        report = await rebuild(app)
+        assert report.details == {"points_kept": 1, "points_written": 0, "points_swept": 0}

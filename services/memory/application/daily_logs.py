@@ -88,7 +88,8 @@ class Records(Generic[S]):
         self, tenant: str, record_id: UUID, event: EventEnvelope, expected: int, outcome: OutcomeRecord | None = None,
     ) -> int:
         """Append (ConcurrencyConflict when another writer came first) and project inline."""
-        seq = await self.events.append_event(self.subject(tenant, record_id), event, expected_last_seq=expected)
+        seq, event = await self.events.append_event_once(self.subject(tenant, record_id), event,
+                                                         expected_last_seq=expected)
         await self.projection.apply_record(event, seq, outcome=outcome)
         return seq
 

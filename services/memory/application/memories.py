@@ -168,9 +168,10 @@ class Memories:
             state, event_type, command_id=env.command_id, correlation_id=env.correlation_id, now=state.updated_at
         )
         async with self.projection.projecting_inline(state.id):
-            seq = await self.events.append_event(
+            seq, event = await self.events.append_event_once(
                 memory_subject(self.names, state.tenant, state.id), event, expected_last_seq=expected_last_seq
             )
+            state = model.state_of(event)  # a retry's first attempt's state, when it had appended it
             reply = _saved(state, created)
             await self.projection.apply(event, seq, outcome=env.outcome(reply))
             env.recorded = True
@@ -213,7 +214,7 @@ class Memories:
             )
             async with self.projection.projecting_inline(new_state.id):
                 try:
-                    seq = await self.events.append_event(subject, event, expected_last_seq=last_seq)
+                    seq, event = await self.events.append_event_once(subject, event, expected_last_seq=last_seq)
                 except ConcurrencyConflict:
                     continue
                 result = ForgetMemoryResult(

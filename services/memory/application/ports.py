@@ -305,6 +305,13 @@ class EventLog(Protocol):
 
     async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int: ...
 
+    async def append_event_once(
+        self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None,
+    ) -> tuple[int, EventEnvelope]:
+        """(sequence, the event as the log holds it): a retried command's event, if its first
+        attempt appended it, is that attempt's (timestamps included); project and answer that one."""
+        ...
+
     async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None: ...
 
     async def history(self, subject: str) -> list[tuple[EventEnvelope, int]]: ...

@@ -58,7 +58,8 @@ class SharedMemories:
                 event_id=model.event_id_for(env.tenant, env.command_id, state.id, state.version),
             )
             try:
-                seq = await self.events.append_event(subject, event, expected_last_seq=loaded[1] if loaded else 0)
+                seq, event = await self.events.append_event_once(subject, event,
+                                                                 expected_last_seq=loaded[1] if loaded else 0)
             except ConcurrencyConflict:
                 continue
             result = SaveSharedMemoryResult(
