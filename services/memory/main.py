@@ -157,7 +157,7 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         tasks = nats_entry.start(app.bus, app.service, stop)
         if follows:
             tasks += await nats_entry.start_index_follower(app.bus, app.service, follower, settings.memory_replica,
-                                                           stop, from_start=getattr(app.index, "created", False))
+                                                           stop, from_start=app.index.created)
         tasks += metrics.start(MEMORY, app.bus, stop, port=settings.memory_metrics_port,  # /metrics, consumer lag
                                host=settings.metrics_host)
         tasks.append(asyncio.create_task(maintain_index(app, stop)))

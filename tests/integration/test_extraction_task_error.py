@@ -5,10 +5,7 @@ state of an old history replays as written."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,33 +16,17 @@ from contracts.daily_logs import (
     TaskStatus,
     extraction_task_uuid,
 )
-from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply
-from services.memory.config import MemorySettings
+from contracts.envelope import QueryEnvelope
 from services.memory.domain import daily_logs as rules
-from services.memory.main import MemoryApp, memory_app
+from services.memory.main import MemoryApp
 from services.memory.replay import rebuild
+from tests.integration import test_daily_logs
+
+app = test_daily_logs.app  # the memory service in-process (its fixture), and its command helper
+send = test_daily_logs.send
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2025, 5, 1, 3, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def app(infra, tmp_path: Path) -> AsyncIterator[MemoryApp]:  # type: ignore[no-untyped-def]
-    settings = MemorySettings(
-        home=tmp_path, nats_url=infra.nats_url, database_url=infra.database_url,
-        namespace=infra.fresh_namespace(), memory_schema="mem_" + uuid.uuid4().hex[:8],
-        late_interaction="none", reranker="none",
-    )
-    async with memory_app(settings) as a:
-        try:
-            yield a
-        finally:
-            await a.bus.delete_streams()
-
-
-async def send(app: MemoryApp, type_: str, payload: dict[str, Any]) -> Reply[Any]:
-    return await app.service.handle_command(CommandEnvelope(
-        command_id=uuid.uuid4().hex, type=type_, tenant="alice", payload=payload))
 
 
 async def listed(app: MemoryApp, task_id: str) -> dict[str, Any]:

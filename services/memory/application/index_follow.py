@@ -39,8 +39,7 @@ from contracts.envelope import EventEnvelope
 from contracts.memory import MemoryState, MemoryStatus
 from services.memory.application.indexing import embedding_texts, point_for
 from services.memory.application.ports import ReadModel, VectorIndex
-from services.memory.application.projection import MemoryProjection, prime
-from services.memory.domain import model
+from services.memory.application.projection import MemoryProjection, latest_states, prime
 
 __all__ = ["FOLLOW_WAIT_S", "IndexFollower", "ReadModelBehind"]
 
@@ -80,13 +79,7 @@ class IndexFollower:
 
     async def follow(self, batch: Sequence[tuple[EventEnvelope, int]]) -> int:
         """Apply a batch of events (any aggregate: only memories' matter); how many points changed."""
-        last: dict[UUID, tuple[MemoryState, int]] = {}
-        for event, seq in batch:
-            if event.aggregate != model.AGGREGATE:
-                continue
-            state = model.state_of(event)
-            if state.id not in last or last[state.id][1] < seq:
-                last[state.id] = (state, seq)
+        last, _ = latest_states(batch)
         if not last:
             return 0
         applied = await self._applied(last)

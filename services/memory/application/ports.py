@@ -146,6 +146,8 @@ class VectorIndex(Protocol):
     #: whether the engine builds its search indexes by itself (a Qdrant server); when not, the
     #: service asks it to in quiet moments (``needs_optimize`` / ``optimize``)
     optimizes_itself: bool = True
+    #: ``ensure()`` created the index (there was none): it holds nothing yet
+    created: bool = False
 
     async def ensure(self) -> None: ...
 

@@ -69,6 +69,26 @@ async def prime(models: Models, texts: list[str], documents: list[tuple[str | No
         await cache.store_computed(models, texts, documents)
 
 
+def latest_states(
+    batch: Sequence[tuple[EventEnvelope, int]],
+) -> tuple[dict[UUID, tuple[MemoryState, int]], list[tuple[EventEnvelope, int]]]:
+    """Each memory's state after ``batch`` with its sequence (events carry the whole state: only
+    each memory's last event is parsed), and the batch's events of other aggregates, in order."""
+    last_events: dict[str, tuple[EventEnvelope, int]] = {}
+    others: list[tuple[EventEnvelope, int]] = []
+    for event, seq in batch:
+        if event.aggregate == model.AGGREGATE:
+            last_events[event.aggregate_id] = (event, seq)
+        else:
+            others.append((event, seq))
+    last: dict[UUID, tuple[MemoryState, int]] = {}
+    for event, seq in last_events.values():
+        state = model.state_of(event)
+        if state.id not in last or last[state.id][1] < seq:
+            last[state.id] = (state, seq)
+    return last, others
+
+
 class MemoryProjection:
     """Applies memory and shared-memory events to the read model and the vector index."""
 
@@ -182,11 +202,7 @@ class MemoryProjection:
         """Prepare a projector batch: find which events are already projected (one query), let
         this process's inline projections of the same memories finish, and embed what is left in
         one call."""
-        states: dict[UUID, tuple[MemoryState, int]] = {}
-        for event, seq in batch:
-            if event.aggregate == model.AGGREGATE:
-                st = model.state_of(event)
-                states[st.id] = (st, seq)
+        states, _ = latest_states(batch)
         if not states:
             return
         applied = await self.store.applied_sequences(list(states))
@@ -225,18 +241,7 @@ class MemoryProjection:
         (:meth:`begin_replay`), a point whose stored fingerprint is already the one it would get is
         neither computed nor written. Other aggregates go event by event. Returns how many events
         were written."""
-        last_events: dict[str, tuple[EventEnvelope, int]] = {}
-        others: list[tuple[EventEnvelope, int]] = []
-        for event, seq in batch:
-            if event.aggregate == model.AGGREGATE:
-                last_events[event.aggregate_id] = (event, seq)
-            else:
-                others.append((event, seq))
-        last: dict[UUID, tuple[MemoryState, int]] = {}
-        for event, seq in last_events.values():
-            state = model.state_of(event)
-            if state.id not in last or last[state.id][1] < seq:
-                last[state.id] = (state, seq)
+        last, others = latest_states(batch)
         active = [st for st, _ in last.values() if st.status is MemoryStatus.ACTIVE]
         sync = self.replay_sync
         ids = [str(st.id) for st in active]
