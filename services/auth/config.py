@@ -41,7 +41,9 @@ class AuthSettings(CommonSettings):
     auth_purge_interval_s: float = Field(600, gt=0, description="how often expired OAuth rows are deleted")
     auth_unused_client_days: float = Field(7, gt=0, description="delete clients registered this long ago that never got a grant")
     auth_header_timeout_s: float = Field(10, gt=0, description="a connection must send its request headers within this")
-    auth_keep_alive_s: int = Field(5, ge=1, description="idle keep-alive connections are closed after this")
+    auth_keep_alive_s: int = Field(
+        65, ge=1, description="idle keep-alive connections are closed after this (above clients' own expiry, see the gateway's)"
+    )
 
     @field_validator("trusted_proxies")
     @classmethod

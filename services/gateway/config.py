@@ -30,7 +30,10 @@ class GatewaySettings(CommonSettings):
         "empty: the socket peer is the client"
     )
     header_timeout_s: float = Field(10.0, gt=0, description="a request's headers must arrive within this (else 408, closed)")
-    keep_alive_timeout_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed after this")
+    keep_alive_timeout_s: int = Field(
+        65, ge=1, description="an idle keep-alive connection is closed after this; keep it above the clients' and any "
+        "proxy's own idle expiry (httpx 5 s, Node 4 s, AWS ALB 60 s), or a request sent as the server closes is lost"
+    )
     body_idle_timeout_s: float = Field(
         30.0, gt=0, description="a request body may pause at most this long between chunks (else the connection is closed)"
     )

@@ -154,6 +154,33 @@ async def test_many_clients_of_one_new_key_are_not_taken_for_guessers(running, t
     assert lookups <= 10, f"{lookups} auth lookups for two waves of 150 requests of one key"
 
 
+def test_a_connection_idle_past_a_clients_keep_alive_expiry_is_still_open(running) -> None:  # type: ignore[no-untyped-def]
+    """httpx (the MCP SDK's client) keeps an idle connection 5 s, Node's fetch 4 s: a server that closes
+    at the same 5 s races the client's next request on it, which then fails with a read error (CI run of
+    1ab05c9: one request of a 150-request wave). The gateway and the authorization server keep idle
+    connections longer than clients do, so a client, not the server, ends them."""
+    import http.client
+
+    def reused_after(url: str, idle_s: float) -> tuple[int, int, bool]:
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            conn.request("GET", "/healthz")
+            first = conn.getresponse()
+            first.read()
+            sock = conn.sock
+            time.sleep(idle_s)
+            conn.request("GET", "/healthz")  # http.client does not reconnect by itself: a closed socket fails
+            second = conn.getresponse()
+            second.read()
+            return first.status, second.status, conn.sock is sock
+        finally:
+            conn.close()
+
+    for url in (running.base_url, running.auth_url):
+        assert reused_after(url, 6.0) == (200, 200, True), url
+
+
 # --- issue 21 #8: forwarded headers only from configured proxies -------------------------------------
 
 async def anonymous_from_rotating_addresses(url: str, n: int) -> list[int]:
