@@ -137,3 +137,44 @@ async def log_events(app: Any) -> list[list[tuple[Any, int]]]:
     msgs = await sub.fetch(total, timeout=5.0)
     await sub.unsubscribe()
     return [[(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs]]
+
+
+async def test_two_replicas_saving_one_content_at_once_make_one_memory(base: dict[str, Any]) -> None:
+    """Each replica's content lock is its own: the content's identity is what makes the two saves one
+    memory (the first event of its aggregate wins; the other save answers with that memory). Saved
+    again after a forget, the content is a new memory, again one for both."""
+    async with memory_app(MemorySettings(**base, memory_replica="1")) as a, \
+            memory_app(MemorySettings(**base, memory_replica="2")) as b:
+
+        async def both(payload: dict[str, Any]) -> list[dict[str, Any]]:
+            replies = await asyncio.gather(a.service.handle_command(cmd("save_memory", payload)),
+                                           b.service.handle_command(cmd("save_memory", payload)))
+            assert all(r.ok for r in replies), [r.error for r in replies]
+            return [r.result for r in replies]
+
+        async def active(content: str) -> list[uuid.UUID]:
+            rows = await a.store.pool.fetch(f"SELECT id FROM {a.store.s}.memories WHERE tenant = 'erin' "
+                                            "AND status = 'active' AND content = $1", content)
+            return [r["id"] for r in rows]
+
+        contents = [f"Erin's note number {i}: keep the spare key under the blue pot" for i in range(12)]
+        rounds = await asyncio.gather(*(both({"content": c}) for c in contents))
+        for content, replies in zip(contents, rounds, strict=True):
+            assert len({r["memory_id"] for r in replies}) == 1, replies
+            assert sorted(r["created"] for r in replies) == [False, True], replies  # one created it
+            assert [str(i) for i in await active(content)] == [replies[0]["memory_id"]]
+
+        first = rounds[0][0]["memory_id"]
+        forgotten = await a.service.handle_command(cmd("forget_memory", {"memory_id": first}))
+        assert forgotten.ok and forgotten.result["forgotten"]
+        again = await both({"content": contents[0]})
+        assert len({r["memory_id"] for r in again}) == 1 and again[0]["memory_id"] != first
+        assert [str(i) for i in await active(contents[0])] == [again[0]["memory_id"]]
+        # changed to another content, the memory leaves its first content's identity free for a new save
+        changed = await b.service.handle_command(cmd("update_memory", {"id": again[0]["memory_id"],
+                                                                       "content": "The spare key moved to the shed"}))
+        assert changed.ok, changed.error
+        third = await both({"content": contents[0]})
+        assert len({r["memory_id"] for r in third}) == 1
+        assert third[0]["memory_id"] not in (first, again[0]["memory_id"])
+        assert len(await active(contents[0])) == 1

@@ -494,3 +494,15 @@ async def test_memories_saved_without_tokens_are_encoded_per_recall(app: MemoryA
     assert first[0] == "Nate: Every Sunday morning." and again[0] == "Nate: Every Saturday morning."
     warnings = [r.getMessage() for r in caplog.records if "late-interaction" in r.getMessage()]
     assert len(warnings) == 1 and "engram replay memory" in warnings[0]  # said once, with what to do
+
+
+async def test_more_saves_at_once_than_the_pool_has_connections_all_finish(app: MemoryApp) -> None:
+    """A save projects inline in one transaction; its embedding (which reads and fills the embedding
+    cache through the pool) is computed before that transaction opens. Computed inside, 12 saves at
+    once held all 10 connections and each waited for an 11th: the service hung."""
+    pool_size = app.store.pool.get_max_size()
+    contents = [f"Alice's errand {i}: buy {i} oranges for the picnic" for i in range(pool_size + 6)]
+    replies = await asyncio.wait_for(
+        asyncio.gather(*(app.service.handle_command(cmd("save_memory", {"content": c})) for c in contents)), 120)
+    assert all(r.ok and r.result["created"] for r in replies), [r.error for r in replies if not r.ok]
+    assert len({r.result["memory_id"] for r in replies}) == len(contents)

@@ -344,7 +344,7 @@ def test_a_result_repeat_replaces_its_lists_never_duplicates() -> None:
 def test_provenance_rides_on_a_memory_and_alone_makes_no_new_version() -> None:
     prov = Provenance(log_id=uuid4(), task_id="t1", turns=[0, 2])
     cmd = SaveMemory(category="preference", memory_key="preference.tea", content="likes sencha", provenance=prov)
-    state = model.new_memory("alice", "k", cmd, NOW, memory_key="preference.tea")
+    state = model.new_memory("alice", cmd, NOW, memory_key="preference.tea")
     assert state.provenance == prov
     assert model.save_over(state, cmd.model_copy(update={"provenance": None}), NOW) is None
     newer = model.save_over(state, cmd.model_copy(update={"content": "likes gyokuro"}), NOW)

@@ -16,11 +16,16 @@ pytestmark = pytest.mark.unit
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def test_identity_is_derived_from_the_idempotency_key() -> None:
-    a = model.new_memory("alice", "key-00000001", SaveMemory(content="x"), NOW)
-    b = model.new_memory("alice", "key-00000001", SaveMemory(content="x"), NOW)
-    c = model.new_memory("bob", "key-00000001", SaveMemory(content="x"), NOW)
-    assert a.id == b.id != c.id
+def test_a_free_form_memory_is_identified_by_its_owner_project_content_and_generation() -> None:
+    a = model.new_memory("alice", SaveMemory(content="I  like tea"), NOW)
+    assert a.id == model.new_memory("alice", SaveMemory(content="i like\ttea "), NOW).id  # compared normalised
+    assert a.id != model.new_memory("bob", SaveMemory(content="I like tea"), NOW).id
+    assert a.id != model.new_memory("alice", SaveMemory(content="I like tea", project="work"), NOW).id
+    assert a.id != model.new_memory("alice", SaveMemory(content="I like coffee"), NOW).id
+    again = model.new_memory("alice", SaveMemory(content="I like tea"), NOW, generation=1)
+    assert again.id not in (a.id, model.new_memory("alice", SaveMemory(content="I like tea"), NOW, generation=2).id)
+    assert model.same_content_active(a, model.content_hash("I like tea"))
+    assert not model.same_content_active(model.forget(a, None, NOW, None), model.content_hash("I like tea"))
 
 
 def test_content_is_compared_normalised() -> None:
@@ -29,7 +34,7 @@ def test_content_is_compared_normalised() -> None:
 
 
 def test_forget_keeps_history_and_refuses_twice() -> None:
-    state = model.new_memory("alice", "key-00000002", SaveMemory(content="likes cats"), NOW)
+    state = model.new_memory("alice", SaveMemory(content="likes cats"), NOW)
     gone = model.forget(state, "changed their mind", NOW)
     assert gone.status is MemoryStatus.FORGOTTEN and gone.version == 2 and gone.forget_reason == "changed their mind"
     assert gone.content == state.content
@@ -38,7 +43,7 @@ def test_forget_keeps_history_and_refuses_twice() -> None:
 
 
 def test_event_carries_new_state_and_deterministic_id() -> None:
-    state = model.new_memory("alice", "key-00000003", SaveMemory(content="x"), NOW)
+    state = model.new_memory("alice", SaveMemory(content="x"), NOW)
     e1 = model.event_for(state, MemoryEventType.SAVED, command_id="key-00000003", correlation_id="c", now=NOW)
     e2 = model.event_for(state, MemoryEventType.SAVED, command_id="key-00000003", correlation_id="c", now=NOW)
     assert e1.event_id == e2.event_id
@@ -99,7 +104,7 @@ def test_keyed_identity_and_versions() -> None:
     cmd = SaveMemory(category="preference", content="Likes cats")
     key = model.resolve_key(cmd)
     assert key == "preference.likes_cats"
-    first = model.new_memory("alice", "c-00000001", cmd, NOW, memory_key=key)
+    first = model.new_memory("alice", cmd, NOW, memory_key=key)
     assert first.id == model.keyed_memory_id("alice", "default", key)
     same = model.save_over(first, cmd, NOW)
     assert same is None
@@ -110,7 +115,7 @@ def test_keyed_identity_and_versions() -> None:
 def test_update_rules() -> None:
     from contracts.memory import UpdateMemory
 
-    state = model.new_memory("alice", "c-00000002", SaveMemory(category="goal", content="Run 5k"), NOW,
+    state = model.new_memory("alice", SaveMemory(category="goal", content="Run 5k"), NOW,
                              memory_key="goal.run")
     assert model.update(state, UpdateMemory(memory_key="goal.run", content="Run 5k"), NOW) is None
     with pytest.raises(Exception, match="does not match"):
@@ -135,9 +140,9 @@ def test_shared_memory_rules() -> None:
 def test_context_rules() -> None:
     from contracts.memory import UpdateMemory
 
-    saved = model.new_memory("alice", "c-00000003", SaveMemory(content="3 years now", context="  How long have\tyou had them? "), NOW)
+    saved = model.new_memory("alice", SaveMemory(content="3 years now", context="  How long have\tyou had them? "), NOW)
     assert saved.context == "How long have you had them?"  # normalised like content
-    assert model.new_memory("alice", "c-00000004", SaveMemory(content="x", context="   "), NOW).context is None
+    assert model.new_memory("alice", SaveMemory(content="x", context="   "), NOW).context is None
     # update_memory keeps the context unless it is given...
     kept = model.update(saved, UpdateMemory(id=saved.id, content="4 years now"), NOW)
     assert kept is not None and kept.context == saved.context and kept.version == 2
@@ -146,7 +151,7 @@ def test_context_rules() -> None:
     assert model.update(saved, UpdateMemory(id=saved.id, context="How long have you had them?"), NOW) is None
     # ...while saving a key again describes the memory anew, context included
     cmd = SaveMemory(category="preference", content="Likes tea", context="Talking about breakfast")
-    first = model.new_memory("alice", "c-00000005", cmd, NOW, memory_key=model.resolve_key(cmd))
+    first = model.new_memory("alice", cmd, NOW, memory_key=model.resolve_key(cmd))
     again = model.save_over(first, SaveMemory(category="preference", content="Likes tea"), NOW)
     assert again is not None and again.context is None and again.version == 2
     with pytest.raises(ValidationError, match="context"):

@@ -93,8 +93,30 @@ class Memories:
                 existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
             if existing is not None:
                 return _unchanged(existing)
-            state = model.new_memory(env.tenant, env.command_id, cmd, self.clock())
-            return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
+            return await self._save_new_content(env, cmd, digest)
+
+    async def _save_new_content(self, env: CommandCall, cmd: SaveMemory, digest: str) -> SaveMemoryResult:
+        """A memory of a content no active memory holds, on its content's first free identity
+        (:func:`model.content_memory_id`): a replica saving the same content at the same instant
+        appends to the same aggregate, one of the two first events wins, and the other command
+        answers with the winner's memory. A generation already used by a memory since forgotten or
+        changed is passed over."""
+        generation, races = 0, 0
+        while True:
+            state = model.new_memory(env.tenant, cmd, self.clock(), generation=generation)
+            try:
+                return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
+            except ConcurrencyConflict:
+                loaded = await self.events.last_event(memory_subject(self.names, env.tenant, state.id))
+            if loaded is None:  # purged meanwhile: the identity is free again
+                races += 1
+                if races >= MAX_RACES:
+                    raise ConcurrencyConflict(f"memory {state.id} kept changing while being saved; retry")
+                continue
+            current = model.state_of(loaded[0])
+            if model.same_content_active(current, digest):
+                return _unchanged(current)
+            generation += 1
 
     async def _with_provenance(self, env: CommandCall, cmd: C) -> C:
         """The command with its provenance's log date filled in; a provenance naming a log the
@@ -118,7 +140,7 @@ class Memories:
             loaded = await self.events.last_event(memory_subject(self.names, env.tenant, memory_id))
             now = self.clock()
             if loaded is None:
-                state = model.new_memory(env.tenant, env.command_id, cmd, now, memory_key=key)
+                state = model.new_memory(env.tenant, cmd, now, memory_key=key)
                 event_type, expected, created = MemoryEventType.SAVED, 0, True
             else:
                 current = model.state_of(loaded[0])

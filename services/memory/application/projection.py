@@ -123,11 +123,17 @@ class MemoryProjection:
             # checkpoint moves once per batch (flush_checkpoints)
             return False
 
+        # Embedded before the transaction, not in it: embedding may read and fill the embedding cache
+        # through the pool, and a transaction waiting for a second connection of a pool that its
+        # peers hold whole would wait forever (and it holds no row lock while it computes).
+        vector: list[float] | None = None
+        late_tokens: bytes | None = None
+        if state.status is MemoryStatus.ACTIVE:
+            vector, late_tokens = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
+
         async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
             # the vector write happens under the row lock, before the row commits
-            late_tokens = None
-            if state.status is MemoryStatus.ACTIVE:
-                vector, late_tokens = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
+            if vector is not None:
                 await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
             else:
                 await self.index.delete([str(state.id)])

@@ -48,8 +48,17 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(normalize_content(content).casefold().encode("utf-8")).hexdigest()
 
 
-def memory_id_for(tenant: str, command_id: str) -> UUID:
-    return uuid5(_NS, f"memory:{tenant}:{command_id}")
+def content_memory_id(tenant: str, project: str, digest: str, generation: int = 0) -> UUID:
+    """A free-form memory's identity is its content's (``digest``: :func:`content_hash`), so that
+    processes saving one content at once land on one aggregate and one of them wins its first
+    event; ``generation`` counts the earlier memories of that content that have since been
+    forgotten or changed (each later save of the content is a new memory)."""
+    return uuid5(_NS, f"memory-content:{tenant}:{project}:{digest}:{generation}")
+
+
+def same_content_active(state: MemoryState, digest: str) -> bool:
+    """Whether ``state`` is an active memory holding the content of ``digest``."""
+    return state.status is MemoryStatus.ACTIVE and content_hash(state.content) == digest
 
 
 def keyed_memory_id(tenant: str, project: str, memory_key: str) -> UUID:
@@ -82,11 +91,13 @@ def event_id_for(tenant: str, command_id: str, aggregate_id: UUID | str, version
 
 
 def new_memory(
-    tenant: str, command_id: str, cmd: SaveMemory, now: datetime, memory_key: str | None = None
+    tenant: str, cmd: SaveMemory, now: datetime, memory_key: str | None = None, generation: int = 0
 ) -> MemoryState:
-    """The state of a memory created by a SaveMemory command."""
+    """The state of a memory created by a SaveMemory command: identified by its key, else by its
+    content and generation."""
     return MemoryState(
-        id=keyed_memory_id(tenant, cmd.project, memory_key) if memory_key else memory_id_for(tenant, command_id),
+        id=keyed_memory_id(tenant, cmd.project, memory_key) if memory_key
+        else content_memory_id(tenant, cmd.project, content_hash(cmd.content), generation),
         tenant=tenant,
         project=cmd.project,
         content=normalize_content(cmd.content),
