@@ -135,3 +135,42 @@ async def test_a_purge_removes_the_users_cached_vectors_and_others_recompute_the
     finally:
         async with memory_app(settings) as app:
             await app.bus.delete_streams()
+
+
+async def test_a_purge_reaches_the_cached_vectors_of_versions_since_replaced(infra, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The purge removes the user's events before the memory service runs, so the texts of versions
+    since updated or forgotten are in no row and no event: their cache entries are found from the
+    digests noted for the user as each version was projected."""
+    settings = MemorySettings(home=tmp_path, nats_url=infra.nats_url, database_url=infra.database_url,
+                              namespace=infra.fresh_namespace(), memory_schema="pv_" + uuid.uuid4().hex[:8])
+
+    def command(type_: str, payload: dict[str, Any], tenant: str = "alice") -> CommandEnvelope:
+        return CommandEnvelope(command_id=uuid.uuid4().hex, type=type_, tenant=tenant, payload=payload)
+
+    try:
+        async with memory_app(settings) as app:
+            moved = await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"}))
+            temp = await app.service.handle_command(command("save_memory", {"content": "My locker code is 4417"}))
+            assert moved.ok and temp.ok
+            old_versions = await states(app, "alice")
+            assert (await app.service.handle_command(command("update_memory", {
+                "id": moved.result["memory_id"], "content": "I moved to 34 Oak Avenue, York"}))).ok
+            assert (await app.service.handle_command(command("forget_memory", {"memory_id": temp.result["memory_id"]}))).ok
+            assert (await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"},
+                                                             tenant="dan"))).ok  # dan wrote one of the same texts
+            current = await states(app, "alice")
+            assert await cached(app, old_versions) >= 4 and await cached(app, current) >= 4  # sentences, late tokens
+
+            done = await purge(app, "alice")
+            assert done.ok, done.error
+            assert await cached(app, old_versions) == 0 and await cached(app, current) == 0
+            assert await app.store.pool.fetchval(
+                f"SELECT count(*) FROM {app.store.s}.embedding_cache_owners WHERE tenant = 'alice'") == 0
+            hits = (await app.service.recall("dan", Recall(query="Elm Street", limit=3))).hits
+            assert hits and hits[0].memory.content == "I live at 12 Elm Street, Leeds"  # recomputed for dan
+            again = await purge(app, "alice")
+            assert again.ok and sum(again.result["removed"].values()) == 0
+    finally:
+        async with memory_app(settings) as app:
+            await app.bus.delete_streams()
+            await app.store.pool.execute(f"DROP SCHEMA IF EXISTS {settings.memory_schema} CASCADE")

@@ -51,6 +51,10 @@ class PgPortability:
                 ORDER BY id LIMIT $3""", tenant, after, limit)
         return [_state(r) for r in rows]
 
+    async def cache_owned(self, tenant: str) -> list[bytes]:
+        rows = await self.pool.fetch(f"SELECT digest FROM {self.s}.embedding_cache_owners WHERE tenant = $1", tenant)
+        return [bytes(r["digest"]) for r in rows]
+
     async def keyed_memories(self, tenant: str) -> list[tuple[str, str]]:
         rows = await self.pool.fetch(
             f"SELECT DISTINCT project, memory_key FROM {self.s}.memories WHERE tenant = $1 AND memory_key IS NOT NULL",

@@ -136,6 +136,12 @@ class Tx(ReadModelTx):
         if tokens:
             await self.conn.executemany(f"UPDATE {self.s}.memories SET late_tokens = $2 WHERE id = $1", tokens)
 
+    async def note_cache_owner(self, tenant: str, digests: Sequence[bytes]) -> None:
+        if digests:
+            await self.conn.execute(
+                f"""INSERT INTO {self.s}.embedding_cache_owners (tenant, digest)
+                    SELECT $1, d FROM unnest($2::bytea[]) AS d ON CONFLICT DO NOTHING""", tenant, list(digests))
+
     def _upsert_sql(self) -> str:
         return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18,$19)

@@ -80,6 +80,10 @@ class PortabilityStore(Protocol):
         the embedding cache's keys from."""
         ...
 
+    async def cache_owned(self, tenant: str) -> list[bytes]:
+        """The embedding cache digests noted as derived from the tenant's memories (any version)."""
+        ...
+
     async def keyed_memories(self, tenant: str) -> list[tuple[str, str]]:
         """(project, memory key) of every keyed memory of the tenant."""
         ...
@@ -284,14 +288,17 @@ class Portability:
 
         The embedding cache is keyed by hashes of texts, not by user: its entries derived from the
         user's memories (sentence vectors, late-interaction tokens, dense and keyword vectors) are
-        found from the memories' rows (their current versions: the events of earlier ones are
-        already purged) and deleted page by page, with the vectors, before the rows go, so a purge
+        found from the memories' rows (their current versions) and from the digests noted for the
+        user as each version was projected (earlier versions: their events are already purged),
+        and deleted page by page, with the vectors, before the rows go, so a purge
         interrupted anywhere and run again finds them from the rows still there. Another user's
         memory of the same text loses its entries too: a cache, it is recomputed when needed."""
         user = cmd.user_id
         cache = self.models.cache
         vectors = cached = 0
         after: UUID | None = None
+        if cache is not None:  # texts of versions since replaced: no row holds them any more
+            cached += await cache.forget_digests(await self.port.cache_owned(user))
         while page := await self.port.memory_states(user, after, _PURGE_PAGE):
             if cache is not None:
                 cached += await cache.forget_memories(self.models, page)

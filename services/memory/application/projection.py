@@ -31,7 +31,7 @@ from services.memory.application.index_sync import ReplaySync, fingerprint, poin
 from services.memory.application.indexing import embedding_texts, keyword_vector, point_for, state_vector
 from services.memory.application.late import document_matrix, late_document, pack
 from services.memory.application.ports import LogRecord, Models, ReadModel, ReadModelTx, VectorIndex
-from services.memory.application.vector_cache import MemoryKeys, late_cache_model
+from services.memory.application.vector_cache import MemoryKeys, late_cache_model, memory_digests
 from services.memory.domain import model, shared
 from services.memory.domain.keywords import SparseVector
 
@@ -135,6 +135,8 @@ class MemoryProjection:
             # the vector write happens under the row lock, before the row commits
             if vector is not None:
                 await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
+                if self.models.cache is not None:  # what the cache now holds of this version's text
+                    await tx.note_cache_owner(state.tenant, sorted(memory_digests(state)))
             else:
                 await self.index.delete([str(state.id)])
             await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)

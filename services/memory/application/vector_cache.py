@@ -290,6 +290,10 @@ class VectorCache:
                 self._packed.pop(document, None)
         return await self.store.delete_digests(sorted(digests)) if digests else 0
 
+    async def forget_digests(self, digests: Sequence[bytes]) -> int:
+        """Delete every entry under ``digests`` (any model); how many. Raised on failure, as above."""
+        return await self.store.delete_digests(sorted(set(digests))) if digests else 0
+
     # what a replay derives: each memory's dense and keyword vectors -----------------------------
     @staticmethod
     def derived_models(models: Models) -> tuple[str, str]:
