@@ -295,6 +295,33 @@ def test_an_older_memory_gains_a_closer_neighbour_saved_after_it(stack: Stack) -
     stack.run(case())
 
 
+def test_a_changed_memory_leaves_the_lists_its_old_text_was_on(stack: Stack) -> None:
+    """An edge's weight is the similarity of two texts: when a memory's text changes, the edges into
+    it that its old text earned are re-weighed by its new neighbours, or go if they no longer take it."""
+    user = tenant()
+
+    async def similar_edges() -> dict[tuple[str, str], float]:
+        return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
+
+    async def case() -> None:
+        tea = await stack.save(user, "My favourite drink is green tea")
+        drinks = await stack.save(user, "I love drinking green tea every morning")
+        herbal = await stack.save(user, "I drink green tea or herbal tea every evening")
+        await until(lambda: _having_similar(similar_edges, {(tea, drinks), (herbal, drinks), (drinks, tea), (tea, herbal)}),
+                    "the tea memories' edges")
+        before = await similar_edges()
+        await stack.client.send(user, UpdateMemory(id=uuid.UUID(drinks), content="The quarterly tax report is due in April"))
+
+        async def moved_on() -> dict[tuple[str, str], float] | None:
+            edges = await similar_edges()
+            return edges if await _settled(stack) and not any(drinks in pair for pair in edges) else None
+
+        after = await until(moved_on, "the changed memory's edges gone from the tea lists")
+        assert after[(tea, herbal)] == pytest.approx(before[(tea, herbal)])  # the others' edges stay
+
+    stack.run(case())
+
+
 async def _having_similar(edges: Callable[[], Awaitable[dict[tuple[str, str], float]]],
                           want: set[tuple[str, str]]) -> dict[tuple[str, str], float] | None:
     found = await edges()

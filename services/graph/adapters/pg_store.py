@@ -367,10 +367,12 @@ class PgGraphStore:
             # the memories' nodes first, in key order, as the projection locks a node before its
             # queue row: a forget projected meanwhile waits for this round (and then drops its edges)
             # or went first (and the forgotten neighbour is passed over)
-            live = {r["id"] for r in await conn.fetch(
-                f"SELECT id, forgotten FROM {self.s}.nodes WHERE tenant = $1 AND id = ANY($2::text[])"
+            locked = await conn.fetch(
+                f"SELECT id, forgotten, version FROM {self.s}.nodes WHERE tenant = $1 AND id = ANY($2::text[])"
                 f' ORDER BY id COLLATE "C" FOR UPDATE', task.tenant, sorted({task.memory_id, *neighbours}),
-            ) if not r["forgotten"]} if offer_limit and neighbours else set()
+            ) if neighbours else []
+            live = {r["id"] for r in locked if not r["forgotten"]} if offer_limit else set()
+            versions = {r["id"]: r["version"] for r in locked}
             version = await conn.fetchval(
                 f"SELECT version FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2 FOR UPDATE",
                 task.tenant, task.memory_id,
@@ -379,10 +381,12 @@ class PgGraphStore:
                 return False  # forgotten since (unqueued), or a newer version waits for its own round
             await conn.execute(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2 AND type = 'similar'",
                                task.tenant, task.memory_id)
-            upsert = (f"INSERT INTO {self.s}.edges (tenant, source, target, type, weight) VALUES ($1, $2, $3, 'similar',"
-                      f" $4) ON CONFLICT (tenant, source, type, target) DO UPDATE SET weight = EXCLUDED.weight")
+            upsert = (f"INSERT INTO {self.s}.edges (tenant, source, target, type, weight, target_version) VALUES"
+                      f" ($1, $2, $3, 'similar', $4, $5) ON CONFLICT (tenant, source, type, target)"
+                      f" DO UPDATE SET weight = EXCLUDED.weight, target_version = EXCLUDED.target_version")
             if found is not None:
-                await conn.executemany(upsert, [(task.tenant, task.memory_id, n, score) for n, score in neighbours.items()])
+                await conn.executemany(upsert, [(task.tenant, task.memory_id, n, score, versions.get(n))
+                                                for n, score in neighbours.items()])
             offered = [n for n in neighbours if n in live] if task.memory_id in live else []
             if offered:  # similarity is symmetric: each neighbour's list may take this memory (domain rule)
                 lists: dict[str, dict[str, float | None]] = {n: {} for n in offered}
@@ -395,13 +399,19 @@ class PgGraphStore:
                 for n in offered:
                     decided = offer(lists[n], task.memory_id, neighbours[n], offer_limit)
                     if decided.take:
-                        taken.append((task.tenant, n, task.memory_id, neighbours[n]))
+                        taken.append((task.tenant, n, task.memory_id, neighbours[n], task.version))
                     dropped += [(task.tenant, n, d) for d in decided.drop]
                 if dropped:
                     await conn.executemany(f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND source = $2"
                                            f" AND type = 'similar' AND target = $3", dropped)
                 if taken:
                     await conn.executemany(upsert, taken)
+            if found is not None and task.version > 1:
+                # the edges into this memory an older version of it earned, that its new neighbours
+                # did not take again just above (re-weighed there): their weight is another text's
+                await conn.execute(
+                    f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND target = $2 AND type = 'similar'"
+                    f" AND (target_version IS NULL OR target_version < $3)", task.tenant, task.memory_id, task.version)
             await conn.execute(f"DELETE FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2",
                                task.tenant, task.memory_id)
             return True

@@ -109,7 +109,9 @@ class GraphStore(Protocol):
         still holds this version (else a newer one is waiting): returns whether it did. ``found``
         None: the memory is gone or forgotten; its edges go. ``offer_limit`` > 0: the memory is
         offered to each found neighbour's own list too, kept to that many
-        (:func:`services.graph.domain.similar.offer`; not to a forgotten neighbour)."""
+        (:func:`services.graph.domain.similar.offer`; not to a forgotten neighbour). For a changed
+        memory (version > 1), the edges into it that an older version earned and its neighbours did
+        not take again go: their weight was another text's."""
 
     async def retry_similar(self, task: SimilarTask, delay_s: float, max_attempts: int) -> None: ...
 

@@ -14,8 +14,9 @@ Edge rules:
 - ``updates``: a memory → a forgotten memory of its key family it followed (the first memory of the
   family after the forgotten one); a memory saved again after being forgotten loses it;
 - ``similar``: asked of the memory service after the projection (:mod:`.similar`): a saved or
-  changed memory is queued in the same transaction (its neighbours' lists are offered it then);
-  a forgotten one loses its similar edges.
+  changed memory is queued in the same transaction (its neighbours' lists are offered it then,
+  and a changed one's edges from lists that do not take it again go); a forgotten one loses its
+  similar edges.
 """
 
 from __future__ import annotations
