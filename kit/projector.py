@@ -135,9 +135,12 @@ class CheckpointedProjector(Generic[TxT]):
                 await tx.advance_checkpoint(projection, seq)
 
     async def move_checkpoint(self, source: str, target: str) -> None:
-        """Advance ``target`` to where ``source`` got (a replay hands over to the live consumer)."""
+        """Advance ``target`` to where ``source`` got (a replay hands over to the live consumer).
+        ``source`` is read before the transaction opens, not in it: the store reads it through the
+        pool, and a transaction waiting for a second connection of a pool its peers hold whole
+        would wait forever (the read was never in the transaction's snapshot anyway)."""
+        last = await self.store.checkpoint(source)
         async with self.store.transaction() as tx:
-            last = await self.store.checkpoint(source)
             await tx.advance_checkpoint(target, last)
 
     # the consumer ------------------------------------------------------------------------
