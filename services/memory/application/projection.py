@@ -276,18 +276,25 @@ class MemoryProjection:
                 for st, seq in last.values()]
         gone = [str(mid) for mid, (st, _) in last.items() if st.status is not MemoryStatus.ACTIVE]
 
+        last_seq = max(seq for _, seq in batch) if batch else None
+
         async def write_rows() -> None:
             async with self.store.transaction() as tx:
                 unfilled = await tx.replay_memories(rows, late_cache_model(encoder.model_id) if encoder else "")
-                if cache is not None:
-                    cache.hits += len(digests) - len(unfilled)
-                if unfilled:  # not in the cache: computed (and stored there) now
-                    states = [last[mid][0] for mid in unfilled]
-                    await prime(self.models, [], [late_document(st) for st in states])
-                    await tx.set_late_tokens([(st.id, tokens) for st in states
-                                              if (tokens := await self.late_tokens(st)) is not None])
-                if batch:
-                    await tx.advance_checkpoint(checkpoint, max(seq for _, seq in batch))
+                if not unfilled and last_seq is not None:
+                    await tx.advance_checkpoint(checkpoint, last_seq)
+            if cache is not None:
+                cache.hits += len(digests) - len(unfilled)
+            if unfilled:
+                # not in the cache: computed (and stored there) now, outside any transaction, since
+                # computing reads and fills the cache through the pool; the checkpoint moves with them
+                states = [last[mid][0] for mid in unfilled]
+                await prime(self.models, [], [late_document(st) for st in states])
+                tokens = [(st.id, packed) for st in states if (packed := await self.late_tokens(st)) is not None]
+                async with self.store.transaction() as tx:
+                    await tx.set_late_tokens(tokens)
+                    if last_seq is not None:
+                        await tx.advance_checkpoint(checkpoint, last_seq)
 
         async def write() -> None:
             # Postgres writes in its own process while the index takes the points (in a thread)
