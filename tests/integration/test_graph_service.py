@@ -322,6 +322,47 @@ def test_a_changed_memory_leaves_the_lists_its_old_text_was_on(stack: Stack) -> 
     stack.run(case())
 
 
+def test_a_list_that_lost_a_changed_memory_gets_a_new_round(stack: Stack) -> None:
+    """Top-k is not symmetric: a changed memory's round removes an edge into it from a list that
+    its new neighbours did not include, yet that list's own nearest neighbours may still hold the
+    new text. The list's memory is queued again, so its round asks the memory service and the list
+    holds the changed memory again, weighed against its new text."""
+    user = tenant()
+    worker = stack.graph.similar
+
+    async def similar_edges() -> dict[tuple[str, str], float]:
+        return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
+
+    async def case() -> None:
+        tea = await stack.save(user, "I love drinking green tea every morning")
+        changed = await stack.save(user, "My favourite drink is green tea")
+        coffee = await stack.save(user, "I drink black coffee every morning")
+        await until(lambda: _having_similar(similar_edges, {(tea, changed), (changed, tea)}), "the tea memories' edges")
+        await until(lambda: _settled(stack), "the similar queue drained")
+        before = await similar_edges()
+        assert {t for s, t in before if s == tea} == {changed}, before  # the test's texts: coffee is too far
+        worker.limit = 1  # every list keeps its single closest neighbour from here on
+        try:
+            # the new text's closest is coffee, so its round re-weighs nothing on the tea list and
+            # removes the old edge from it; the tea memory's own closest is still the new text
+            await stack.client.send(user, UpdateMemory(id=uuid.UUID(changed),
+                                                       content="I drink green tea and black coffee every morning"))
+
+            async def settled_after() -> dict[tuple[str, str], float] | None:
+                edges = await similar_edges()
+                return edges if await _settled(stack) and (changed, coffee) in edges else None
+
+            after = await until(settled_after, "the changed memory's round and what it queued")
+            assert {t for s, t in after if s == changed} == {coffee}, after  # tea is not on its list
+            tea_list = {t: w for (s, t), w in after.items() if s == tea}
+            assert set(tea_list) == {changed}, after  # without the new round: an empty list
+            assert tea_list[changed] != pytest.approx(before[(tea, changed)])  # weighed against the new text
+        finally:
+            worker.limit = stack.graph_settings.graph_similar_limit
+
+    stack.run(case())
+
+
 async def _having_similar(edges: Callable[[], Awaitable[dict[tuple[str, str], float]]],
                           want: set[tuple[str, str]]) -> dict[tuple[str, str], float] | None:
     found = await edges()

@@ -361,16 +361,28 @@ class PgGraphStore:
         return [SimilarTask(r["tenant"], r["memory_id"], r["project"], r["version"], r["attempts"]) for r in rows]
 
     async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None, *, offer_limit: int = 0) -> bool:
+        """See :meth:`GraphStore.set_similar`. Locks, in key order, the nodes of the memory, of its
+        neighbours and of the sources of its stale incoming edges (a changed memory's), before any
+        edge row: the projection locks a node before it unqueues it and drops its edges, so a forget
+        projected meanwhile waits for this round or went first — never a lock cycle with it."""
         neighbours = {str(n.memory_id): n.score for n in (found.similar if found else [])
                       if str(n.memory_id) != task.memory_id}
         async with self.pool.acquire() as conn, conn.transaction():
+            # a changed memory: the sources of the edges into it that an older version of it earned
+            # (their weight is another text's), read before the locks so their nodes are locked too
+            stale_sql = ("tenant = $1 AND target = $2 AND type = 'similar'"
+                         " AND (target_version IS NULL OR target_version < $3)")
+            stale = {r["source"] for r in await conn.fetch(
+                f"SELECT source FROM {self.s}.edges WHERE {stale_sql}", task.tenant, task.memory_id, task.version,
+            )} if found is not None and task.version > 1 else set()
             # the memories' nodes first, in key order, as the projection locks a node before its
             # queue row: a forget projected meanwhile waits for this round (and then drops its edges)
             # or went first (and the forgotten neighbour is passed over)
             locked = await conn.fetch(
-                f"SELECT id, forgotten, version FROM {self.s}.nodes WHERE tenant = $1 AND id = ANY($2::text[])"
-                f' ORDER BY id COLLATE "C" FOR UPDATE', task.tenant, sorted({task.memory_id, *neighbours}),
-            ) if neighbours else []
+                f"SELECT id, forgotten, version, project FROM {self.s}.nodes WHERE tenant = $1"
+                f' AND id = ANY($2::text[]) ORDER BY id COLLATE "C" FOR UPDATE',
+                task.tenant, sorted({task.memory_id, *neighbours, *stale}),
+            ) if neighbours or stale else []
             live = {r["id"] for r in locked if not r["forgotten"]} if offer_limit else set()
             versions = {r["id"]: r["version"] for r in locked}
             version = await conn.fetchval(
@@ -406,12 +418,20 @@ class PgGraphStore:
                                            f" AND type = 'similar' AND target = $3", dropped)
                 if taken:
                     await conn.executemany(upsert, taken)
-            if found is not None and task.version > 1:
-                # the edges into this memory an older version of it earned, that its new neighbours
-                # did not take again just above (re-weighed there): their weight is another text's
-                await conn.execute(
-                    f"DELETE FROM {self.s}.edges WHERE tenant = $1 AND target = $2 AND type = 'similar'"
-                    f" AND (target_version IS NULL OR target_version < $3)", task.tenant, task.memory_id, task.version)
+            if stale:
+                # the stale edges its new neighbours did not take again just above (re-weighed there)
+                # go, from the locked sources only; each live source whose edge went is queued for a
+                # round of its own: its own nearest neighbours may well still hold this memory's new
+                # text (top-k is not symmetric). No cascade: that round only removes the edges into
+                # its source weighed against an older version of it, and writes current versions.
+                gone = {r["source"] for r in await conn.fetch(
+                    f"DELETE FROM {self.s}.edges WHERE {stale_sql} AND source = ANY($4::text[]) RETURNING source",
+                    task.tenant, task.memory_id, task.version, sorted(stale),
+                )}
+                requeue = [(task.tenant, r["id"], r["project"], r["version"]) for r in locked
+                           if r["id"] in gone and not r["forgotten"]]
+                if requeue:
+                    await conn.executemany(queue_similar_sql(self.s), requeue)
             await conn.execute(f"DELETE FROM {self.s}.similar_queue WHERE tenant = $1 AND memory_id = $2",
                                task.tenant, task.memory_id)
             return True

@@ -111,7 +111,11 @@ class GraphStore(Protocol):
         offered to each found neighbour's own list too, kept to that many
         (:func:`services.graph.domain.similar.offer`; not to a forgotten neighbour). For a changed
         memory (version > 1), the edges into it that an older version earned and its neighbours did
-        not take again go: their weight was another text's."""
+        not take again go: their weight was another text's. Each live source that lost such an edge
+        is queued again (at its own version), since its own nearest neighbours may still hold the
+        new text; its round removes only edges weighed against an older version of it, so this
+        does not cascade. The nodes of those sources are locked with the memory's and its
+        neighbours' (in key order) before any edge row is written."""
 
     async def retry_similar(self, task: SimilarTask, delay_s: float, max_attempts: int) -> None: ...
 
