@@ -261,14 +261,23 @@ class Bus:
         """Every event of one aggregate subject, oldest first (one direct read per event)."""
         out: list[tuple[EventEnvelope, int]] = []
         seq = 1
-        while True:
-            try:
-                raw = await self.js.get_msg(self.names.events_stream, seq=seq, subject=subject, next=True)
-            except NotFoundError:
-                return out
-            assert raw.data is not None and raw.seq is not None
-            out.append((EventEnvelope.model_validate_json(raw.data), int(raw.seq)))
-            seq = int(raw.seq) + 1
+        while (found := await self._event_from(subject, seq)) is not None:
+            out.append(found)
+            seq = found[1] + 1
+        return out
+
+    async def first_event(self, subject: str) -> tuple[EventEnvelope, int] | None:
+        """The oldest event on one aggregate subject (what created it), with its sequence."""
+        return await self._event_from(subject, 1)
+
+    async def _event_from(self, subject: str, seq: int) -> tuple[EventEnvelope, int] | None:
+        """The first event of ``subject`` at or after stream sequence ``seq``."""
+        try:
+            raw = await self.js.get_msg(self.names.events_stream, seq=seq, subject=subject, next=True)
+        except NotFoundError:
+            return None
+        assert raw.data is not None and raw.seq is not None
+        return EventEnvelope.model_validate_json(raw.data), int(raw.seq)
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str], stream: str) -> api.PubAck:
         async for attempt in AsyncRetrying(

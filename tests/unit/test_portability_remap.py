@@ -94,3 +94,20 @@ def test_into_the_same_user_every_id_is_kept() -> None:
         state = remap.result_state(found)
         assert (state.id, state.memory_ids, state.shared_memory_ids) == (
             found.state.id, found.state.memory_ids, found.state.shared_memory_ids)
+
+
+def test_a_memory_restored_beside_another_keeps_an_id_of_its_own_that_later_records_name() -> None:
+    """Into the same user (ids kept), a memory whose id another memory holds since (same content
+    saved after a purge) is restored under an id of its own: the same one on every retry, and the
+    one the records restored after it name."""
+    record = memory("alice", None)
+    remap = Remap("alice", "alice")
+    versions = remap.memory_states(record)
+    assert remap.memory_id(record.id) == record.id  # kept, as long as nothing holds it
+    moved = remap.beside(record.id, versions)
+    new = moved[-1][2].id
+    assert new != record.id and {st.id for _, _, st in moved} == {new}
+    assert [st.version for _, _, st in moved] == [1, 2] and moved[-1][2].content == "Likes tea"
+    assert remap.memory_id(record.id) == new
+    again = Remap("alice", "alice")
+    assert again.beside(record.id, again.memory_states(record))[-1][2].id == new  # a retried import

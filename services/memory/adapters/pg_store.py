@@ -136,11 +136,13 @@ class Tx(ReadModelTx):
         if tokens:
             await self.conn.executemany(f"UPDATE {self.s}.memories SET late_tokens = $2 WHERE id = $1", tokens)
 
-    async def note_cache_owner(self, tenant: str, digests: Sequence[bytes]) -> None:
-        if digests:
+    async def note_cache_owners(self, owned: Sequence[tuple[str, bytes]]) -> None:
+        pairs = sorted(set(owned))  # (in key order: concurrent transactions lock rows in one order)
+        if pairs:
             await self.conn.execute(
                 f"""INSERT INTO {self.s}.embedding_cache_owners (tenant, digest)
-                    SELECT $1, d FROM unnest($2::bytea[]) AS d ON CONFLICT DO NOTHING""", tenant, list(digests))
+                    SELECT * FROM unnest($1::text[], $2::bytea[]) ON CONFLICT DO NOTHING""",
+                [t for t, _ in pairs], [d for _, d in pairs])
 
     def _upsert_sql(self) -> str:
         return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)

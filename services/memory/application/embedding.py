@@ -78,10 +78,12 @@ class PrimedEmbedder:
             while len(self._primed) > self.capacity:
                 self._primed.popitem(last=False)
 
-    def forget(self, texts: Iterable[str]) -> None:
-        """Drop ``texts`` from the primed vectors (a purged user's texts)."""
+    def forget(self, texts: Iterable[str] | None) -> None:
+        """Drop ``texts`` from the primed vectors (a purged user's texts); None: every text."""
         with self._lock:
-            for text in texts:
+            if texts is None:
+                self._primed.clear()
+            for text in texts or ():
                 self._primed.pop(text, None)
 
     def _lookup(self, texts: Sequence[str]) -> list[np.ndarray | None]:
@@ -146,10 +148,12 @@ class PrimedLateEncoder:
             while len(self._primed) > self.capacity:
                 self._primed.popitem(last=False)
 
-    def forget(self, documents: Iterable[tuple[str | None, str]]) -> None:
-        """Drop ``documents`` from the primed token vectors (a purged user's texts)."""
+    def forget(self, documents: Iterable[tuple[str | None, str]] | None) -> None:
+        """Drop ``documents`` from the primed token vectors (a purged user's texts); None: every one."""
         with self._lock:
-            for document in documents:
+            if documents is None:
+                self._primed.clear()
+            for document in documents or ():
                 self._primed.pop(document, None)
 
     def _lookup(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens | None]:

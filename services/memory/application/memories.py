@@ -99,15 +99,18 @@ class Memories:
         """A memory of a content no active memory holds, on its content's first free identity
         (:func:`model.content_memory_id`): a replica saving the same content at the same instant
         appends to the same aggregate, one of the two first events wins, and the other command
-        answers with the winner's memory. A generation already used by a memory since forgotten or
-        changed is passed over."""
+        answers with the winner's memory (projected here too, so its caller reads it at once). A
+        generation already used by a memory since forgotten or changed is passed over — unless
+        this very command created it (a retry after the log's duplicate window, its first
+        attempt's outcome lost): then it answers what it did, and creates nothing more."""
         generation, races = 0, 0
         while True:
             state = model.new_memory(env.tenant, cmd, self.clock(), generation=generation)
+            subject = memory_subject(self.names, env.tenant, state.id)
             try:
                 return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
             except ConcurrencyConflict:
-                loaded = await self.events.last_event(memory_subject(self.names, env.tenant, state.id))
+                loaded = await self.events.last_event(subject)
             if loaded is None:  # purged meanwhile: the identity is free again
                 races += 1
                 if races >= MAX_RACES:
@@ -115,7 +118,13 @@ class Memories:
                 continue
             current = model.state_of(loaded[0])
             if model.same_content_active(current, digest):
+                async with self.projection.projecting_inline(current.id):
+                    await self.projection.apply(*loaded)  # (a no-op when the winner's row is there)
                 return _unchanged(current)
+            first = await self.events.first_event(subject)
+            mine = model.event_id_for(env.tenant, env.command_id, state.id, state.version)
+            if first is not None and first[0].event_id == mine:
+                return _saved(model.state_of(first[0]), created=True)
             generation += 1
 
     async def _with_provenance(self, env: CommandCall, cmd: C) -> C:

@@ -247,6 +247,11 @@ class Portability:
         versions = remap.memory_states(record)
         memory_id = versions[-1][2].id
         subject = self._subject("memory", env.tenant, memory_id)
+        first = await self.events.first_event(subject)
+        if first is not None and model.state_of(first[0]).created_at != versions[-1][2].created_at:
+            versions = remap.beside(record.id, versions)  # another memory holds the id (see there)
+            memory_id = versions[-1][2].id
+            subject = self._subject("memory", env.tenant, memory_id)
         async with self.projection.projecting_inline(memory_id):
             history = await self.events.history(subject)
             present = {int(e.data.get("version") or 0) for e, _ in history}

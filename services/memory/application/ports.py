@@ -318,6 +318,8 @@ class EventLog(Protocol):
 
     async def history(self, subject: str) -> list[tuple[EventEnvelope, int]]: ...
 
+    async def first_event(self, subject: str) -> tuple[EventEnvelope, int] | None: ...
+
 
 class ReadModelTx(Protocol):
     """The writes of one projection step, in one transaction (kit's ``CheckpointTx`` and more)."""
@@ -339,9 +341,10 @@ class ReadModelTx(Protocol):
 
     async def set_late_tokens(self, tokens: Sequence[tuple[UUID, bytes]]) -> None: ...
 
-    async def note_cache_owner(self, tenant: str, digests: Sequence[bytes]) -> None:
-        """The embedding cache may hold what was derived from ``tenant``'s text under ``digests``
-        (kept until the tenant is purged, so that the purge reaches replaced versions' entries)."""
+    async def note_cache_owners(self, owned: Sequence[tuple[str, bytes]]) -> None:
+        """The embedding cache may hold what was derived from a tenant's text under a digest:
+        (tenant, digest) pairs, kept until the tenant is purged, so that the purge reaches the
+        entries of versions since replaced."""
         ...
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None: ...

@@ -69,6 +69,11 @@ async def prime(models: Models, texts: list[str], documents: list[tuple[str | No
         await cache.store_computed(models, texts, documents)
 
 
+def owned_by(state: MemoryState) -> list[tuple[str, bytes]]:
+    """(tenant, digest) of everything the embedding cache may hold of ``state``'s text."""
+    return [(state.tenant, digest) for digest in sorted(memory_digests(state))]
+
+
 def latest_states(
     batch: Sequence[tuple[EventEnvelope, int]],
 ) -> tuple[dict[UUID, tuple[MemoryState, int]], list[tuple[EventEnvelope, int]]]:
@@ -136,7 +141,7 @@ class MemoryProjection:
             if vector is not None:
                 await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
                 if self.models.cache is not None:  # what the cache now holds of this version's text
-                    await tx.note_cache_owner(state.tenant, sorted(memory_digests(state)))
+                    await tx.note_cache_owners(owned_by(state))
             else:
                 await self.index.delete([str(state.id)])
             await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
@@ -261,13 +266,15 @@ class MemoryProjection:
         keys = [MemoryKeys(st) for st in active] if cache is not None else []
         late: dict[UUID, bytes | None] = {}
         digests: dict[UUID, bytes] = {}
+        owned: list[tuple[str, bytes]] = []  # what this batch puts in the cache, by user (see apply)
         if cache is None:  # everything computed: both models at once, as a live batch
             await prime(self.models, [text for st in changed for text in embedding_texts(st)],
                         [late_document(st) for st in active])
             vectors = [(await self.memory_vector(st), None) for st in changed]
             late = {st.id: await self.late_tokens(st) for st in active}
         else:
-            vectors = await self.indexed_vectors(changed, [keys[i] for i in todo])
+            vectors, computed = await self.indexed_vectors(changed, [keys[i] for i in todo])
+            owned += [pair for st in computed for pair in owned_by(st)]
             if encoder is not None:
                 digests = {st.id: k.document for st, k in zip(active, keys, strict=True)}
         points = [point_for(st, dense, sparse, fingerprints[i])
@@ -281,6 +288,7 @@ class MemoryProjection:
         async def write_rows() -> None:
             async with self.store.transaction() as tx:
                 unfilled = await tx.replay_memories(rows, late_cache_model(encoder.model_id) if encoder else "")
+                await tx.note_cache_owners(owned)
                 if not unfilled and last_seq is not None:
                     await tx.advance_checkpoint(checkpoint, last_seq)
             if cache is not None:
@@ -293,6 +301,8 @@ class MemoryProjection:
                 tokens = [(st.id, packed) for st in states if (packed := await self.late_tokens(st)) is not None]
                 async with self.store.transaction() as tx:
                     await tx.set_late_tokens(tokens)
+                    if cache is not None:
+                        await tx.note_cache_owners([pair for st in states for pair in owned_by(st)])
                     if last_seq is not None:
                         await tx.advance_checkpoint(checkpoint, last_seq)
 
@@ -323,10 +333,10 @@ class MemoryProjection:
 
     async def indexed_vectors(
         self, states: Sequence[MemoryState], keys: Sequence[MemoryKeys],
-    ) -> list[tuple[Sequence[float], SparseVector]]:
+    ) -> tuple[list[tuple[Sequence[float], SparseVector]], list[MemoryState]]:
         """Each memory's dense and keyword vectors: from the embedding cache (one query), else
         computed from its sentence vectors (primed through the cache, one query) and stored there
-        for the next replay."""
+        for the next replay; and the memories whose vectors were computed (and stored)."""
         cache = self.models.cache
         assert cache is not None
         found: list[tuple[Sequence[float], SparseVector] | None] = list(await cache.memory_vectors(self.models, keys))
@@ -339,7 +349,7 @@ class MemoryProjection:
                 found[i] = (dense, sparse)
                 computed.append((keys[i], dense, sparse))
             await cache.store_memory_vectors(self.models, computed)
-        return [f for f in found if f is not None]
+        return [f for f in found if f is not None], [states[i] for i in todo]
 
     async def flush_checkpoints(self) -> None:
         """Record how far the projector got through events that needed no write."""

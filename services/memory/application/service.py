@@ -68,6 +68,7 @@ from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S,
 from services.memory.application.recall import RecallPipeline
 from services.memory.application.shared import SharedMemories
 from services.memory.application.similar import SimilarSearch
+from services.memory.application.vector_cache import forget_local_texts
 
 __all__ = ["PROJECTOR", "PROJECTOR_GRACE_S", "MemoryService"]
 
@@ -130,13 +131,15 @@ class MemoryService:
                 **({ExportPage: self.portability.export_page} if self.portability else {})}
 
     def forget_caches(self, tenant: str) -> None:
-        """Drop what this process holds of a purged user (cached profiles, content hints)."""
+        """Drop what this process holds of a purged user (cached profiles, content hints, and the
+        vectors of every text: the user's replaced versions' texts cannot be told apart)."""
         profiles = self.reads._profiles
         for key in [k for k in profiles if k[0] == tenant]:
             profiles.pop(key, None)
         self.memories._absent_contents = {c for c in self.memories._absent_contents if c[0] != tenant}
         self.memories._content_written = {c: n for c, n in self.memories._content_written.items() if c[0] != tenant}
         self.projection.tenant_writes[tenant] += 1
+        forget_local_texts(self.models)
 
     def bind(self, runtime: ServiceRuntime) -> None:
         """Attach kit's runtime built over :meth:`command_handlers` / :meth:`query_handlers`."""

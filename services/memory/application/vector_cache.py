@@ -161,12 +161,22 @@ def memory_digests(state: MemoryState) -> set[bytes]:
             | {MemoryKeys(state).keywords})
 
 
-def _forget_primed(model: object, keys: Iterable[Hashable]) -> None:
-    """Drop ``keys`` from a model's primed vectors (the priming wrappers of :mod:`.embedding`
-    have ``forget``); a model without priming holds nothing."""
+def _forget_primed(model: object, keys: Iterable[Hashable] | None) -> None:
+    """Drop ``keys`` (None: all) from a model's primed vectors (the priming wrappers of
+    :mod:`.embedding` have ``forget``); a model without priming holds nothing."""
     forget = getattr(model, "forget", None)
     if forget is not None:
         forget(keys)
+
+
+def forget_local_texts(models: Models) -> None:
+    """Drop every text this process holds vectors of (primed sentence and token vectors, packed
+    rows): after a purge, the texts of the user's replaced versions are in no row to find them by,
+    and these are caches (refilled from the embedding cache as texts are needed again)."""
+    _forget_primed(models.embedder, None)
+    _forget_primed(models.late_encoder, None)
+    if models.cache is not None:
+        models.cache.forget_packed()
 
 
 class VectorCache:
@@ -193,6 +203,11 @@ class VectorCache:
             if found is not None:
                 self._packed.move_to_end(document)
             return found
+
+    def forget_packed(self) -> None:
+        """Drop every packed row this process holds (see :func:`forget_local_texts`)."""
+        with self._lock:
+            self._packed.clear()
 
     def _keep(self, packed: dict[Document, bytes]) -> None:
         with self._lock:

@@ -65,8 +65,17 @@ class Remap:
 
     def memory_id(self, old: UUID) -> UUID:
         """A source memory's id in the target, as its record is restored: its key's id when the key
-        is known, else :meth:`other`."""
-        return old if self.same else self.memories.get(old) or self.other(old)
+        is known, the id it was restored beside another under (:meth:`beside`), else :meth:`other`."""
+        return self.memories.get(old) or (old if self.same else self.other(old))
+
+    def beside(self, record_id: UUID, versions: list[tuple[str, Any, MemoryState]]) -> list[tuple[str, Any, MemoryState]]:
+        """A memory's versions under an id of their own, when another memory of the target holds
+        theirs (one saved since with the same content: a free-form memory's id is its content's,
+        and a purge frees it); the same id again when the import is retried, and what the
+        records restored after it that name the memory are given."""
+        new = uuid5(_NS, f"restored-beside:{self.target}:{versions[-1][2].id}")
+        self.memories[record_id] = new
+        return [(kind, at, state.model_copy(update={"id": new})) for kind, at, state in versions]
 
     def shared_memory_id(self, old: UUID) -> UUID:
         """A source shared memory's id in the target: its title's id when known, else :meth:`other`."""

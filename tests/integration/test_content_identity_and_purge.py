@@ -1,0 +1,172 @@
+"""Where a free-form memory's content identity (tenant, project, content hash, generation) meets
+restores and retries, and where a purge meets what a replay or this process holds of replaced
+versions' texts. Real NATS, Postgres, models (the memory service's own adapters)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.envelope import CommandEnvelope
+from services.memory.config import MemorySettings
+from services.memory.main import memory_app
+from tests.integration.test_purge_embedding_cache import primed, purge, states
+
+pytestmark = pytest.mark.integration
+
+A = "My locker code at the gym is 4417"
+
+
+def command(type_: str, payload: dict[str, Any], tenant: str = "alice", command_id: str | None = None) -> CommandEnvelope:
+    return CommandEnvelope(command_id=command_id or uuid.uuid4().hex, type=type_, tenant=tenant, payload=payload)
+
+
+@pytest.fixture
+def settings(infra, tmp_path: Path) -> MemorySettings:  # type: ignore[no-untyped-def]
+    return MemorySettings(home=tmp_path, nats_url=infra.nats_url, database_url=infra.database_url,
+                          namespace=infra.fresh_namespace(), memory_schema="rf_" + uuid.uuid4().hex[:8])
+
+
+async def _cleanup(settings: MemorySettings) -> None:
+    async with memory_app(settings) as app:
+        await app.bus.delete_streams()
+        await app.store.pool.execute(f"DROP SCHEMA IF EXISTS {settings.memory_schema} CASCADE")
+
+
+async def _rows(app: Any, content: str, tenant: str = "alice") -> list[tuple[Any, str]]:
+    rows = await app.store.pool.fetch(
+        f"SELECT id, status FROM {app.store.s}.memories WHERE tenant = $1 AND content = $2 ORDER BY id", tenant, content)
+    return [(r["id"], r["status"]) for r in rows]
+
+
+async def test_restoring_a_backup_beside_a_memory_saved_since_the_purge_keeps_both(settings: MemorySettings) -> None:
+    """After a purge the same content saved again gets the id an exported memory had (its
+    generation starts again). Restoring the backup must not append the exported versions onto the
+    new memory (its FORGOTTEN version would forget it): the record is restored beside it, under an
+    id of its own."""
+    try:
+        async with memory_app(settings) as app:
+            first = await app.service.handle_command(command("save_memory", {"content": A}))
+            assert first.ok, first.error
+            assert (await app.service.handle_command(command("forget_memory", {"memory_id": first.result["memory_id"]}))).ok
+            assert app.service.portability is not None
+            exported = await app.service.portability._record("memory", "alice", uuid.UUID(first.result["memory_id"]))
+            assert exported is not None and [v.event for v in exported.versions][-1] == "MemoryForgotten"
+
+            assert (await purge(app, "alice")).ok
+            again = await app.service.handle_command(command("save_memory", {"content": A}))
+            assert again.ok and again.result["created"], again.error
+            new_id = again.result["memory_id"]
+
+            restored = await app.service.handle_command(command("restore_records", {
+                "records": [exported.model_dump(mode="json")], "source_user": "alice"}))
+            assert restored.ok, restored.error
+            # the memory saved after the purge must still be there, active, and the restored one beside it
+            rows = await _rows(app, A)
+            (item,) = restored.result["items"]
+            assert item["status"] == "restored" and item["id"] != new_id
+            assert sorted(rows, key=lambda r: r[1]) == [(uuid.UUID(new_id), "active"), (uuid.UUID(item["id"]), "forgotten")]
+            again_restored = await app.service.handle_command(command("restore_records", {
+                "records": [exported.model_dump(mode="json")], "source_user": "alice"}))
+            assert again_restored.ok and again_restored.result["items"][0] == {**item, "status": "duplicate"}
+            assert len(await _rows(app, A)) == 2  # a retried import lands on the same id: nothing more
+    finally:
+        await _cleanup(settings)
+
+
+async def test_a_retried_save_after_its_memory_was_forgotten_makes_no_second_memory(settings: MemorySettings) -> None:
+    """A save whose first attempt appended its event and died before projecting (no outcome
+    kept); the projector projects the event, the user forgets the memory; the command is retried
+    with the same command_id after the event stream's duplicate window. The retry finds that it
+    created generation 0 itself (its first event's id) and answers that, instead of creating a
+    second memory and bringing back what the user forgot."""
+    try:
+        async with memory_app(settings) as app:
+            projection = app.service.memories.projection
+            real_apply = projection.apply
+
+            async def crash(*args: Any, **kwargs: Any) -> bool:
+                raise ConnectionError("the process died after the append")
+
+            save = command("save_memory", {"content": A})
+            projection.apply = crash  # type: ignore[method-assign]
+            try:
+                with pytest.raises(ConnectionError):
+                    await app.service.handle_command(save)
+            finally:
+                projection.apply = real_apply  # type: ignore[method-assign]
+            # the projector consumer projects the appended event (what it does for a crashed inline write)
+            names = app.bus.names
+            msg = await app.bus.js.get_last_msg(names.events_stream, f"{names.namespace}.evt.alice.>")
+            from contracts.envelope import EventEnvelope
+            event = EventEnvelope.model_validate_json(msg.data)
+            await projection.apply(event, int(msg.seq))
+            (memory_id, status), = await _rows(app, A)
+            assert status == "active"
+            assert (await app.service.handle_command(command("forget_memory", {"memory_id": str(memory_id)}))).ok
+
+            # the retry comes after the event stream's duplicate window (120 s; shortened here)
+            info = await app.bus.js.stream_info(names.events_stream)
+            config = info.config
+            config.duplicate_window = 0.5
+            await app.bus.js.update_stream(config)
+            await asyncio.sleep(3.0)
+            try:
+                await app.service.handle_command(save)
+            except Exception:  # noqa: BLE001 - failing the retry is acceptable, a second memory is not
+                pass
+            rows = await _rows(app, A)
+            assert len(rows) == 1 and rows[0][1] == "forgotten", rows
+    finally:
+        await _cleanup(settings)
+
+
+async def test_a_purge_drops_this_process_primed_vectors_of_replaced_versions(settings: MemorySettings) -> None:
+    """A purge deletes the Postgres cache entries of versions since replaced, and what this
+    process holds of their texts too (primed vectors and packed rows, keyed by the plaintext: no row
+    tells them apart any more, so all are dropped and refilled from the cache as needed)."""
+    try:
+        async with memory_app(settings) as app:
+            saved = await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"}))
+            assert saved.ok
+            (old,) = await states(app, "alice")
+            assert (await app.service.handle_command(command("update_memory", {
+                "id": saved.result["memory_id"], "content": "I moved to 34 Oak Avenue, York"}))).ok
+            assert primed(app, old)
+            assert (await purge(app, "alice")).ok
+            assert not primed(app, old)
+    finally:
+        await _cleanup(settings)
+
+
+async def test_a_purge_after_a_replay_reaches_the_entries_the_replay_cached_for_replaced_versions(
+        settings: MemorySettings) -> None:
+    """A replay caches the vectors of each memory's last state in its batch — a replaced
+    version when the memory's events straddle a batch boundary — and notes their owner as the live
+    projection does; restore, replay (batches of one event), purge: nothing of the old text stays."""
+    from services.memory.replay import rebuild
+    from tests.integration.test_purge_embedding_cache import cached
+    try:
+        async with memory_app(settings) as app:
+            saved = await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"}))
+            assert saved.ok
+            (old,) = await states(app, "alice")
+            assert (await app.service.handle_command(command("update_memory", {
+                "id": saved.result["memory_id"], "content": "I moved to 34 Oak Avenue, York"}))).ok
+            assert app.service.portability is not None
+            exported = await app.service.portability._record("memory", "alice", uuid.UUID(saved.result["memory_id"]))
+            assert (await purge(app, "alice")).ok and await cached(app, [old]) == 0
+            restored = await app.service.handle_command(command("restore_records", {
+                "records": [exported.model_dump(mode="json")], "source_user": "alice"}))
+            assert restored.ok and restored.result["items"][0]["status"] == "restored"
+        async with memory_app(settings) as app:
+            await rebuild(app, batch=1)
+            assert await cached(app, [old]) > 0  # the replay cached the replaced version's text
+            assert (await purge(app, "alice")).ok
+            assert await cached(app, [old]) == 0
+    finally:
+        await _cleanup(settings)
