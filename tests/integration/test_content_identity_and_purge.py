@@ -125,17 +125,23 @@ async def test_a_retried_save_after_its_memory_was_forgotten_makes_no_second_mem
         await _cleanup(settings)
 
 
+async def moved_house(app: Any) -> tuple[uuid.UUID, Any]:
+    """Alice saves where she lives, then updates it: (the memory's id, its first version's state)."""
+    saved = await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"}))
+    assert saved.ok
+    (old,) = await states(app, "alice")
+    assert (await app.service.handle_command(command("update_memory", {
+        "id": saved.result["memory_id"], "content": "I moved to 34 Oak Avenue, York"}))).ok
+    return uuid.UUID(saved.result["memory_id"]), old
+
+
 async def test_a_purge_drops_this_process_primed_vectors_of_replaced_versions(settings: MemorySettings) -> None:
     """A purge deletes the Postgres cache entries of versions since replaced, and what this
     process holds of their texts too (primed vectors and packed rows, keyed by the plaintext: no row
     tells them apart any more, so all are dropped and refilled from the cache as needed)."""
     try:
         async with memory_app(settings) as app:
-            saved = await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"}))
-            assert saved.ok
-            (old,) = await states(app, "alice")
-            assert (await app.service.handle_command(command("update_memory", {
-                "id": saved.result["memory_id"], "content": "I moved to 34 Oak Avenue, York"}))).ok
+            memory_id, old = await moved_house(app)
             assert primed(app, old)
             assert (await purge(app, "alice")).ok
             assert not primed(app, old)
@@ -152,13 +158,9 @@ async def test_a_purge_after_a_replay_reaches_the_entries_the_replay_cached_for_
     from tests.integration.test_purge_embedding_cache import cached
     try:
         async with memory_app(settings) as app:
-            saved = await app.service.handle_command(command("save_memory", {"content": "I live at 12 Elm Street, Leeds"}))
-            assert saved.ok
-            (old,) = await states(app, "alice")
-            assert (await app.service.handle_command(command("update_memory", {
-                "id": saved.result["memory_id"], "content": "I moved to 34 Oak Avenue, York"}))).ok
+            memory_id, old = await moved_house(app)
             assert app.service.portability is not None
-            exported = await app.service.portability._record("memory", "alice", uuid.UUID(saved.result["memory_id"]))
+            exported = await app.service.portability._record("memory", "alice", memory_id)
             assert (await purge(app, "alice")).ok and await cached(app, [old]) == 0
             restored = await app.service.handle_command(command("restore_records", {
                 "records": [exported.model_dump(mode="json")], "source_user": "alice"}))
