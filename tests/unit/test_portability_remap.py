@@ -111,3 +111,13 @@ def test_a_memory_restored_beside_another_keeps_an_id_of_its_own_that_later_reco
     assert remap.memory_id(record.id) == new
     again = Remap("alice", "alice")
     assert again.beside(record.id, again.memory_states(record))[-1][2].id == new  # a retried import
+
+
+def test_a_result_restored_into_the_same_user_names_the_memory_restored_beside() -> None:
+    """A result restored after a memory it names was restored beside another names the restored
+    one (into the same user too; across requests the application learns it from the log)."""
+    record = memory("alice", None)
+    remap = Remap("alice", "alice")
+    moved = remap.beside(record.id, remap.memory_states(record))
+    state = remap.result_state(result("alice", [record.id], []))
+    assert state.memory_ids == [moved[-1][2].id], state.memory_ids

@@ -382,7 +382,7 @@ class PgGraphStore:
                 f"SELECT id, forgotten, version, project FROM {self.s}.nodes WHERE tenant = $1"
                 f' AND id = ANY($2::text[]) ORDER BY id COLLATE "C" FOR UPDATE',
                 task.tenant, sorted({task.memory_id, *neighbours, *stale}),
-            ) if neighbours or stale else []
+            )  # (its own node even alone: another round re-queuing it holds that before its queue row)
             live = {r["id"] for r in locked if not r["forgotten"]} if offer_limit else set()
             versions = {r["id"]: r["version"] for r in locked}
             version = await conn.fetchval(

@@ -79,10 +79,14 @@ class PrimedEmbedder:
                 self._primed.popitem(last=False)
 
     def forget(self, texts: Iterable[str] | None) -> None:
-        """Drop ``texts`` from the primed vectors (a purged user's texts); None: every text."""
+        """Drop ``texts`` from the primed vectors (a purged user's texts); None: every text, the
+        inner embedder's own cache of single texts (recall queries) included."""
         with self._lock:
             if texts is None:
                 self._primed.clear()
+                clear = getattr(self.inner, "cache_clear", None)
+                if clear is not None:
+                    clear()
             for text in texts or ():
                 self._primed.pop(text, None)
 

@@ -200,13 +200,20 @@ class Portability:
             await prime(self.models, [t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
 
     async def _learn_names(self, remap: Remap, tenant: str, cmd: RestoreRecords) -> None:
-        """Before results are restored into another user: the keys and titles their memory ids and
-        shared memory ids need (:class:`Remap`). The batch's own records first (``_prime`` read its
+        """Before results are restored: into the same user, which of their memories were restored
+        beside another (:meth:`Remap.beside`); into another user, the keys and titles their memory
+        ids and shared memory ids need (:class:`Remap`). The batch's own records first (``_prime`` read its
         memories); an id still unknown may name a record restored by an earlier batch, so the
         user's keyed memories and shared titles are read (once, only then). An id known from
         neither is a free-form memory's (``uuid5``), or names a record not restored yet."""
         results = [r for r in cmd.records if isinstance(r, ExtractionResultRecord)]
-        if remap.same or not results:
+        if not results:
+            return
+        if remap.same:  # a memory restored beside another by an earlier request of the import
+            for old in {i for r in results for i in r.state.memory_ids if i not in remap.memories}:
+                moved = remap.beside_id(old)
+                if await self.events.last_event(self._subject("memory", tenant, moved)) is not None:
+                    remap.memories[old] = moved
             return
         for record in cmd.records:
             if isinstance(record, SharedMemoryRecord):
@@ -247,13 +254,15 @@ class Portability:
         versions = remap.memory_states(record)
         memory_id = versions[-1][2].id
         subject = self._subject("memory", env.tenant, memory_id)
-        first = await self.events.first_event(subject)
-        if first is not None and model.state_of(first[0]).created_at != versions[-1][2].created_at:
+        history = await self.events.history(subject)
+        if (history and versions[-1][2].memory_key is None  # (a key's memory is the key's, whoever made it)
+                and model.state_of(history[0][0]).created_at != versions[-1][2].created_at):
             versions = remap.beside(record.id, versions)  # another memory holds the id (see there)
             memory_id = versions[-1][2].id
             subject = self._subject("memory", env.tenant, memory_id)
-        async with self.projection.projecting_inline(memory_id):
             history = await self.events.history(subject)
+        # (a save landing on the id after this read fails the first append's expected sequence)
+        async with self.projection.projecting_inline(memory_id):
             present = {int(e.data.get("version") or 0) for e, _ in history}
             newest = max(present, default=0)
             missing = [v for v in versions if v[2].version > newest and v[2].version not in present]

@@ -73,9 +73,13 @@ class Remap:
         theirs (one saved since with the same content: a free-form memory's id is its content's,
         and a purge frees it); the same id again when the import is retried, and what the
         records restored after it that name the memory are given."""
-        new = uuid5(_NS, f"restored-beside:{self.target}:{versions[-1][2].id}")
+        new = self.beside_id(versions[-1][2].id)
         self.memories[record_id] = new
         return [(kind, at, state.model_copy(update={"id": new})) for kind, at, state in versions]
+
+    def beside_id(self, held: UUID) -> UUID:
+        """The id a memory whose id ``held`` is taken is restored under (:meth:`beside`)."""
+        return uuid5(_NS, f"restored-beside:{self.target}:{held}")
 
     def shared_memory_id(self, old: UUID) -> UUID:
         """A source shared memory's id in the target: its title's id when known, else :meth:`other`."""
@@ -131,10 +135,10 @@ class Remap:
     def result_state(self, record: ExtractionResultRecord) -> ExtractionResultState:
         data = record.state.model_dump()
         data["tenant"] = self.target
+        data["memory_ids"] = [self.memory_id(i) for i in data["memory_ids"]]  # (same user: beside)
         if not self.same:
             data["log_id"] = self.log(data["log_id"], data["project"], record.log_date)
             data["id"] = extraction_result_id(self.target, data["log_id"], data["task_id"])
-            data["memory_ids"] = [self.memory_id(i) for i in data["memory_ids"]]
             data["shared_memory_ids"] = [self.shared_memory_id(i) for i in data["shared_memory_ids"]]
         return ExtractionResultState.model_validate(data)
 
