@@ -6,33 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contracts.envelope import CommandEnvelope
 from services.memory.config import MemorySettings
 from services.memory.main import memory_app
+from tests.integration.test_content_identity_and_purge import _cleanup, command
+from tests.integration.test_content_identity_and_purge import settings as settings  # noqa: F401,F811 (the fixture)
 from tests.integration.test_purge_embedding_cache import purge
 
 pytestmark = pytest.mark.integration
 
 
-def command(type_: str, payload: dict[str, Any], tenant: str = "alice") -> CommandEnvelope:
-    return CommandEnvelope(command_id=uuid.uuid4().hex, type=type_, tenant=tenant, payload=payload)
-
-
-@pytest.fixture
-def settings(infra, tmp_path: Path) -> MemorySettings:  # type: ignore[no-untyped-def]
-    return MemorySettings(home=tmp_path, nats_url=infra.nats_url, database_url=infra.database_url,
-                          namespace=infra.fresh_namespace(), memory_schema="rv_" + uuid.uuid4().hex[:8])
-
-
-async def _cleanup(settings: MemorySettings) -> None:
-    async with memory_app(settings) as app:
-        await app.bus.delete_streams()
-        await app.store.pool.execute(f"DROP SCHEMA IF EXISTS {settings.memory_schema} CASCADE")
 
 
 async def _keyed_rows(app: Any, tenant: str, key: str) -> list[tuple[Any, str]]:
