@@ -5,6 +5,7 @@ versions' texts. Real NATS, Postgres, models (the memory service's own adapters)
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -170,5 +171,36 @@ async def test_a_purge_after_a_replay_reaches_the_entries_the_replay_cached_for_
             assert await cached(app, [old]) > 0  # the replay cached the replaced version's text
             assert (await purge(app, "alice")).ok
             assert await cached(app, [old]) == 0
+    finally:
+        await _cleanup(settings)
+
+
+async def test_a_result_restored_by_a_later_request_names_the_memory_restored_beside(settings: MemorySettings) -> None:
+    """An import sends its records in several requests, results last: a result restored by a later
+    request than the memory it names learns from the log that the memory was restored beside
+    another (the id it names is held by a memory saved since the purge)."""
+    from tests.unit.test_portability_remap import result
+
+    try:
+        async with memory_app(settings) as app:
+            first = await app.service.handle_command(command("save_memory", {"content": A}))
+            assert first.ok, first.error
+            assert (await app.service.handle_command(command("forget_memory", {"memory_id": first.result["memory_id"]}))).ok
+            assert app.service.portability is not None
+            exported = await app.service.portability._record("memory", "alice", uuid.UUID(first.result["memory_id"]))
+            assert (await purge(app, "alice")).ok
+            assert (await app.service.handle_command(command("save_memory", {"content": A}))).ok  # takes the id
+
+            restored = await app.service.handle_command(command("restore_records", {
+                "records": [exported.model_dump(mode="json")], "source_user": "alice"}))  # request 1: the memory
+            beside = restored.result["items"][0]["id"]
+            assert beside != first.result["memory_id"]
+            found = result("alice", [exported.id], [])
+            later = await app.service.handle_command(command("restore_records", {
+                "records": [found.model_dump(mode="json")], "source_user": "alice"}))  # request 2: the result
+            assert later.ok and later.result["items"][0]["status"] == "restored", later.result
+            stored = await app.store.pool.fetchval(
+                f"SELECT state->'memory_ids' FROM {app.store.s}.extraction_results WHERE tenant = 'alice'")
+            assert json.loads(stored) == [beside]
     finally:
         await _cleanup(settings)
