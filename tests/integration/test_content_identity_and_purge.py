@@ -44,6 +44,18 @@ async def _rows(app: Any, content: str, tenant: str = "alice") -> list[tuple[Any
     return [(r["id"], r["status"]) for r in rows]
 
 
+async def forgotten_then_purged(app: Any) -> tuple[Any, Any]:
+    """Alice saves A and forgets it, exports that memory, is purged: (the save's reply, the export)."""
+    first = await app.service.handle_command(command("save_memory", {"content": A}))
+    assert first.ok, first.error
+    assert (await app.service.handle_command(command("forget_memory", {"memory_id": first.result["memory_id"]}))).ok
+    assert app.service.portability is not None
+    exported = await app.service.portability._record("memory", "alice", uuid.UUID(first.result["memory_id"]))
+    assert exported is not None and [v.event for v in exported.versions][-1] == "MemoryForgotten"
+    assert (await purge(app, "alice")).ok
+    return first, exported
+
+
 async def test_restoring_a_backup_beside_a_memory_saved_since_the_purge_keeps_both(settings: MemorySettings) -> None:
     """After a purge the same content saved again gets the id an exported memory had (its
     generation starts again). Restoring the backup must not append the exported versions onto the
@@ -51,14 +63,7 @@ async def test_restoring_a_backup_beside_a_memory_saved_since_the_purge_keeps_bo
     id of its own."""
     try:
         async with memory_app(settings) as app:
-            first = await app.service.handle_command(command("save_memory", {"content": A}))
-            assert first.ok, first.error
-            assert (await app.service.handle_command(command("forget_memory", {"memory_id": first.result["memory_id"]}))).ok
-            assert app.service.portability is not None
-            exported = await app.service.portability._record("memory", "alice", uuid.UUID(first.result["memory_id"]))
-            assert exported is not None and [v.event for v in exported.versions][-1] == "MemoryForgotten"
-
-            assert (await purge(app, "alice")).ok
+            first, exported = await forgotten_then_purged(app)
             again = await app.service.handle_command(command("save_memory", {"content": A}))
             assert again.ok and again.result["created"], again.error
             new_id = again.result["memory_id"]
@@ -183,12 +188,7 @@ async def test_a_result_restored_by_a_later_request_names_the_memory_restored_be
 
     try:
         async with memory_app(settings) as app:
-            first = await app.service.handle_command(command("save_memory", {"content": A}))
-            assert first.ok, first.error
-            assert (await app.service.handle_command(command("forget_memory", {"memory_id": first.result["memory_id"]}))).ok
-            assert app.service.portability is not None
-            exported = await app.service.portability._record("memory", "alice", uuid.UUID(first.result["memory_id"]))
-            assert (await purge(app, "alice")).ok
+            first, exported = await forgotten_then_purged(app)
             assert (await app.service.handle_command(command("save_memory", {"content": A}))).ok  # takes the id
 
             restored = await app.service.handle_command(command("restore_records", {
