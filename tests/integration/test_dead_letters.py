@@ -43,6 +43,10 @@ async def test_a_deterministic_postgres_error_is_dead_lettered_at_once(infra) ->
     names = Names(infra.fresh_namespace())
     bus = await Bus.connect(infra.nats_url, names, name="dlq-test")
     conn = await asyncpg.connect(infra.database_url)
+    # the handler writes on a connection of its own: one asyncpg connection runs one statement at a
+    # time, and the test polls on ``conn`` while the consumer handles (a shared one failed the
+    # handler with "another operation is in progress", a retried error that is not the poison's)
+    writer = await asyncpg.connect(infra.database_url)
     table = "dlq_" + uuid.uuid4().hex[:8]
     await conn.execute(f"CREATE TABLE {table} (text text NOT NULL)")
     calls: dict[str, int] = {}
@@ -54,7 +58,7 @@ async def test_a_deterministic_postgres_error_is_dead_lettered_at_once(infra) ->
         async def handler(msg: Any) -> None:
             text = json.loads(msg.data)["text"]
             calls[text] = calls.get(text, 0) + 1
-            await conn.execute(f"INSERT INTO {table} VALUES ($1)", text)  # Postgres text cannot hold NUL
+            await writer.execute(f"INSERT INTO {table} VALUES ($1)", text)  # Postgres text cannot hold NUL
 
         for text in ("first", "bad\x00text", "last"):
             await bus.js.publish(f"{names.namespace}.cmd.probe.write", json.dumps({"text": text}).encode())
@@ -69,6 +73,7 @@ async def test_a_deterministic_postgres_error_is_dead_lettered_at_once(infra) ->
         await task
     finally:
         stop.set()
+        await writer.close()
         await conn.execute(f"DROP TABLE IF EXISTS {table}")
         await conn.close()
         await bus.delete_streams()
