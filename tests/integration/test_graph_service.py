@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import date
+from functools import partial
 from typing import Any, TypeVar
 
 import pytest
@@ -271,8 +272,7 @@ def test_an_older_memory_gains_a_closer_neighbour_saved_after_it(stack: Stack) -
     user = tenant()
     worker = stack.graph.similar
 
-    async def similar_edges() -> dict[tuple[str, str], float]:
-        return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
+    similar_edges = partial(_similar_edges, stack, user)
 
     async def case() -> None:
         tea = await stack.save(user, "My favourite drink is green tea")
@@ -300,8 +300,7 @@ def test_a_changed_memory_leaves_the_lists_its_old_text_was_on(stack: Stack) -> 
     it that its old text earned are re-weighed by its new neighbours, or go if they no longer take it."""
     user = tenant()
 
-    async def similar_edges() -> dict[tuple[str, str], float]:
-        return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
+    similar_edges = partial(_similar_edges, stack, user)
 
     async def case() -> None:
         tea = await stack.save(user, "My favourite drink is green tea")
@@ -330,8 +329,7 @@ def test_a_list_that_lost_a_changed_memory_gets_a_new_round(stack: Stack) -> Non
     user = tenant()
     worker = stack.graph.similar
 
-    async def similar_edges() -> dict[tuple[str, str], float]:
-        return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
+    similar_edges = partial(_similar_edges, stack, user)
 
     async def case() -> None:
         tea = await stack.save(user, "I love drinking green tea every morning")
@@ -361,6 +359,11 @@ def test_a_list_that_lost_a_changed_memory_gets_a_new_round(stack: Stack) -> Non
             worker.limit = stack.graph_settings.graph_similar_limit
 
     stack.run(case())
+
+
+async def _similar_edges(stack: Stack, user: str) -> dict[tuple[str, str], float]:
+    """The user's similar edges: (source, target) → weight."""
+    return {(e.source, e.target): e.weight for e in (await stack.everything(user))[1] if e.type is EdgeType.SIMILAR}
 
 
 async def _having_similar(edges: Callable[[], Awaitable[dict[tuple[str, str], float]]],
