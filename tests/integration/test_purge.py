@@ -76,21 +76,54 @@ def engram(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
 
 async def postgres_hits(database_url: str, needles: list[str]) -> dict[str, int]:
     """For each needle: the rows of every table of every (non-system) schema whose text holds it."""
+    hits = dict.fromkeys(needles, 0)
+    for (_, needle), n in (await postgres_rows(database_url, needles)).items():
+        hits[needle] += n
+    return hits
+
+
+async def postgres_rows(database_url: str, needles: list[str]) -> dict[tuple[str, str], int]:
+    """(schema.table, needle) → the rows of that table whose text holds the needle (non-zero only)."""
     conn = await asyncpg.connect(database_url)
     try:
         tables = await conn.fetch(
             """SELECT table_schema, table_name FROM information_schema.tables
                WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')""")
         assert {t["table_schema"] for t in tables} >= {"memory", "auth", "extractor"}
-        hits = dict.fromkeys(needles, 0)
+        rows: dict[tuple[str, str], int] = {}
         for t in tables:
             for needle in needles:
-                hits[needle] += await conn.fetchval(
+                n = await conn.fetchval(
                     f'SELECT count(*) FROM "{t["table_schema"]}"."{t["table_name"]}" AS r '
                     "WHERE position($1 in r::text) > 0", needle)
-        return hits
+                if n:
+                    rows[(f'{t["table_schema"]}.{t["table_name"]}', needle)] = int(n)
+        return rows
     finally:
         await conn.close()
+
+
+async def settled(stack: Stack, timeout: float = 120.0) -> None:
+    """Wait until the install is quiet: every consumer of the event and command streams has
+    nothing pending or unacknowledged, and the graph's similar-edge queue is empty. The rows the
+    asynchronous projections and the graph's similar rounds write (graph nodes, edges, the queue
+    itself) move on their own after a write has been answered; a count taken before they settle
+    is not a count of what the user has."""
+    names = Names(stack.o.namespace)
+    bus = await Bus.connect(stack.nats_url, names, name="engram-test-settle")
+    conn = await asyncpg.connect(stack.database_url)
+    deadline, quiet = time.monotonic() + timeout, 0
+    try:
+        while quiet < 2:  # quiet on two looks in a row, 0.3 s apart: a round may queue another
+            busy = [f"{c.stream_name}/{c.name}" for stream in (names.events_stream, names.commands_stream)
+                    for c in await bus.js.consumers_info(stream) if c.num_pending or c.num_ack_pending]
+            queued = await conn.fetchval("SELECT count(*) FROM graph.similar_queue")
+            quiet = quiet + 1 if not busy and not queued else 0
+            assert time.monotonic() < deadline, f"not settled in {timeout}s: {busy}, {queued} similar rounds queued"
+            await asyncio.sleep(0.3)
+    finally:
+        await conn.close()
+        await bus.close()
 
 
 async def stream_hits(nats_url: str, namespace: str, needles: list[str]) -> dict[str, int]:
@@ -170,8 +203,10 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
     asyncio.run(dead_letter(stack.nats_url, stack.o.namespace, user, marker))
 
     needles = [user, marker, other, other_marker]
+    asyncio.run(settled(stack))  # the bystander's graph node, edges and similar round written: none moves below
     assert asyncio.run(cached_entries(stack.database_url, user)) > 0
     bystanders = asyncio.run(cached_entries(stack.database_url, other))
+    before_rows = asyncio.run(postgres_rows(stack.database_url, needles))
     before_pg = asyncio.run(postgres_hits(stack.database_url, needles))
     before_streams = asyncio.run(stream_hits(stack.nats_url, stack.o.namespace, needles))
     assert before_pg[user] and before_pg[marker] and before_streams[user] and before_streams[marker]
@@ -179,6 +214,7 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
     victim_digests = asyncio.run(memory_digests_of(stack.database_url, user))
     purged = engram(stack, "purge", "--user", user, "--yes")
     assert "Purged" in purged.stderr
+    asyncio.run(settled(stack))
 
     after_pg = asyncio.run(postgres_hits(stack.database_url, needles))
     # the embedding cache names no user: its entries of the victim's texts are found by their hashes
@@ -187,6 +223,10 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
     after_streams = asyncio.run(stream_hits(stack.nats_url, stack.o.namespace, needles))
     assert (after_pg[user], after_pg[marker]) == (0, 0), after_pg
     assert (after_streams[user], after_streams[marker]) == (0, 0), after_streams
+    after_rows = asyncio.run(postgres_rows(stack.database_url, needles))
+    moved = {k: (before_rows.get(k, 0), after_rows.get(k, 0)) for k in {*before_rows, *after_rows}
+             if k[1] in (other, other_marker) and before_rows.get(k, 0) != after_rows.get(k, 0)}
+    assert not moved, f"the bystander's rows changed across the purge (table, needle): (before, after): {moved}"
     assert after_pg[other] == before_pg[other] and after_pg[other_marker] == before_pg[other_marker]  # untouched
     assert after_streams[other] == before_streams[other] and after_streams[other_marker] == before_streams[other_marker]
     with client(victim["key"]) as http:
