@@ -62,6 +62,11 @@ MAX_TOPIC_CHARS = 200
 MAX_TURNS = 1_000
 MAX_TURN_CHARS = 3_000
 MAX_TURNS_TOTAL_CHARS = 200_000
+#: ``turns`` given as plain text (MCP): the turns' characters plus, per turn, a speaker and its colon.
+#: Checked before the text is parsed (parsing is linear; this bounds the work one request can ask for).
+MAX_TURNS_TEXT_CHARS = MAX_TURNS_TOTAL_CHARS + MAX_TURNS * 80
+#: ``topics`` given as one comma-separated string: as many topics as a list may hold, with separators.
+MAX_TOPICS_TEXT_CHARS = MAX_TOPICS * (MAX_TOPIC_CHARS + 2)
 MAX_SPEAKER_CHARS = 128
 MAX_ERROR_REASON_CHARS = 2_000
 MAX_IDS = 1_000
@@ -126,24 +131,47 @@ class Turn(BaseModel):
     at: IsoDateTime | None = Field(None, description="when it was said (optional)")
 
 
-_SPEAKER_LINE = re.compile(r"^\s*([^:\n]{1,64}?)\s*[:：]\s*(\S.*)$")
+#: a turn's first line, already stripped: a speaker (1-64 characters, no colon), a colon (ASCII or
+#: full-width), the words. No part can match the characters of another, so a line is matched in
+#: linear time whatever it holds (no backtracking over runs of spaces).
+_SPEAKER_LINE = re.compile(r"([^:：]{1,64})[:：]\s*(\S.*)", re.DOTALL)
+
+
+def _text_limit(field: str, value: str, limit: int) -> None:
+    """Refuse a text longer than ``limit`` before any of it is parsed."""
+    if len(value) > limit:
+        raise ValueError(f"{field} as text is limited to {limit} characters (this one has {len(value)}); "
+                         "save the day in parts or give a list")
+
+
+def turn_parts(text: str, max_turns: int | None = None) -> list[tuple[str, str]]:
+    """(speaker, text) of each turn of plain chat text, unvalidated: a line ``Speaker: words`` starts
+    a turn of that speaker; any other non-empty line continues the turn before it (or starts one of
+    speaker ``user``). Linear in the text's length: each line is matched once and a turn's lines are
+    joined once. More than ``max_turns`` turns is refused as soon as the one too many starts."""
+    turns: list[tuple[str, list[str]]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        found = _SPEAKER_LINE.match(line)
+        if found and not found.group(1).startswith("http"):
+            if max_turns is not None and len(turns) >= max_turns:
+                raise ValueError(f"turns: at most {max_turns} turns in one log; save the day in parts")
+            turns.append((found.group(1).strip(), [found.group(2)]))
+        elif turns:
+            turns[-1][1].append(line)
+        else:
+            turns.append(("user", [line]))
+    return [(speaker, "\n".join(lines)) for speaker, lines in turns]
 
 
 def turns_from_text(text: str) -> list[Turn]:
-    """Plain chat text as turns: a line ``Speaker: words`` starts a turn of that speaker; any other
-    non-empty line continues the turn before it (or starts one of speaker ``user``)."""
-    turns: list[dict[str, str]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        found = _SPEAKER_LINE.match(line)
-        if found and not found.group(1).startswith(("http", "https")):
-            turns.append({"speaker": found.group(1).strip(), "text": found.group(2).strip()})
-        elif turns:
-            turns[-1]["text"] += "\n" + line.strip()
-        else:
-            turns.append({"speaker": "user", "text": line.strip()})
-    return [Turn.model_validate(t) for t in turns]
+    """Plain chat text as turns (:func:`turn_parts`). Refused before any parsing when longer than
+    MAX_TURNS_TEXT_CHARS, and as soon as it holds more than MAX_TURNS turns."""
+    _text_limit("turns", text, MAX_TURNS_TEXT_CHARS)
+    return [Turn.model_validate({"speaker": speaker, "text": words})
+            for speaker, words in turn_parts(text, MAX_TURNS)]
 
 
 def _turns(value: Any) -> Any:
@@ -152,6 +180,7 @@ def _turns(value: Any) -> Any:
 
 def _topics(value: Any) -> Any:
     if isinstance(value, str):
+        _text_limit("topics", value, MAX_TOPICS_TEXT_CHARS)
         return [t.strip() for t in re.split(r"[,，、\n]", value) if t.strip()]
     return value
 
