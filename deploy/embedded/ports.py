@@ -5,7 +5,8 @@ must never disturb a server that already listens there: :func:`pick_port` falls 
 the operating system hands out.
 
 The process helpers (:func:`stop_process_group`, :func:`pid_is_alive`, :func:`process_name`,
-:func:`wait_for_tcp`) are shared by the NATS and PostgreSQL launchers.
+:func:`die_with_parent`, :func:`stop_orphan`) are shared by the NATS and PostgreSQL launchers and
+by `engram up`'s services (deploy/stack.py).
 """
 
 from __future__ import annotations
@@ -15,20 +16,25 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from deploy.embedded.errors import EmbeddedStartError
 
 __all__ = [
     "connect_host",
+    "die_with_parent",
     "listen_port",
     "pick_port",
     "pid_is_alive",
     "port_is_free",
     "process_cmdline",
     "process_name",
+    "process_parent",
+    "stop_orphan",
     "stop_process_group",
     "tcp_accepts",
     "url_host",
@@ -144,6 +150,67 @@ def process_cmdline(pid: int) -> list[str] | None:
     except OSError:
         return None
     return [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+
+
+def process_parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (``/proc/<pid>/stat``), or ``None`` if it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[1])
+
+
+_PR_SET_PDEATHSIG = 1
+_libc: object | None = None
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to send ``sig`` to the child when this process dies.
+
+    The servers and services run in sessions of their own (a Ctrl-C in the terminal reaches only
+    `engram up`, which stops them in order), so a parent killed without that chance (SIGKILL, an
+    out-of-memory kill, a second signal mid-shutdown) would otherwise leave them running, holding
+    ports, data folders and locks. The signal is set after ``Popen`` changed the child's user (a
+    change of user clears it) and survives ``exec``; a parent that died before it was set is
+    noticed (the child is then reparented) and the child exits at once. ``None`` off Linux.
+
+    Linux ties the signal to the *thread* that started the child: a child started from a thread
+    is signalled when that thread ends."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return None
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls it
+    libc: Any = _libc
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request: no signal will come
+            os._exit(1)
+
+    return preexec
+
+
+def stop_orphan(pid: int, sig: int = signal.SIGTERM, timeout: float = 10.0) -> bool:
+    """Stop a process that is not our child (a server left by an earlier run): ``sig``, then
+    SIGKILL after ``timeout`` s. True once it is gone (a zombie counts as gone)."""
+    for signum, wait in ((sig, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while process_parent(pid) is not None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return True
+    return process_parent(pid) is None
 
 
 def _exited_unreaped(proc: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -22,10 +22,17 @@ the terminal reaches only the caller, which decides when to :meth:`EmbeddedPostg
 Running as root
 ---------------
 PostgreSQL refuses to run as root, so when this process is root, ``initdb`` and the server run as
-an existing unprivileged account - ``nobody`` unless ``run_as`` names another. Nothing on the
-system is modified for that: no account is created and no permission of an existing folder is
-changed. The only ownership change is the data folder itself (and the log file we create in it),
-which is given to that account.
+an account of their own, ``engram-pg`` (``run_as`` names another), created when it is missing
+(``useradd --system --user-group``, no home, no login shell; busybox ``adduser -S`` where that is
+what the system has). It must not be an account other software runs as - ``nobody`` least of all:
+the kernel lets a process follow ``/proc/<pid>/cwd``, ``/proc/<pid>/root`` and
+``/proc/<pid>/fd/*`` of any process of its own uid (the ptrace access check), straight into the
+data folder below a 0700 ``ENGRAM_HOME`` - the WAL and tables (memory contents) and
+``pg_hba.conf``. A uid nothing else has closes all of it; ``nobody`` is refused. A cluster an older
+Engram ran as ``nobody`` is handed over to the account at the next start (its files, not
+following symbolic links). Apart from creating the account, nothing on the system is modified: no
+permission of an existing folder is changed. The only ownership change is the data folder itself
+(and the log file we create in it), which is given to that account.
 
 The difficulty is reach: the data folder (e.g. ``/root/.engram/postgres``) and possibly the
 binaries (a venv under ``/root``) sit below folders the account cannot traverse (``/root`` is
@@ -66,6 +73,7 @@ import logging
 import os
 import pwd
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -79,6 +87,7 @@ from urllib.parse import quote
 from deploy.embedded.errors import EmbeddedStartError
 from deploy.embedded.ports import (
     connect_host,
+    die_with_parent,
     listen_port,
     pid_is_alive,
     process_name,
@@ -95,8 +104,14 @@ log = logging.getLogger(__name__)
 SUPERUSER = "engram"
 """The cluster's superuser (``initdb -U``); it appears in :attr:`EmbeddedPostgres.url`."""
 
-DEFAULT_ACCOUNT = "nobody"
-"""The system account the server runs as when this process is root."""
+DEFAULT_ACCOUNT = "engram-pg"
+"""The system account the server runs as when this process is root (created when missing)."""
+
+SHARED_ACCOUNTS = ("nobody",)
+"""Accounts other software runs as: never the server's (their processes could reach its files)."""
+
+_ACCOUNT_COMMENT = "Engram embedded PostgreSQL"
+_SBIN = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 LOG_NAME = "embedded-postgres.log"
 
@@ -144,10 +159,12 @@ _CAP_SETUID = 7
 _CAP_SETPCAP = 8
 
 # Run as root by `python -I -S -c`: become uid/gid argv[1:3] keeping only CAP_DAC_READ_SEARCH,
-# as an ambient capability so that it survives exec, then exec argv[3:].
+# as an ambient capability so that it survives exec, ask for signal argv[3] when parent argv[4]
+# dies (the change of user cleared the request of the preexec_fn), then exec argv[5:].
 _CAP_HELPER = r"""
 import ctypes, os, sys
-uid, gid, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+uid, gid, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[5:]
+death_signal, parent = int(sys.argv[3]), int(sys.argv[4])
 libc = ctypes.CDLL(None, use_errno=True)
 ul = ctypes.c_ulong
 def check(rc, what):
@@ -169,6 +186,9 @@ data = (Data * 2)()
 data[0].effective = data[0].permitted = data[0].inheritable = 1 << CAP
 check(libc.capset(ctypes.byref(header), data), "capset")
 check(libc.prctl(ctypes.c_int(47), ul(2), ul(CAP), ul(0), ul(0)), "PR_CAP_AMBIENT_RAISE")
+check(libc.prctl(ctypes.c_int(1), ul(death_signal), ul(0), ul(0), ul(0)), "PR_SET_PDEATHSIG")
+if os.getppid() != parent:
+    sys.exit("engram privilege helper: the process that started it is gone")
 os.execv(argv[0], argv)
 """
 
@@ -257,6 +277,72 @@ def _missing_capabilities() -> list[str]:
     return [name for name, bit in needed.items() if not (eff >> bit) & 1 or not (bnd >> bit) & 1]
 
 
+# --- the server's own account (when root) ---------------------------------------------------------
+
+
+def _existing(names: tuple[str, ...]) -> list[str]:
+    found = []
+    for name in names:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        found.append(name)
+    return found
+
+
+def _uids(names: tuple[str, ...]) -> set[int]:
+    return {pwd.getpwnam(name).pw_uid for name in _existing(names)}
+
+
+def _create_account(name: str) -> pwd.struct_passwd:
+    """Create the system account ``name`` with a group of its own, no home and no login shell."""
+    nologin = next((p for p in ("/usr/sbin/nologin", "/sbin/nologin") if os.path.exists(p)), "/bin/false")
+    useradd = shutil.which("useradd", path=_SBIN)
+    adduser = shutil.which("adduser", path=_SBIN)
+    addgroup = shutil.which("addgroup", path=_SBIN)
+    if useradd is not None:
+        commands = [[useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                     "--shell", nologin, "--comment", _ACCOUNT_COMMENT, name]]  # fmt: skip
+    elif adduser is not None and addgroup is not None and os.path.realpath(adduser).endswith("busybox"):
+        commands = [[addgroup, "-S", name],
+                    [adduser, "-S", "-D", "-H", "-h", "/nonexistent", "-s", nologin, "-G", name,
+                     "-g", _ACCOUNT_COMMENT, name]]  # fmt: skip
+    else:
+        commands = []
+    output = ""
+    for cmd in commands:
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
+        output += result.stdout + result.stderr
+        if result.returncode != 0:
+            break
+    try:
+        account = pwd.getpwnam(name)  # made here, or by a concurrent start
+    except KeyError:
+        raise EmbeddedStartError(
+            f"PostgreSQL refuses to run as root, and the account {name!r} it runs as could not be created"
+            + ("" if commands else " (neither useradd nor busybox adduser was found)"),
+            output=output or None,
+            hint=f"create a system account {name!r} with a group of its own (`useradd --system "
+            f"--user-group --no-create-home --shell {nologin} {name}`), or run Engram as a regular user.",
+        ) from None
+    log.info("created the system account %r (uid %s) for the embedded PostgreSQL", name, account.pw_uid)
+    return account
+
+
+def _hand_over(data_dir: Path, old_uid: int, account: pwd.struct_passwd) -> None:
+    """Give the files of ``data_dir`` owned by ``old_uid`` to ``account``, following no link (and no
+    folder swapped for a link meanwhile: the walk goes by descriptors)."""
+    os.chown(data_dir, account.pw_uid, account.pw_gid, follow_symlinks=False)
+    for _folder, dirs, files, folder_fd in os.fwalk(data_dir, follow_symlinks=False):
+        for name in [*dirs, *files]:
+            try:
+                if os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_uid == old_uid:
+                    os.chown(name, account.pw_uid, account.pw_gid, dir_fd=folder_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+
+
 @dataclass(frozen=True)
 class _Launch:
     """How ``initdb``/``postgres`` are run for one start (see the module docstring)."""
@@ -277,9 +363,10 @@ class EmbeddedPostgres(ChildServer):
 
     ``port`` is the preferred port; if it is taken (or ``None``) a free one is used, so read
     :attr:`url` / :attr:`port` after ``start()``. ``run_as`` names the account the server runs as
-    when this process is root (default ``nobody``; ignored otherwise). ``install_dir`` overrides
-    the ``pginstall`` folder (default: the one of the ``embedded-postgres`` package). Nothing global
-    (atexit, signal handlers) is registered: the caller stops the server.
+    when this process is root (default ``engram-pg``, created if missing; never ``nobody``; ignored
+    otherwise). ``install_dir`` overrides the ``pginstall`` folder (default: the one of the
+    ``embedded-postgres`` package). Nothing global (atexit, signal handlers) is registered: the
+    caller stops the server; the processes it starts get a signal if this process dies first.
     """
 
     def __init__(
@@ -363,7 +450,8 @@ class EmbeddedPostgres(ChildServer):
                 f"--- engram: starting {' '.join(cmd)} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode()
             )
             log_fh.flush()
-            self._proc = self._spawn(launch, cmd, stdout=log_fh)
+            # a fast shutdown (clients disconnected, a checkpoint) if `engram up` dies without stopping it
+            self._proc = self._spawn(launch, cmd, stdout=log_fh, death_signal=signal.SIGINT)
             self.port = port
         except BaseException:
             self._release()
@@ -395,7 +483,10 @@ class EmbeddedPostgres(ChildServer):
     # --- preparation -----------------------------------------------------------------------------
 
     def _account(self) -> pwd.struct_passwd | None:
-        """The account to run as when root, else ``None`` (run as ourselves)."""
+        """The account to run as when root, else ``None`` (run as ourselves).
+
+        ``engram-pg`` (created if missing) unless ``run_as`` names another; never an account other
+        software shares (see "Running as root" in the module docstring)."""
         if os.geteuid() != 0:
             return None
         if not sys.platform.startswith("linux"):
@@ -404,17 +495,33 @@ class EmbeddedPostgres(ChildServer):
                 hint="run Engram as a regular user, or point it at an external PostgreSQL.",
             )
         name = self.run_as or DEFAULT_ACCOUNT
+        if name in SHARED_ACCOUNTS:
+            raise EmbeddedStartError(
+                f"PostgreSQL must not run as {name!r}: every other process running as {name!r} could "
+                "read its data folder (through /proc/<pid>/cwd) and rewrite pg_hba.conf",
+                hint=f"leave run_as unset (Engram creates the account {DEFAULT_ACCOUNT!r}), or name an "
+                "account of its own.",
+            )
         try:
             account = pwd.getpwnam(name)
         except KeyError:
-            raise EmbeddedStartError(
-                f"PostgreSQL refuses to run as root, and the account {name!r} to run it as does not exist",
-                hint="pass run_as=<an existing unprivileged account>, or run Engram as a regular user.",
-            ) from None
+            if self.run_as is not None:
+                raise EmbeddedStartError(
+                    f"PostgreSQL refuses to run as root, and the account {name!r} to run it as does not exist",
+                    hint="create it, leave run_as unset, or run Engram as a regular user.",
+                ) from None
+            account = _create_account(name)
         if account.pw_uid == 0:
             raise EmbeddedStartError(
                 f"PostgreSQL refuses to run as root, and the account {name!r} is root too",
-                hint="pass run_as=<an existing unprivileged account>.",
+                hint="pass run_as=<an unprivileged account of its own>.",
+            )
+        sharing = sorted(a.pw_name for a in pwd.getpwall() if a.pw_uid == account.pw_uid and a.pw_name != name)
+        if sharing or account.pw_uid in _uids(SHARED_ACCOUNTS):
+            raise EmbeddedStartError(
+                f"the account {name!r} (uid {account.pw_uid}) that PostgreSQL runs as shares its uid with "
+                f"{', '.join(sharing) or 'nobody'}: their processes could read the data folder",
+                hint=f"give {name!r} a uid of its own (`usermod -u`), or delete it and let Engram create it.",
             )
         return account
 
@@ -427,11 +534,21 @@ class EmbeddedPostgres(ChildServer):
         if st.st_uid != owner:
             if account is not None and not any(self.data_dir.iterdir()):
                 os.chown(self.data_dir, account.pw_uid, account.pw_gid)
+            elif account is not None and st.st_uid in _uids(SHARED_ACCOUNTS):
+                self._check_previous_server()  # never under the feet of a server still running
+                _hand_over(self.data_dir, st.st_uid, account)
+                log.warning(
+                    "the PostgreSQL cluster %s belonged to %s (an older Engram ran it so, where other "
+                    "processes of that account could read it); it now belongs to %r",
+                    self.data_dir,
+                    pwd.getpwuid(st.st_uid).pw_name,
+                    account.pw_name,
+                )
             else:
                 raise EmbeddedStartError(
                     f"the data folder {self.data_dir} belongs to uid {st.st_uid}, but PostgreSQL "
                     f"runs as {who} (uid {owner})",
-                    hint=f"give the folder to that account (`chown -R {who} {self.data_dir}`) "
+                    hint=f"give the folder to that account (`chown -R {who}: {self.data_dir}`) "
                     "or choose another data folder.",
                 )
         if stat.S_IMODE(st.st_mode) not in (0o700, 0o750):
@@ -540,9 +657,16 @@ class EmbeddedPostgres(ChildServer):
         return env
 
     def _spawn(
-        self, launch: _Launch, cmd: list[str], *, stdout: IO[bytes] | int, stdin: int = subprocess.DEVNULL
+        self,
+        launch: _Launch,
+        cmd: list[str],
+        *,
+        stdout: IO[bytes] | int,
+        stdin: int = subprocess.DEVNULL,
+        death_signal: int = signal.SIGTERM,
     ) -> subprocess.Popen[bytes]:
-        """Start ``cmd`` in a new session as the account of ``launch``."""
+        """Start ``cmd`` in a new session as the account of ``launch``; it gets ``death_signal``
+        when this process dies (:func:`die_with_parent`)."""
         kwargs: dict[str, Any] = {
             "stdin": stdin,
             "stdout": stdout,
@@ -551,6 +675,7 @@ class EmbeddedPostgres(ChildServer):
             "cwd": "/",
             "umask": 0o077,
             "start_new_session": True,
+            "preexec_fn": die_with_parent(death_signal),
         }
         account = launch.account
         try:
@@ -565,6 +690,8 @@ class EmbeddedPostgres(ChildServer):
                     _CAP_HELPER,
                     str(account.pw_uid),
                     str(account.pw_gid),
+                    str(int(death_signal)),
+                    str(os.getpid()),
                 ]
                 return subprocess.Popen(helper + cmd, **kwargs)
             fds = (launch.data_fd,) if launch.data_fd is not None else ()
@@ -729,6 +856,7 @@ class EmbeddedPostgres(ChildServer):
                 input=script.encode(),
                 capture_output=True,
                 env=env,
+                preexec_fn=die_with_parent(),
                 timeout=max(10.0, deadline - time.monotonic()),
                 check=False,
             )
