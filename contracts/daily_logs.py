@@ -230,6 +230,7 @@ class DailyLogState(BaseModel):
     claimed_at: datetime | None = Field(None, description="when the current processing attempt began")
     processed_at: datetime | None = None
     deleted: bool = Field(False, description="true on the event that deleted the log (retention)")
+    resaved: bool = Field(False, description="content changed while processing: pending again once processed")
     version: int = Field(1, ge=1)
     created_at: datetime
     updated_at: datetime
@@ -273,8 +274,10 @@ class SaveDailyLog(BaseModel):
     """Save the day's log (one per user, project and date; the date defaults to today, UTC).
 
     Saving the same date again updates the fields given (omitted ones are kept; ``turns``, when
-    given, replace the stored turns) and never changes ``processing_status``: a processed log is
-    not queued again. A date more than a day in the future is refused."""
+    given, replace the stored turns). New content is learned from: a processed or failed log whose
+    content changes goes back to pending, and a log being processed is queued again once that
+    attempt ends. A save that changes nothing writes nothing. A date more than a day in the future
+    is refused."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -76,15 +76,17 @@ async def test_claim_races_have_exactly_one_winner_each(app: MemoryApp) -> None:
         assert found["log"]["processing_status"] == "processing" and found["log"]["retry_count"] == 1
 
 
-async def test_save_is_one_log_per_day_and_never_requeues_a_processed_log(app: MemoryApp) -> None:
+async def test_save_is_one_log_per_day_and_queues_a_processed_log_again_only_for_new_content(app: MemoryApp) -> None:
     first = await ok(send(app, "save_daily_log", {"log_date": "2025-03-01", "events": "hike", "mood": 1}))
     assert first["created"] and first["processing_status"] == "pending"
     assert (await ok(send(app, "claim_daily_log", {"id": first["id"]})))["claimed"]
     await ok(send(app, "mark_log_processed", {"id": first["id"]}))
     again = await ok(send(app, "save_daily_log", {"log_date": "2025-03-01", "topics": ["tea"]}))
-    assert again["id"] == first["id"] and again["updated"] and again["processing_status"] == "processed"
+    assert again["id"] == first["id"] and again["updated"] and again["processing_status"] == "pending"
+    assert (await ok(send(app, "claim_daily_log", {"id": first["id"]})))["claimed"]
+    await ok(send(app, "mark_log_processed", {"id": first["id"]}))
     same = await ok(send(app, "save_daily_log", {"log_date": "2025-03-01", "topics": ["tea"]}))
-    assert not same["created"] and not same["updated"] and same["version"] == again["version"]
+    assert not same["created"] and not same["updated"] and same["processing_status"] == "processed"
     log = (await ok(ask(app, "get_daily_log", {"id": first["id"]})))["log"]
     assert log["events"] == "hike" and log["mood"] == 1 and log["topics"] == ["tea"]
     assert (await ok(ask(app, "get_unprocessed_logs", {})))["logs"] == []

@@ -21,7 +21,7 @@ async def ledger(infra) -> AsyncIterator[PgTaskLedger]:  # type: ignore[no-untyp
     schema = "ext_" + uuid.uuid4().hex[:8]
     store = PgTaskLedger(pool, schema)
     try:
-        assert await store.migrate(owner="t-ledger") == ["0001_tasks", "0002_tenants"]
+        assert await store.migrate(owner="t-ledger") == ["0001_tasks", "0002_tenants", "0003_episodes"]
         assert await store.migrate(owner="t-ledger") == []
         yield store
     finally:
@@ -41,6 +41,20 @@ async def test_one_row_per_log_and_task_and_done_stays_done(ledger: PgTaskLedger
     other = await ledger.start("alice", "log-1", "t2")
     assert other.status == "running"
     assert await ledger.counts() == {"done": 1, "running": 1}
+
+
+async def test_done_means_done_for_a_pending_episode_and_a_later_one_starts_again(ledger: PgTaskLedger) -> None:
+    row = await ledger.start("alice", "log-4", "t1", episode=3)
+    row.memory_ids = ["m1"]
+    await ledger.finish(row)
+    for earlier in (1, 3):  # a redelivered or late event of an episode already learned from
+        again = await ledger.start("alice", "log-4", "t1", episode=earlier)
+        assert (again.status, again.attempts, again.episode) == ("done", 1, 3)
+    requeued = await ledger.start("alice", "log-4", "t1", episode=7)  # sent back to pending: version 7
+    assert (requeued.status, requeued.attempts, requeued.episode) == ("running", 2, 7)
+    assert not requeued.done_for(7) and requeued.memory_ids == ["m1"]
+    await ledger.finish(requeued)
+    assert (await ledger.get("log-4", "t1")).done_for(7)  # type: ignore[union-attr]
 
 
 async def test_a_failed_task_runs_again_with_its_attempts_counted(ledger: PgTaskLedger) -> None:

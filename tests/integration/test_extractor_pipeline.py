@@ -168,11 +168,15 @@ async def test_a_saved_log_becomes_memories_with_provenance_and_is_processed_onc
     assert history.versions[-1].provenance is not None and history.versions[-1].provenance.log_id == saved.id
     assert "alice" in await PgTenants(p.pool, p.schema).all()
 
-    # the same log saved again (same content, then more fields): no new extraction, no new memory
+    # the same log saved again: the same content writes nothing; changed content is learned from
+    # again (a new episode of the same task), and what it already knew is not written twice
     again = await save_log(p, "alice", "2025-05-01", events="Went to the climbing gym.")
     assert again.id == saved.id and not again.updated and again.processing_status == "processed"
     changed = await save_log(p, "alice", "2025-05-01", events="Went to the climbing gym.", mood=1)
-    assert changed.updated and changed.processing_status == "processed"
+    assert changed.updated and changed.processing_status == "pending"
+    await until(lambda: processed(p, "alice", saved.id), "the changed log processed again")
+    relearned = await results(p, "alice", saved.id)
+    assert len(relearned.results) == 1 and set(relearned.results[0].memory_ids) == result_ids
 
     # a redelivered pending event (first version), with and without the ledger's row (a crash
     # before the ledger recorded the task done): the claim's key answers its first outcome, every

@@ -54,13 +54,31 @@ def test_a_new_log_is_pending_with_an_id_derived_from_tenant_project_and_date() 
     assert log.id != daily_log_id("alice", "work", date(2025, 3, 9))
 
 
-def test_saving_the_same_day_again_updates_fields_and_keeps_the_status() -> None:
+def test_saving_new_content_into_a_processed_or_failed_log_queues_it_again() -> None:
     done = rules.mark_processed(claimed(), NOW)
     assert done is not None
     again = rules.save(done, "alice", SaveDailyLog(log_date=date(2025, 3, 9), mood=1), date(2025, 3, 9), NOW)
     assert again is not None
-    assert again.processing_status is P.PROCESSED and again.mood == 1 and again.events == "went hiking"
-    assert again.version == done.version + 1
+    assert again.processing_status is P.PENDING and again.mood == 1 and again.events == "went hiking"
+    assert again.version == done.version + 1 and again.processed_at is None and again.retry_count == 0
+    failed = new_log(processing_status=P.FAILED, retry_count=MAX_TRIES, error_reason="boom")
+    fresh = rules.save(failed, "alice", SaveDailyLog(events="went swimming"), failed.log_date, NOW)
+    assert fresh is not None and fresh.processing_status is P.PENDING and fresh.retry_count == 0
+    assert fresh.error_reason is None
+    assert rules.save(done, "alice", SaveDailyLog(events="went hiking"), done.log_date, NOW) is None  # same content
+
+
+def test_new_content_saved_during_an_attempt_is_learned_after_it() -> None:
+    held = claimed()
+    during = rules.save(held, "alice", SaveDailyLog(events="went hiking, then swimming"), held.log_date, NOW)
+    assert during is not None and during.processing_status is P.PROCESSING and during.resaved
+    after = rules.mark_processed(during, NOW)
+    assert after is not None and after.processing_status is P.PENDING and not after.resaved
+    assert after.retry_count == 0 and after.processed_at is None
+    # the attempt failing instead: a fresh start on the new content, whatever its tries
+    spent = rules.mark_failed(during.model_copy(update={"retry_count": MAX_TRIES}), "engine down", NOW)
+    assert spent.processing_status is P.PENDING and spent.retry_count == 0 and not spent.resaved
+    assert rules.claim(after, NOW) is not None
 
 
 def test_a_save_that_changes_nothing_writes_nothing() -> None:
@@ -121,11 +139,15 @@ def test_claiming_a_processed_log_is_refused_naming_id() -> None:
     assert err.value.field == "id"
 
 
-def test_a_failed_log_stays_claimable_for_one_more_try() -> None:
+def test_claims_take_pending_logs_only_and_a_failed_log_comes_back_through_pending() -> None:
     failed = new_log(processing_status=P.FAILED, retry_count=MAX_TRIES, error_reason="boom")
-    c = claimed(failed)
-    assert c.retry_count == MAX_TRIES + 1 and c.error_reason is None
-    assert rules.mark_failed(c, "again", NOW).processing_status is P.FAILED
+    with pytest.raises(Conflict) as err:
+        rules.claim(failed, NOW)
+    assert err.value.field == "id" and "update_log_status(pending)" in str(err.value)
+    with pytest.raises(Conflict):
+        rules.change_status(failed, P.PROCESSING, None, NOW)
+    back = rules.change_status(failed, P.PENDING, None, NOW)
+    assert back is not None and claimed(back).retry_count == 1
 
 
 # processed / failed -------------------------------------------------------------------------

@@ -135,12 +135,12 @@ class Memories:
 class Ledger:
     rows: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)
 
-    async def start(self, tenant: str, log_id: str, task_id: str) -> TaskRecord:
+    async def start(self, tenant: str, log_id: str, task_id: str, episode: int = 0) -> TaskRecord:
         row = self.rows.get((log_id, task_id))
         if row is None:
-            row = self.rows[(log_id, task_id)] = TaskRecord(log_id, task_id, tenant, "running", 1)
-        elif row.status != "done":
-            row.status, row.attempts = "running", row.attempts + 1
+            row = self.rows[(log_id, task_id)] = TaskRecord(log_id, task_id, tenant, "running", 1, episode=episode)
+        elif not row.done_for(episode):
+            row.status, row.attempts, row.episode = "running", row.attempts + 1, max(row.episode, episode)
         return row
 
     async def finish(self, record: TaskRecord) -> None:
@@ -207,6 +207,24 @@ async def test_a_crash_mid_task_resumes_with_the_same_keys() -> None:
     assert logs.task_steps == [(task, "running"), (task, "success")]
     await extractor.handle(NOTICE)
     assert logs.task_steps == [(task, "running"), (task, "success")]
+
+
+async def test_a_log_sent_back_to_pending_is_learned_from_again_once_without_duplicates() -> None:
+    extractor, logs, memories, ledger = setup()
+    await extractor.handle(NOTICE)
+    logs.status = "pending"  # update_log_status(pending): the log's next version, pending
+    requeued = LogNotice(tenant="alice", log_id="log-1", status="pending", version=4)
+    report = await extractor.handle(requeued)
+    assert report.outcome is Outcome.DONE and report.kept == 3 and report.saved == 0  # a new attempt, same task
+    assert logs.status == "processed" and memories.writes == 3 and len(logs.results) == 1
+    assert ledger.rows[("log-1", "builtin-v1")].episode == 4
+    for old in (NOTICE, requeued):  # redelivered, or delivered late: that episode is done
+        assert (await extractor.handle(old)).outcome is Outcome.ALREADY_DONE
+    logs.turns = turns_from_text("user: I live in Paris.")  # saved again with new content: pending again
+    logs.status = "pending"
+    changed = await extractor.handle(LogNotice(tenant="alice", log_id="log-1", status="pending", version=7))
+    assert changed.outcome is Outcome.DONE and changed.updated == 1
+    assert memories.by_key_["profile.location"].content == "The user lives in Paris."
 
 
 async def test_a_second_worker_loses_the_claim() -> None:

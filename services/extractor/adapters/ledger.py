@@ -11,7 +11,7 @@ from services.extractor.application.ports import TaskRecord
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = ("log_id, task_id, tenant, status, attempts, memory_ids, facts, prompt_tokens, completion_tokens, "
-            "error, updated_at")
+            "error, updated_at, episode")
 
 
 def _record(row: asyncpg.Record) -> TaskRecord:
@@ -19,7 +19,7 @@ def _record(row: asyncpg.Record) -> TaskRecord:
         log_id=row["log_id"], task_id=row["task_id"], tenant=row["tenant"], status=row["status"],
         attempts=row["attempts"], memory_ids=list(row["memory_ids"]), facts=row["facts"],
         prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"], error=row["error"],
-        updated_at=row["updated_at"],
+        updated_at=row["updated_at"], episode=row["episode"],
     )
 
 
@@ -31,15 +31,19 @@ class PgTaskLedger:
     async def migrate(self, owner: str) -> list[str]:
         return await migrate(self.pool, self.schema, MIGRATIONS, owner=owner)
 
-    async def start(self, tenant: str, log_id: str, task_id: str) -> TaskRecord:
+    async def start(self, tenant: str, log_id: str, task_id: str, episode: int = 0) -> TaskRecord:
+        # done stays done for the episode it finished (and earlier ones); a later episode starts again
+        done = "(tasks.status = 'done' AND tasks.episode >= EXCLUDED.episode)"
         row = await self.pool.fetchrow(
-            f"INSERT INTO {self.schema}.tasks (log_id, task_id, tenant, status) VALUES ($1, $2, $3, 'running') "
+            f"INSERT INTO {self.schema}.tasks (log_id, task_id, tenant, status, episode) "
+            f"VALUES ($1, $2, $3, 'running', $4) "
             f"ON CONFLICT (log_id, task_id) DO UPDATE SET "
-            f" status = CASE WHEN tasks.status = 'done' THEN 'done' ELSE 'running' END,"
-            f" attempts = tasks.attempts + CASE WHEN tasks.status = 'done' THEN 0 ELSE 1 END,"
-            f" error = CASE WHEN tasks.status = 'done' THEN tasks.error ELSE NULL END, updated_at = now() "
+            f" status = CASE WHEN {done} THEN 'done' ELSE 'running' END,"
+            f" attempts = tasks.attempts + CASE WHEN {done} THEN 0 ELSE 1 END,"
+            f" episode = GREATEST(tasks.episode, EXCLUDED.episode),"
+            f" error = CASE WHEN {done} THEN tasks.error ELSE NULL END, updated_at = now() "
             f"RETURNING {_COLUMNS}",
-            log_id, task_id, tenant,
+            log_id, task_id, tenant, episode,
         )
         return _record(row)
 

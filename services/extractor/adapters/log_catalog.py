@@ -38,7 +38,9 @@ class EventLogCatalog:
             day = date.fromisoformat(str(data["log_date"]))
             if since is not None and day < since:
                 continue
-            refs.append(LogRef(tenant=who, log_id=log_id, log_date=day, project=str(data.get("project") or "default")))
+            refs.append(LogRef(tenant=who, log_id=log_id, log_date=day, project=str(data.get("project") or "default"),
+                               status=str(data.get("processing_status") or "pending"),
+                               version=int(data.get("version") or 0)))
         return sorted(refs, key=lambda r: (r.log_date, r.tenant, r.log_id))
 
     async def read(self, ref: LogRef) -> ClaimedLog | None:

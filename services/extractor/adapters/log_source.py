@@ -82,7 +82,8 @@ class ClientLogSource:
             return None
         view = result.log
         return ClaimedLog(tenant=notice.tenant, log_id=str(view.id), project=view.project,
-                          log_date=view.log_date.isoformat(), turns=turns_of(view), retry_count=view.retry_count)
+                          log_date=view.log_date.isoformat(), turns=turns_of(view), retry_count=view.retry_count,
+                          episode=notice.version)
 
     async def record_result(self, tenant: str, log_id: str, task_id: str, memory_ids: Sequence[UUID], *,
                             key: str) -> None:

@@ -1,4 +1,13 @@
-"""One extraction task on one log, exactly once per ``(log_id, task_id)``.
+"""One extraction task on one log, exactly once per ``(log_id, task_id)`` and pending episode.
+
+What "done" means in the ledger: the row of ``(log_id, task_id)`` is done for the *episode* it
+finished, the log's version at the pending event the task handled. Every way a log asks to be
+learned from again makes it pending at a later version, so each is a new attempt of the same task
+with no special case: sent back to pending (update_log_status, reconcile, recover), saved again
+with new content, deleted and saved again (the same id, a later version). A redelivered event, or
+an older one, names an episode the row has done: nothing is written twice. Results stay unique
+per ``(log_id, task_id)`` (a new attempt replaces them) and memories change only through the merge
+policy's keyed, versioned updates.
 
     ledger row (running) → claim (ClaimDailyLog: same lifecycle as an external agent) → engine over
     the log's pieces → per fact: by key → keep | update | save (idempotent keys) → extraction result
@@ -87,14 +96,14 @@ class Extractor:
         if notice.status != "pending":
             return TaskReport(Outcome.IGNORED)
         existing = await self.ledger.get(notice.log_id, self.task_id)
-        if existing is not None and existing.status == "done":
+        if existing is not None and existing.done_for(notice.version):
             return TaskReport(Outcome.ALREADY_DONE, memory_ids=tuple(UUID(m) for m in existing.memory_ids))
         claimed = await self.logs.claim(notice, self.task_id, key=step_key("claim", notice.log_id, self.task_id,
                                                                          notice.version))
         if claimed is None:
             return TaskReport(Outcome.NOT_CLAIMED)
-        record = await self.ledger.start(notice.tenant, notice.log_id, self.task_id)
-        if record.status == "done":
+        record = await self.ledger.start(notice.tenant, notice.log_id, self.task_id, notice.version)
+        if record.done_for(notice.version):
             return TaskReport(Outcome.ALREADY_DONE)
         await self._record_task(claimed, notice, "running")
         try:
@@ -184,7 +193,7 @@ class Extractor:
                 report.kept += 1
                 ids.append(known.memory_id)
                 continue
-            idem = fact_key(claimed.log_id, self.task_id, fact, action.value)
+            idem = fact_key(claimed.log_id, self.task_id, fact, action.value, claimed.episode)
             if action is Action.UPDATE:
                 written = await self.memories.update(claimed.tenant, claimed.project, fact, key, key=idem,
                                                      origin=origin)

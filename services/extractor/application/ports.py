@@ -51,6 +51,8 @@ class ClaimedLog:
     log_date: str
     turns: list[Turn]
     retry_count: int = 0
+    #: the log's version at the pending event this claim answers (0: read without a claim)
+    episode: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,12 @@ class TaskRecord:
     completion_tokens: int = 0
     error: str | None = None
     updated_at: datetime | None = None
+    #: the log's version at the pending event this row's attempt handled (0: a re-extraction task)
+    episode: int = 0
+
+    def done_for(self, episode: int) -> bool:
+        """Whether the task has learned from this pending episode of the log (or a later one)."""
+        return self.status == "done" and self.episode >= episode
 
 
 class LogSource(Protocol):
@@ -153,9 +161,9 @@ class Tenants(Protocol):
 
 
 class TaskLedger(Protocol):
-    async def start(self, tenant: str, log_id: str, task_id: str) -> TaskRecord:
+    async def start(self, tenant: str, log_id: str, task_id: str, episode: int = 0) -> TaskRecord:
         """The row of (log_id, task_id), created as running or marked running again (attempts + 1)
-        unless it is done."""
+        unless it is done for ``episode`` (the log's version at its pending event) or a later one."""
         ...
 
     async def finish(self, record: TaskRecord) -> None: ...

@@ -5,8 +5,10 @@
     what is known (same key → a new version; near-duplicate → nothing) → extraction result for the
     new task → ledger row done.
 
-Unlike the continuous pipeline it does not claim the log: a processed log stays processed (its
-lifecycle belongs to the pipeline and to external agents); only the new task's result is recorded.
+A processed log stays processed (its lifecycle belongs to the pipeline and to external agents);
+only the new task's result is recorded. A log still pending (never learned from, or waiting for an
+agent) is claimed first and marked processed after, so every log a run extracts ends processed; a
+log another worker holds, or a failed one, is read as it stands and its lifecycle left alone.
 Every write carries the same idempotency keys as the pipeline's, derived from ``(log_id, task_id,
 fact)``, and a task the ledger says is done is skipped, so running it twice with the same task id
 writes nothing the second time.
@@ -23,7 +25,7 @@ from typing import Protocol
 from uuid import UUID, uuid4
 
 from services.extractor.application.extraction import ExtractionFailed, Extractor, Outcome, TaskReport
-from services.extractor.application.ports import ClaimedLog
+from services.extractor.application.ports import ClaimedLog, LogNotice
 from services.extractor.domain.merge import step_key
 
 log = logging.getLogger("engram.extractor")
@@ -40,6 +42,8 @@ class LogRef:
     log_id: str
     log_date: date
     project: str = "default"
+    status: str = "processed"  # where its lifecycle stands (the last event's processing_status)
+    version: int = 0  # the log's version at that event
 
 
 class LogCatalog(Protocol):
@@ -91,7 +95,12 @@ async def reextract_log(extractor: Extractor, catalog: LogCatalog, ref: LogRef) 
     existing = await extractor.ledger.get(ref.log_id, task_id)
     if existing is not None and existing.status == "done":
         return TaskReport(Outcome.ALREADY_DONE, memory_ids=tuple(UUID(m) for m in existing.memory_ids))
-    current = await catalog.read(ref)
+    current: ClaimedLog | None = None
+    if ref.status == "pending":  # claimed like the pipeline's, so that it ends processed
+        current = await extractor.logs.claim(LogNotice(ref.tenant, ref.log_id, "pending", ref.version, ref.project),
+                                             task_id, key=step_key("claim", ref.log_id, task_id, ref.version))
+    claimed = current is not None
+    current = current or await catalog.read(ref)
     if current is None:
         return TaskReport(Outcome.IGNORED)
     record = await extractor.ledger.start(ref.tenant, ref.log_id, task_id)
@@ -101,9 +110,17 @@ async def reextract_log(extractor: Extractor, catalog: LogCatalog, ref: LogRef) 
         extraction = await extractor.extract(current)
     except ExtractionFailed as exc:
         log.warning("re-extraction of log %s (task %s) failed: %s", ref.log_id, task_id, exc)
+        if claimed:
+            await extractor.logs.mark_failed(ref.tenant, ref.log_id, str(exc),
+                                             key=step_key("failed", ref.log_id, task_id, ref.version))
         await extractor.ledger.fail(ref.log_id, task_id, str(exc))
         return TaskReport(Outcome.FAILED, error=str(exc))
-    return await extractor.complete(current, extraction, record)
+    report = await extractor.complete(current, extraction, record, finish=not claimed)
+    if claimed:
+        await extractor.logs.mark_processed(ref.tenant, ref.log_id,
+                                            key=step_key("processed", ref.log_id, task_id, ref.version))
+        await extractor.ledger.finish(record)
+    return report
 
 
 def task_metrics(report: ReextractReport) -> dict[str, float]:

@@ -105,9 +105,13 @@ def person_keys(facts: Sequence[Fact], people: Sequence[str]) -> list[Fact]:
     return out
 
 
-def fact_key(log_id: str, task_id: str, fact: Fact, action: str) -> str:
-    """The idempotency key of one fact's write (IDEMPOTENCY_KEY_PATTERN: 8-128 of [A-Za-z0-9_.:-])."""
-    return "x:" + _digest(log_id, task_id, memory_key_of(fact), fact.content, action)
+def fact_key(log_id: str, task_id: str, fact: Fact, action: str, episode: int = 0) -> str:
+    """The idempotency key of one fact's write (IDEMPOTENCY_KEY_PATTERN: 8-128 of [A-Za-z0-9_.:-]):
+    the same within one pending episode of the log (a redelivery writes nothing twice), another in
+    a later one (a re-queued or re-saved log's writes may carry other provenance; the merge policy,
+    not the key, keeps them from duplicating what the first episode wrote)."""
+    parts = (log_id, task_id, memory_key_of(fact), fact.content, action) + ((str(episode),) if episode else ())
+    return "x:" + _digest(*parts)
 
 
 def step_key(step: str, log_id: str, task_id: str, attempt: int | str = 0) -> str:

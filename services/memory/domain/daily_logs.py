@@ -7,7 +7,9 @@ raises a domain error naming the field when the transition is not allowed::
     pending --claim (retry_count+1)--> processing --mark_processed--> processed (retry_count=0)
     processing --mark_failed / recover: retry_count < 3 --> pending, >= 3 --> failed
     processed (no extraction result) --requeue--> pending
-    failed --claim--> processing (a failed log is kept for retry: each claim is one more try)
+    processed / failed --a save that changes the content--> pending (new content is learned from)
+    processing --a save that changes the content--> processing, then pending at mark_processed
+    failed --update_log_status(pending)--> pending (a fresh start; claims take pending logs only)
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ STATUS_TRANSITIONS: dict[ProcessingStatus, frozenset[ProcessingStatus]] = {
     P.PENDING: frozenset({P.PROCESSING}),
     P.PROCESSING: frozenset({P.PENDING, P.PROCESSED, P.FAILED}),
     P.PROCESSED: frozenset({P.PENDING}),
-    P.FAILED: frozenset({P.PENDING, P.PROCESSING}),
+    P.FAILED: frozenset({P.PENDING}),
 }
 
 
@@ -71,8 +73,13 @@ def log_date_of(cmd: SaveDailyLog, now: datetime) -> date:
 
 
 def save(current: DailyLogState | None, tenant: str, cmd: SaveDailyLog, day: date, now: datetime) -> DailyLogState | None:
-    """The log after a save: a new log (pending), or the given fields written over the current ones
-    with the status untouched; None when nothing would change."""
+    """The log after a save: a new log (pending), or the given fields written over the current ones;
+    None when nothing would change.
+
+    New content is learned from: a processed or failed log whose content a save changes goes back
+    to pending (a fresh start, retry_count 0); a log being processed keeps its attempt, marked
+    ``resaved``, and goes back to pending when that attempt is marked processed (the attempt read
+    the old content). A pending log stays pending."""
     given = {name: getattr(cmd, name) for name in LOG_FIELDS if getattr(cmd, name) is not None}
     if current is None or current.deleted:
         return DailyLogState(
@@ -82,7 +89,12 @@ def save(current: DailyLogState | None, tenant: str, cmd: SaveDailyLog, day: dat
         )
     if all(getattr(current, k) == v for k, v in given.items()):
         return None
-    return current.model_copy(update={**given, "version": current.version + 1, "updated_at": now})
+    learn_again: dict[str, object] = {}
+    if current.processing_status in (P.PROCESSED, P.FAILED):
+        learn_again = {"processing_status": P.PENDING, "retry_count": 0, "error_reason": None, "processed_at": None}
+    elif current.processing_status is P.PROCESSING:
+        learn_again = {"resaved": True}
+    return current.model_copy(update={**given, **learn_again, "version": current.version + 1, "updated_at": now})
 
 
 # the lifecycle ------------------------------------------------------------------------------------
@@ -91,13 +103,17 @@ def _next(current: DailyLogState, now: datetime, **changes: object) -> DailyLogS
 
 
 def claim(current: DailyLogState, now: datetime) -> DailyLogState | None:
-    """Claim for processing: pending or failed -> processing, one more try. None: another worker
-    holds it (processing). A processed log is refused."""
+    """Claim for processing: pending -> processing, one more try. None: another worker holds it
+    (processing). A processed or failed log is refused: a failed log has used its tries, and comes
+    back only when someone sends it to pending (update_log_status) or saves new content into it."""
     if current.processing_status is P.PROCESSING:
         return None
     if current.processing_status is P.PROCESSED:
         raise Conflict(f"daily log {current.id} is already processed; nothing to claim (reconcile_log_statuses or "
                        "update_log_status(pending) queues it again)", "id")
+    if current.processing_status is P.FAILED:
+        raise Conflict(f"daily log {current.id} failed after {current.retry_count} tries ({current.error_reason}); "
+                       "claims take pending logs only: update_log_status(pending) gives it a fresh start", "id")
     return _next(current, now, processing_status=P.PROCESSING, retry_count=current.retry_count + 1,
                  claimed_at=now, error_reason=None)
 
@@ -112,12 +128,17 @@ def mark_processed(current: DailyLogState, now: datetime) -> DailyLogState | Non
     if current.error_reason is not None:
         raise InvalidArgument(f"daily log {current.id} carries an error_reason ({current.error_reason!r}); a failed "
                               "attempt cannot be marked processed", "error_reason")
+    if current.resaved:  # the attempt read content that has changed since: learn from the new content
+        return _next(current, now, processing_status=P.PENDING, retry_count=0, claimed_at=None, resaved=False)
     return _next(current, now, processing_status=P.PROCESSED, retry_count=0, processed_at=now, claimed_at=None)
 
 
 def after_failure(current: DailyLogState, reason: str, now: datetime) -> DailyLogState:
     """A failed attempt: back to pending below MAX_TRIES tries, failed at MAX_TRIES."""
     status = P.PENDING if current.retry_count < MAX_TRIES else P.FAILED
+    if current.resaved:  # new content arrived during the attempt: a fresh start on it
+        return _next(current, now, processing_status=P.PENDING, retry_count=0, error_reason=reason, claimed_at=None,
+                     resaved=False)
     return _next(current, now, processing_status=status, error_reason=reason, claimed_at=None)
 
 
@@ -177,7 +198,8 @@ def change_status(
     # -> pending: released (processing), requeued (processed) or retried afresh (failed)
     retry_count = 0 if source is P.FAILED else current.retry_count
     return _next(current, now, processing_status=P.PENDING, retry_count=retry_count, claimed_at=None,
-                 processed_at=None if source is P.PROCESSED else current.processed_at, error_reason=error_reason)
+                 processed_at=None if source is P.PROCESSED else current.processed_at, error_reason=error_reason,
+                 resaved=False)
 
 
 # retention ----------------------------------------------------------------------------------------
