@@ -32,6 +32,7 @@ from typing import Annotated, Any
 from uuid import UUID, uuid5
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -102,8 +103,29 @@ def _iso_only(value: Any) -> Any:
     return value
 
 
-IsoDate = Annotated[date, BeforeValidator(_iso_only)]
-IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only)]
+#: The years a date or time a user gives may fall in (a day's log, a turn's ``at``, a cut-off, a
+#: graph filter). Wide enough for any conversation and any "since"; narrow enough that date arithmetic
+#: (a day before, a week after, a time zone moved to UTC) stays inside what Python and Postgres
+#: represent: 0001-01-01T00:00+14:00 is 0000-12-31 in UTC, 9999-12-31 has no tomorrow.
+MIN_YEAR = 1900
+MAX_YEAR = 2999
+
+
+def _in_years(value: date) -> date:
+    """A date or time of year MIN_YEAR..MAX_YEAR (its UTC moment too, for an aware time)."""
+    years = [value.year]
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        years.append((value.replace(tzinfo=None) - value.utcoffset()).year  # type: ignore[operator]
+                     if MIN_YEAR < value.year < MAX_YEAR else value.year)
+    if not all(MIN_YEAR <= y <= MAX_YEAR for y in years):
+        raise ValueError(f"give a date in the years {MIN_YEAR} to {MAX_YEAR} (not {value.isoformat()})")
+    return value
+
+
+IsoDate = Annotated[date, BeforeValidator(_iso_only), AfterValidator(_in_years)]
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_only), AfterValidator(_in_years)]
+#: a user's date-time where a number may still be given (the graph's filters): only the years are bounded
+BoundedDateTime = Annotated[datetime, AfterValidator(_in_years)]
 
 
 class ProcessingStatus(StrEnum):
@@ -128,7 +150,9 @@ class Turn(BaseModel):
     speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS, pattern=TEXT_NO_NUL,
                          description="who spoke, e.g. 'user', 'assistant' or a name")
     text: str = Field(min_length=1, max_length=MAX_TURN_CHARS, pattern=TEXT_NO_NUL)
-    at: IsoDateTime | None = Field(None, description="when it was said (optional)")
+    # Not bounded here: a stored log's turns are read with this model too (events written before the
+    # bound). A save bounds them (SaveDailyLog, ``turns[i].at``).
+    at: Annotated[datetime, BeforeValidator(_iso_only)] | None = Field(None, description="when it was said (optional)")
 
 
 #: a turn's first line, already stripped: a speaker (1-64 characters, no colon), a colon (ASCII or
@@ -199,6 +223,15 @@ Turns = Annotated[
           "lines start turns"),
 ]
 Mood = Annotated[int | None, Field(None, ge=-2, le=2, description="the day's mood, an integer from -2 to 2")]
+
+
+def _turn_times(turns: list[Turn] | None) -> None:
+    for i, turn in enumerate(turns or []):
+        if turn.at is not None:
+            try:
+                _in_years(turn.at)
+            except ValueError as exc:
+                raise ValueError(f"turns[{i}].at: {exc}") from None
 
 
 def _turns_total(turns: list[Turn] | None) -> None:
@@ -295,6 +328,7 @@ class SaveDailyLog(BaseModel):
     @classmethod
     def _turns_limit(cls, value: list[Turn] | None) -> list[Turn] | None:
         _turns_total(value)
+        _turn_times(value)
         return value
 
 

@@ -24,6 +24,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.daily_logs import BoundedDateTime
 from contracts.memory import PROJECT_PATTERN
 from contracts.messages import query
 from contracts.subjects import GRAPH, MEMORY
@@ -87,8 +88,8 @@ class GraphPageQuery(BaseModel):
 
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     node_types: list[NodeType] | None = Field(None, description="only these node types (default all)")
-    since: datetime | None = Field(None, description="only nodes updated at or after this time")
-    until: datetime | None = Field(None, description="only nodes updated before this time")
+    since: BoundedDateTime | None = Field(None, description="only nodes updated at or after this time")
+    until: BoundedDateTime | None = Field(None, description="only nodes updated before this time")
     cursor: str | None = Field(None, min_length=1, max_length=MAX_CURSOR_CHARS)
     limit: int = Field(DEFAULT_GRAPH_PAGE, ge=1, le=MAX_GRAPH_PAGE)
 

@@ -34,6 +34,11 @@ def subject_token(value: str, what: str) -> str:
     return value
 
 
+#: the dead-letter stream's caps: a flood of poison messages cannot fill the server's disk
+DEAD_LETTER_MAX_MSGS = 100_000
+DEAD_LETTER_MAX_BYTES = 256 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """A JetStream stream, declared as code and created idempotently at start-up."""
@@ -43,6 +48,9 @@ class StreamSpec:
     retention: Literal["limits", "workqueue"]
     duplicate_window_s: float
     max_age_s: float = 0.0
+    #: caps on what the stream holds (0: none); past one, the oldest messages are dropped first
+    max_msgs: int = 0
+    max_bytes: int = 0
     description: str = ""
 
 
@@ -112,7 +120,12 @@ class Names:
                 retention="limits",
                 duplicate_window_s=120.0,
                 max_age_s=30 * 24 * 3600.0,
-                description="Messages that could not be handled, kept 30 days for inspection",
+                # bounded however many poison messages arrive (each at most a request body): the
+                # oldest go first; the count and the sample of each consumer's last ones remain
+                max_msgs=DEAD_LETTER_MAX_MSGS,
+                max_bytes=DEAD_LETTER_MAX_BYTES,
+                description="Messages that could not be handled, kept 30 days (at most 100,000 or 256 MiB, "
+                "oldest dropped first) for inspection",
             ),
         )
 

@@ -96,6 +96,8 @@ def _stream_config(spec: StreamSpec, replicas: int) -> api.StreamConfig:
         storage=api.StorageType.FILE,
         duplicate_window=spec.duplicate_window_s,
         max_age=spec.max_age_s or None,
+        max_msgs=spec.max_msgs or None,
+        max_bytes=spec.max_bytes or None,
         num_replicas=replicas,
         description=spec.description,
         allow_direct=True,

@@ -7,6 +7,7 @@ auth service); the bulk ``client`` field and string numbers; issue 28's NUL char
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import uuid
@@ -38,3 +39,30 @@ async def test_m1_a_huge_turns_text_is_refused_naming_turns_and_the_limit(runnin
         saved = await client.call_tool("save_daily_log", {"turns": "user: hello\nassistant: hi",
                                                           "containerTag": "review29-m1"})
         assert not saved.is_error, text_of(saved)
+
+
+# --- L2: extreme dates -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59Z"])
+async def test_l2_a_delete_cut_off_at_the_calendar_edge_is_a_422_naming_older_than(running, moment) -> None:  # type: ignore[no-untyped-def]
+    key = (await asyncio.to_thread(running.stack.create_key, running.user_id, "maint-" + uuid.uuid4().hex[:6],
+                                   ["memory:read", "memory:write", "memory:maintenance"]))["key"]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(key), timeout=30) as http:
+        r = await http.delete("/v1/daily-logs", params={"older_than": moment, "project": "review29-l2"})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "older_than" and "1900" in error["message"] and "2999" in error["message"]
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00Z", "9999-12-31T00:00:00Z"])
+async def test_l2_a_turn_at_the_calendar_edge_is_refused_naming_it(running, moment) -> None:  # type: ignore[no-untyped-def]
+    turns = [{"speaker": "user", "text": "Yesterday I moved to Lyon.", "at": moment}]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(running.key), timeout=30) as http:
+        r = await http.post("/v1/daily-logs", json={"project": "review29-l2", "turns": turns})
+        day = await http.post("/v1/daily-logs", json={"project": "review29-l2", "log_date": moment[:10]})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == "turns" and "turns[0].at" in r.json()["error"]["message"]
+    assert day.status_code == 422 and day.json()["error"]["field"] == "log_date", day.text
+    async with mcp_client(running.mcp_url, running.key) as client:
+        refused = await client.call_tool("save_daily_log", {"turns": turns, "containerTag": "review29-l2"})
+    assert refused.is_error and "turns[0].at" in text_of(refused)

@@ -140,7 +140,10 @@ def resolve_relative_dates(text: str, day: date) -> str:
     brackets after it: the wording is kept as said (see the module's table)."""
 
     def rewrite(match: re.Match[str]) -> str:
-        _, phrase = absolute(match, day)
+        try:
+            _, phrase = absolute(match, day)
+        except OverflowError:  # a day at the edge of the calendar (0001-01-01, 9999-12-31): left as said
+            return match.group(0)
         if phrase == match.group(0) or _DETERMINER.search(text[: match.start()]):
             return match.group(0)
         return f"{match.group(0)} ({_bracketed(phrase)})"
