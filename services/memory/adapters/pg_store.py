@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -21,9 +22,13 @@ from contracts.memory import (
     SharedMemoryState,
     SharedMemoryView,
 )
+from kit.bus import PoisonMessage
 from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
 from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx
+from services.memory.domain.errors import Conflict
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = (
@@ -36,6 +41,14 @@ ReplayRow = tuple[MemoryState, str, int, bytes | None, bytes | None]
 #: log, task, result -> (table, lock key space)
 _RECORDS: dict[str, tuple[str, int]] = {"log": ("daily_logs", 2), "task": ("extraction_tasks", 3),
                                         "result": ("extraction_results", 4)}
+
+
+class ForeignRow(Conflict, PoisonMessage):
+    """A read-model write naming a row of another tenant. Ids are the read model's global keys
+    (``ON CONFLICT (id)``), so every upsert is also checked by tenant: a row is only ever changed
+    by events of the tenant it was written for, and an event of another tenant under its id is
+    refused (a command's caller gets a conflict; the projector consumer dead-letters the event:
+    retrying never clears it) — never written over another user's row."""
 
 
 def _like(keyword: str) -> str:
@@ -89,14 +102,25 @@ class Tx(ReadModelTx):
         it already reflects ``seq`` or later; with ``outcome``, record the command's outcome in the
         same statement (one round trip)."""
         memory_args = _memory_args(state, content_hash, seq, late_tokens)
-        upsert = self._upsert_sql()
+        upsert = f"{self._upsert_sql()} RETURNING 1"
         if outcome is None:
-            await self.conn.execute(upsert, *memory_args)
-            return
-        await self.conn.execute(
-            f"WITH written AS ({upsert}) {insert_outcome(self.s, first=len(memory_args) + 1)}",
-            *memory_args, *outcome.args(),
-        )
+            written = await self.conn.fetchval(upsert, *memory_args)
+        else:
+            written = await self.conn.fetchval(
+                f"WITH written AS ({upsert}), kept AS ({insert_outcome(self.s, first=len(memory_args) + 1)})"
+                f" SELECT count(*) FROM written",
+                *memory_args, *outcome.args(),
+            )
+        if not written:
+            await self._same_tenant("memories", "memory", state.id, state.tenant)
+
+    async def _same_tenant(self, table: str, what: str, row_id: UUID, tenant: str) -> None:
+        """After an upsert that wrote nothing (the row reflects this sequence or a later one, or
+        it is another tenant's): refuse the second case (:class:`ForeignRow`)."""
+        owner = await self.conn.fetchval(f"SELECT tenant FROM {self.s}.{table} WHERE id = $1", row_id)
+        if owner is not None and owner != tenant:
+            raise ForeignRow(f"{what} {row_id} is another user's: an event of {tenant} under its id was not applied",
+                             "id")
 
     async def replay_memories(self, rows: Sequence[ReplayRow], late_model: str) -> list[UUID]:
         """A replay's rows in bulk: ``COPY`` into a temporary table, then one ``INSERT ... SELECT``
@@ -118,6 +142,11 @@ class Tx(ReadModelTx):
             temp, records=[(*_memory_args(st, h, seq, late), digest) for st, h, seq, late, digest in rows],
         )
         selected = ", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))
+        foreign = await self.conn.fetch(
+            f"SELECT r.id, r.tenant FROM {temp} r JOIN {self.s}.memories m ON m.id = r.id AND m.tenant <> r.tenant")
+        for row in foreign:  # (the live projector dead-letters such an event; a replay goes on without it)
+            log.error("replay: memory %s is another user's row; the event of %s under its id is not applied",
+                      row["id"], row["tenant"])
         missing = await self.conn.fetch(
             f"""WITH written AS (
                   INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
@@ -158,7 +187,7 @@ class Tx(ReadModelTx):
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
                   late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance
-                WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq"""
+                WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq AND {self.s}.memories.tenant = EXCLUDED.tenant"""
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None:
         """Record a command's outcome in this transaction (kit's command log, in this schema)."""
@@ -170,16 +199,20 @@ class Tx(ReadModelTx):
         )
 
     async def upsert_shared(self, state: SharedMemoryState, seq: int) -> None:
-        await self.conn.execute(
+        written = await self.conn.fetchval(
             f"""INSERT INTO {self.s}.shared_memories
                   (id, tenant, title, event, importance, version, created_at, updated_at, last_seq)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
                 ON CONFLICT (id) DO UPDATE SET event=EXCLUDED.event, importance=EXCLUDED.importance,
                   version=EXCLUDED.version, updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq
-                WHERE {self.s}.shared_memories.last_seq < EXCLUDED.last_seq""",
+                WHERE {self.s}.shared_memories.last_seq < EXCLUDED.last_seq
+                  AND {self.s}.shared_memories.tenant = EXCLUDED.tenant
+                RETURNING 1""",
             state.id, state.tenant, state.title, state.event, state.importance, state.version,
             state.created_at, state.updated_at, seq,
         )
+        if not written:
+            await self._same_tenant("shared_memories", "shared memory", state.id, state.tenant)
 
     async def lock_record(self, kind: LogRecord, record_id: UUID) -> int | None:
         table, space = _RECORDS[kind]
@@ -188,39 +221,50 @@ class Tx(ReadModelTx):
         )
 
     async def upsert_log(self, state: DailyLogState, seq: int) -> None:
-        await self.conn.execute(
+        written = await self.conn.fetchval(
             f"""INSERT INTO {self.s}.daily_logs (id, tenant, project, log_date, processing_status, retry_count,
                   claimed_at, deleted, updated_at, last_seq, state)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb)
                 ON CONFLICT (id) DO UPDATE SET processing_status=EXCLUDED.processing_status,
                   retry_count=EXCLUDED.retry_count, claimed_at=EXCLUDED.claimed_at, deleted=EXCLUDED.deleted,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq, state=EXCLUDED.state
-                WHERE {self.s}.daily_logs.last_seq < EXCLUDED.last_seq""",
+                WHERE {self.s}.daily_logs.last_seq < EXCLUDED.last_seq AND {self.s}.daily_logs.tenant = EXCLUDED.tenant
+                RETURNING 1""",
             state.id, state.tenant, state.project, state.log_date, state.processing_status.value, state.retry_count,
             state.claimed_at, state.deleted, state.updated_at, seq, state.model_dump_json(),
         )
+        if not written:
+            await self._same_tenant("daily_logs", "daily log", state.id, state.tenant)
 
     async def upsert_task(self, state: ExtractionTaskState, seq: int) -> None:
-        await self.conn.execute(
+        written = await self.conn.fetchval(
             f"""INSERT INTO {self.s}.extraction_tasks (id, tenant, task_id, project, status, updated_at, last_seq, state)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb)
                 ON CONFLICT (id) DO UPDATE SET project=EXCLUDED.project, status=EXCLUDED.status,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq, state=EXCLUDED.state
-                WHERE {self.s}.extraction_tasks.last_seq < EXCLUDED.last_seq""",
+                WHERE {self.s}.extraction_tasks.last_seq < EXCLUDED.last_seq
+                  AND {self.s}.extraction_tasks.tenant = EXCLUDED.tenant
+                RETURNING 1""",
             state.id, state.tenant, state.task_id, state.project, state.status.value, state.updated_at, seq,
             state.model_dump_json(),
         )
+        if not written:
+            await self._same_tenant("extraction_tasks", "extraction task", state.id, state.tenant)
 
     async def upsert_result(self, state: ExtractionResultState, seq: int) -> None:
-        await self.conn.execute(
+        written = await self.conn.fetchval(
             f"""INSERT INTO {self.s}.extraction_results (id, tenant, project, log_id, task_id, updated_at, last_seq, state)
                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb)
                 ON CONFLICT (id) DO UPDATE SET updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   state=EXCLUDED.state
-                WHERE {self.s}.extraction_results.last_seq < EXCLUDED.last_seq""",
+                WHERE {self.s}.extraction_results.last_seq < EXCLUDED.last_seq
+                  AND {self.s}.extraction_results.tenant = EXCLUDED.tenant
+                RETURNING 1""",
             state.id, state.tenant, state.project, state.log_id, state.task_id, state.updated_at, seq,
             state.model_dump_json(),
         )
+        if not written:
+            await self._same_tenant("extraction_results", "extraction result", state.id, state.tenant)
 
     async def advance_checkpoint(self, projection: str, seq: int) -> None:
         await self.conn.execute(

@@ -9,7 +9,11 @@
   hold that version: an import run twice changes nothing. A batch's memory texts are embedded in
   one call, as a batch of saves is. Restored into another user, an extraction result names the
   memories as they were restored (a keyed memory by its key's id in that user: the key is learnt
-  from the batch's own records, else from the user's keyed memories).
+  from the batch's own records, else from the user's keyed memories). A record whose id is
+  another user's (the first event ever appended under that id, in any user, is theirs: only a
+  crafted or edited file keeps such an id, since every id Engram makes is derived from its user)
+  is refused, before anything of it is written: ids are global keys of the read model and the
+  vector index, and restoring it would replace the other user's row and point.
 * ``purge`` (command): every row of the user in this service's schema, their vectors, the
   embedding cache's entries derived from their memories' texts and the in-process caches that
   hold their content.
@@ -52,6 +56,7 @@ from services.memory.application.late import late_document
 from services.memory.application.ports import EventLog, Models, VectorIndex
 from services.memory.application.projection import MemoryProjection, prime
 from services.memory.domain import model, shared
+from services.memory.domain.errors import Conflict
 from services.memory.domain.portability import Remap, portable
 
 _NS = UUID("2c7e9a41-5b3d-4e8f-a1c6-9d0e7f3b5a24")
@@ -115,6 +120,16 @@ class Portability:
 
     def _subject(self, kind: RecordKind, tenant: str, record_id: UUID) -> str:
         return self.names.event(tenant, _AGGREGATE[kind], str(record_id))
+
+    async def _refuse_foreign(self, kind: RecordKind, tenant: str, record_id: UUID) -> None:
+        """Refuse to restore a record under an id that is another user's: the first event ever
+        appended under it (in any user: a wildcard over the tenant token) is not ``tenant``'s."""
+        any_user = self.names.events_of(_AGGREGATE[kind]).removesuffix(">") + str(record_id)
+        first = await self.events.first_event(any_user)
+        if first is not None and first[0].tenant != tenant:
+            raise Conflict(
+                f"{kind.replace('_', ' ')} {record_id} is another user's: this record was not restored (an export "
+                f"keeps its ids only when imported into the user it was exported from)", "id")
 
     # export ------------------------------------------------------------------------------
     async def export_page(self, call: Call, q: ExportPage) -> ExportPageResult:
@@ -237,6 +252,7 @@ class Portability:
             state, kind = remap.task_state(record), "extraction_task"
         else:
             state, kind = remap.result_state(record), "extraction_result"
+        await self._refuse_foreign(kind, env.tenant, state.id)
         subject = self._subject(kind, env.tenant, state.id)
         loaded = await self.events.last_event(subject)
         if loaded is not None and int(loaded[0].data.get("version") or 0) >= state.version:
@@ -261,6 +277,7 @@ class Portability:
             memory_id = versions[-1][2].id
             subject = self._subject("memory", env.tenant, memory_id)
             history = await self.events.history(subject)
+        await self._refuse_foreign("memory", env.tenant, memory_id)  # (before anything of it is written)
         # (a save landing on the id after this read fails the first append's expected sequence)
         async with self.projection.projecting_inline(memory_id):
             present = {int(e.data.get("version") or 0) for e, _ in history}
