@@ -117,17 +117,37 @@ class Extraction:
         )
 
     async def _require_known(self, call: Call, cmd: RecordExtractionResult) -> None:
-        """Every memory and shared memory named is the caller's (never another user's)."""
+        """Every memory and shared memory named is the caller's and within its reach: another
+        user's, one of another project for a caller restricted to a project, and any shared memory
+        for such a caller (shared memories are tenant-wide: :func:`.shared.tenant_wide`) is not
+        found — the same answer as an id that names nothing, so nothing outside the scope is
+        revealed to exist."""
         for kind, ids, field in (("memory", cmd.memory_ids, "memory_ids"),
                                  ("shared memory", cmd.shared_memory_ids, "shared_memory_ids")):
             if not ids:
                 continue
-            known = await self.store.existing_ids("memories" if kind == "memory" else "shared_memories",
-                                                  call.tenant, ids)
+            if kind == "shared memory" and call.project_scope is not None:
+                known: set[UUID] = set()
+            else:
+                known = await self.store.existing_ids("memories" if kind == "memory" else "shared_memories",
+                                                      call.tenant, ids)
+            if kind == "memory" and call.project_scope is not None:
+                known = await self._in_scope(call, known)
             missing = [i for i in ids if i not in known]
             if missing:
                 more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
                 raise NotFound(f"no {kind} with id {missing[0]}{more}", field)
+
+    async def _in_scope(self, call: Call, ids: set[UUID]) -> set[UUID]:
+        """Those of the tenant's memories ``ids`` that lie in the caller's project (the active ones
+        in one query, any others one by one)."""
+        views = await self.store.active_views(call.tenant, list(ids))
+        found = {i for i, view in views.items() if call.sees(view.project)}
+        for memory_id in ids - views.keys():
+            state = await self.store.get(call.tenant, memory_id)
+            if state is not None and call.sees(state.project):
+                found.add(memory_id)
+        return found
 
     async def list_results(self, call: Call, q: GetExtractionResults) -> ExtractionResultList:
         found = await self.store.results(call.tenant, call.project_scope, q.log_id, q.task_id, q.limit)
