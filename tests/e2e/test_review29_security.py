@@ -11,13 +11,11 @@ import asyncio
 import base64
 import json
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 
 from contracts.daily_logs import MAX_TURNS_TEXT_CHARS
-from tests.e2e.test_gateway_edge import MCP_HEADERS, gateway
 from tests.e2e.test_mcp_gateway import mcp_client, text_of
 
 pytestmark = pytest.mark.e2e
@@ -66,3 +64,34 @@ async def test_l2_a_turn_at_the_calendar_edge_is_refused_naming_it(running, mome
     async with mcp_client(running.mcp_url, running.key) as client:
         refused = await client.call_tool("save_daily_log", {"turns": turns, "containerTag": "review29-l2"})
     assert refused.is_error and "turns[0].at" in text_of(refused)
+
+
+# --- L3: a forged graph cursor ---------------------------------------------------------------------
+
+def forged(cursor: str, seq: int) -> str:
+    data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    data["s"] = seq
+    return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+async def test_l3_a_cursor_past_a_bigint_is_an_invalid_argument_naming_cursor(running) -> None:  # type: ignore[no-untyped-def]
+    project = "review29-l3-" + uuid.uuid4().hex[:6]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(running.key), timeout=30) as http:
+        for fact in ("Owns a red kayak", "Grows tomatoes on the balcony"):
+            assert (await http.post("/v1/memories", json={"content": fact, "project": project})).status_code == 201
+    async with mcp_client(running.mcp_url, running.key) as client:
+        cursor = None
+        for _ in range(300):  # the graph projects the saves in a moment
+            page = await client.call_tool("fetch-graph-data", {"project": project, "limit": 1})
+            assert not page.is_error, text_of(page)
+            cursor = (page.structured_content or {}).get("next_cursor")
+            if cursor:
+                break
+            await asyncio.sleep(0.1)
+        assert cursor, "the graph never had two nodes"
+        for seq in (2**63, 2**64 + 5, 10**30):
+            refused = await client.call_tool("fetch-graph-data", {"project": project, "cursor": forged(cursor, seq)})
+            message = text_of(refused)
+            assert refused.is_error and "invalid_argument" in message and "'cursor'" in message, message
+            assert "internal" not in message
+        assert not (await client.call_tool("fetch-graph-data", {"project": project, "cursor": cursor})).is_error

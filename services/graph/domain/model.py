@@ -29,6 +29,8 @@ NEW_WITHIN = timedelta(hours=24)
 EXPIRING_WITHIN = timedelta(days=7)
 LABEL_CHARS = 120
 CURSOR_VERSION = 1
+#: a cursor's place is a node's ``seq`` (a Postgres bigint): anything larger was never issued
+MAX_CURSOR_SEQ = 2**63 - 1
 
 #: keys the extractor derives from a statement (``profile.went_rome_once_3f2a9c``, ``profile.s_3f2a9c``):
 #: they address one statement, not a slot, so they belong to no family
@@ -179,9 +181,9 @@ def decode_cursor(cursor: str, digest: str) -> int:
         data = json.loads(raw)
         seq = data.get("s") if isinstance(data, dict) and data.get("v") == CURSOR_VERSION else None
         made_for = data.get("f") if isinstance(data, dict) else None
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         seq = made_for = None
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_CURSOR_SEQ:
         raise ServiceError("cursor is not a cursor this service issued: pass a page's next_cursor unchanged, "
                            "or leave it out for the first page", "cursor")
     if made_for != digest:
