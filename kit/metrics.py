@@ -331,12 +331,14 @@ class HttpMetricsMiddleware:
         return "unmatched"
 
     def _tool(self, raw: bytes) -> str:
-        """The tool a JSON-RPC request calls (or its method); "other" for anything unknown or a batch."""
+        """The tool a JSON-RPC request calls (or its method); "other" for anything unknown, a batch, or
+        a body that cannot be read (not JSON, or nested deeper than the parser goes: RecursionError).
+        A label never fails the request it describes."""
         import json
 
         try:
             doc = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return "other"
         if not isinstance(doc, dict):
             return "other"

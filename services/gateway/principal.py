@@ -112,7 +112,7 @@ def client_from_message(body: bytes) -> tuple[ClientInfo | None, bool]:
         return None, False
     try:
         message = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep to parse
         return None, False
     params = message.get("params") if isinstance(message, dict) else None
     if not isinstance(params, dict):

@@ -135,7 +135,7 @@ async def _jsonrpc_id(scope: Scope, receive: Receive) -> Any:
             break
     try:
         parsed = json.loads(b"".join(chunks))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         return None
     request_id = parsed.get("id") if isinstance(parsed, dict) else None
     return request_id if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
