@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -232,7 +233,10 @@ def _output(path: Path | None) -> Iterator[TextIO]:
         yield sys.stdout
         return
     tmp = path.with_name(path.name + ".partial")
-    with tmp.open("w", encoding="utf-8") as f:
+    tmp.unlink(missing_ok=True)  # a stale one (another mode, or a link planted there) is never written through
+    # an export holds every memory of a user: readable by its owner only, whatever the umask
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         yield f
     tmp.replace(path)  # a finished export only: never half a file under the name asked for
 
