@@ -11,11 +11,13 @@ import asyncio
 import base64
 import json
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 
 from contracts.daily_logs import MAX_TURNS_TEXT_CHARS
+from tests.e2e.test_gateway_edge import MCP_HEADERS, gateway
 from tests.e2e.test_mcp_gateway import mcp_client, text_of
 
 pytestmark = pytest.mark.e2e
@@ -95,3 +97,62 @@ async def test_l3_a_cursor_past_a_bigint_is_an_invalid_argument_naming_cursor(ru
             assert refused.is_error and "invalid_argument" in message and "'cursor'" in message, message
             assert "internal" not in message
         assert not (await client.call_tool("fetch-graph-data", {"project": project, "cursor": cursor})).is_error
+
+
+# --- L4: a deeply nested JSON body -----------------------------------------------------------------
+
+DEPTH = 100_000
+DEEP_BODIES = {
+    "arrays": b"[" * DEPTH + b"]" * DEPTH,
+    "objects": b'{"a":' * DEPTH + b"1" + b"}" * DEPTH,
+    "naming clientInfo": b'{"method":"initialize","params":{"clientInfo":' + b"[" * DEPTH + b"]" * DEPTH + b"}}",
+}
+
+
+def server_errors(tmp_path: Path) -> str:
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("gateway-*.log"))
+    return "\n".join(line for line in logs.splitlines()
+                     if "Exception in ASGI application" in line or "RecursionError" in line or "Traceback" in line)
+
+
+async def test_l4_a_deeply_nested_body_is_refused_and_the_gateway_stays_whole(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with gateway(running, tmp_path) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            for name, body in DEEP_BODIES.items():
+                for path in ("/mcp", "/"):
+                    r = await http.post(path, content=body, headers={**MCP_HEADERS, **bearer(running.key)})
+                    assert 400 <= r.status_code < 500, (name, path, r.status_code, r.text[:300])
+            assert (await http.post("/mcp", content=b'{"jsonrpc":"2.0","id":1,"method":"ping"}',
+                                    headers={**MCP_HEADERS, **bearer(running.key)})).status_code == 200
+        assert server_errors(tmp_path) == ""
+
+
+async def test_l4_a_deeply_nested_body_that_is_rate_limited_gets_its_429(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with gateway(running, tmp_path, ENGRAM_RATE_LIMIT_PER_MINUTE="1", ENGRAM_RATE_LIMIT_BURST="1") as url:
+        deep = b"[" * 30_000 + b"]" * 30_000  # under the 64 KiB the refusal reads to echo a JSON-RPC id
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            statuses = [(await http.post("/mcp", content=deep, headers={**MCP_HEADERS, **bearer(running.key)})).status_code
+                        for _ in range(3)]
+        assert statuses[-1] == 429 and all(s < 500 for s in statuses), statuses
+        assert server_errors(tmp_path) == ""
+
+
+# --- L5: `engram export -o FILE` -------------------------------------------------------------------
+
+def test_l5_an_export_file_is_readable_by_its_owner_only(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+
+    from tests.e2e.test_portability import engram
+
+    out = tmp_path / "alice.jsonl"
+    stale = tmp_path / "alice.jsonl.partial"  # left by an interrupted export, world-readable
+    stale.write_text("old")
+    stale.chmod(0o644)
+    before = os.umask(0o022)  # the usual default: files 0644
+    try:
+        engram(running, tmp_path, "export", "--user", running.user_id, "-o", str(out))
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert json.loads(out.read_text().splitlines()[0])["type"] == "header" and not stale.exists()
