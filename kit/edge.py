@@ -9,6 +9,8 @@ ask, and how long it may take to say it.
   :func:`address_key`: IPv6 clients are counted per /64.
 * :func:`header_deadline_protocol`: uvicorn's HTTP protocol with the header-read and body-idle
   deadlines uvicorn lacks (slowloris, slow POST).
+* :class:`HostCheckMiddleware`: the protection against DNS rebinding on every route — a request
+  whose ``Host`` is not one of the service's own names is refused (421) before anything answers it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import ipaddress
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -168,6 +171,56 @@ class ClientAddressMiddleware:
                 if proto in ("http", "https"):
                     scope["scheme"] = proto if scope["type"] == "http" else {"http": "ws", "https": "wss"}[proto]
         await self.app(scope, receive, send)
+
+
+def host_allowlist(public_url: str, port: int, extra: Iterable[str] = ()) -> list[str]:
+    """The ``Host`` values a service answers: its public URL's, itself on loopback (any port: a local
+    install, a port-forward), and ``extra`` (``ENGRAM_ALLOWED_HOSTS``: in-cluster names and the like)."""
+    hosts = {urlparse(public_url).netloc, f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.1:*", "localhost:*"}
+    return sorted((hosts | set(extra)) - {""})
+
+
+def host_allowed(host: str | None, allowed: Iterable[str]) -> bool:
+    """The rule of the MCP SDK's DNS-rebinding protection: an exact value, or ``name:*`` for that
+    name with any port."""
+    if not host:
+        return False
+    for entry in allowed:
+        if host == entry or (entry.endswith(":*") and host.startswith(entry[:-2] + ":")):
+            return True
+    return False
+
+
+class HostCheckMiddleware:
+    """Refuses (421 Misdirected Request) an HTTP request whose ``Host`` header is not one of the
+    service's own (:func:`host_allowed`), on every route: a page of another site that rebinds its
+    name to this address gets nothing from the REST API, the sign-in page or the metrics. ``exempt``
+    paths (liveness and readiness probes, which an orchestrator sends to the pod's address) pass."""
+
+    def __init__(self, app: ASGIApp, *, allowed: Iterable[str], exempt: Collection[str] = ()) -> None:
+        self.app = app
+        self.allowed = tuple(allowed)
+        self.exempt = frozenset(exempt)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope.get("path") in self.exempt:
+            await self.app(scope, receive, send)
+            return
+        values = [v.decode("latin-1") for k, v in scope.get("headers") or [] if k == b"host"]
+        host = values[0] if len(values) == 1 else None
+        if host_allowed(host, self.allowed):
+            await self.app(scope, receive, send)
+            return
+        log.warning("refused a request for Host %r (DNS rebinding protection; ENGRAM_ALLOWED_HOSTS adds names)",
+                    (host or "")[:100])
+        if scope["type"] != "http":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = (b'{"error":{"code":"invalid_argument","field":"Host","message":"this server does not answer '
+                b'for that Host header (DNS rebinding protection); use its own address"}}')
+        await send({"type": "http.response.start", "status": 421,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 def header_deadline_protocol(timeout_s: float, body_idle_s: float | None = None) -> type[asyncio.Protocol]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from kit.config import CommonSettings
-from kit.edge import TrustedProxies
+from kit.edge import TrustedProxies, host_allowlist
 from services.auth.domain import oauth as rules
 
 
@@ -22,6 +22,7 @@ class AuthSettings(CommonSettings):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
     allow_signup: bool = Field(False, description="let people create an account on the sign-in page")
+    allowed_hosts: list[str] = Field(default_factory=list, description="extra Host header values accepted")
 
     # Abuse resistance of the authorization server (issue 21).
     trusted_proxies: str = Field(
@@ -67,6 +68,10 @@ class AuthSettings(CommonSettings):
     @property
     def issuer(self) -> str:
         return (self.auth_public_url or f"http://{self.auth_host}:{self.auth_port}").rstrip("/")
+
+    def host_allowlist(self) -> list[str]:
+        """The Host values the authorization server answers (the gateway's rule: kit.edge.host_allowlist)."""
+        return host_allowlist(self.issuer, self.auth_port, self.allowed_hosts)
 
     @property
     def resource(self) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from typing import ClassVar
-from urllib.parse import urlparse
 
 from pydantic import Field
 
 from kit.config import CommonSettings
+from kit.edge import host_allowlist
 
 
 class GatewaySettings(CommonSettings):
@@ -59,9 +59,7 @@ class GatewaySettings(CommonSettings):
         return self.base_url + "/mcp"
 
     def host_allowlist(self) -> list[str]:
-        netloc = urlparse(self.base_url).netloc
-        hosts = {netloc, f"127.0.0.1:{self.gateway_port}", f"localhost:{self.gateway_port}", "127.0.0.1:*", "localhost:*"}
-        return sorted(hosts | set(self.allowed_hosts))
+        return host_allowlist(self.base_url, self.gateway_port, self.allowed_hosts)
 
     # Production mode (kit/config.py, docs/security.md): the gateway never connects to Postgres,
     # and both URLs it gives clients must be https.

@@ -33,6 +33,7 @@ from kit import listen, metrics, tracing
 from kit.bus import Bus
 from kit.client import Client
 from kit.config import setup_logging
+from kit.edge import HostCheckMiddleware
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.gateway import toolsets
 from services.gateway.adapters.token_verifier import (
@@ -331,11 +332,18 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.add_middleware(AuthenticationMiddleware, backend=StrictBearerBackend(verifier))
     app.add_middleware(PreAuthLimitMiddleware, limits=limits, known_valid=verifier.known_valid)  # per address
     app.add_middleware(ClientAddressMiddleware, trusted=TrustedProxies(settings.trusted_proxies))
+    # DNS rebinding: every route answers its own Host names only (the SDK checked /mcp alone); the
+    # probes an orchestrator sends to the pod's address pass
+    app.add_middleware(HostCheckMiddleware, allowed=settings.host_allowlist(), exempt=PROBE_PATHS)
     tool_names = frozenset(t.name for server in servers.values() for t in server._tool_manager.list_tools())
     app.add_middleware(metrics.HttpMetricsMiddleware, tools=tool_names,  # outermost: 401/413/429 counted too
                        routes=lambda: app.router.routes)
     app.add_middleware(EdgeCors, local_install=local_install)  # outermost: a preflight needs no credential
     return app
+
+
+#: liveness and readiness: answered whatever the Host (a kubelet sends the pod's IP); they tell nothing
+PROBE_PATHS = frozenset({"/health", "/healthz", "/readyz"})
 
 
 def is_loopback(url: str) -> bool:

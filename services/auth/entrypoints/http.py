@@ -35,7 +35,7 @@ from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts.auth import DEFAULT_OAUTH_SCOPES
-from kit.edge import TokenBuckets, TrustedProxies, address_key, header_deadline_protocol
+from kit.edge import HostCheckMiddleware, TokenBuckets, TrustedProxies, address_key, header_deadline_protocol
 from services.auth.config import AuthSettings
 from services.auth.domain import oauth as rules
 from services.auth.oauth.logsafe import LogSafeFilter
@@ -230,8 +230,13 @@ def create_app(provider: EngramOAuthProvider, pages: Pages, issuer: str, setting
         Route("/logout", endpoint=_limited(request_response(_form_guard(pages.logout, 'logout'))), methods=["GET", "POST"]),
         Route("/healthz", endpoint=healthz, methods=["GET"]),
     ]
+    # DNS rebinding: the sign-in pages and every endpoint answer the server's own Host names only.
+    # Exempt: the liveness probe, and the metadata document the gateway fetches from inside a
+    # cluster (http://auth:8081/…; public, no credential, the same for everyone).
+    checked = HostCheckMiddleware(Starlette(routes=routes), allowed=settings.host_allowlist(),
+                                  exempt=("/healthz", "/.well-known/oauth-authorization-server"))
     return AddressAndLimits(
-        Starlette(routes=routes), trusted=settings.trusted_proxy_networks,
+        checked, trusted=settings.trusted_proxy_networks,
         requests=TokenBuckets(settings.auth_rate_limit_per_minute, settings.auth_rate_limit_burst),
         registrations=TokenBuckets(settings.auth_register_per_hour / 60, settings.auth_register_burst),
     )
