@@ -156,3 +156,45 @@ def test_l5_an_export_file_is_readable_by_its_owner_only(running, tmp_path) -> N
         os.umask(before)
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert json.loads(out.read_text().splitlines()[0])["type"] == "header" and not stale.exists()
+
+
+# --- L6: the Host check on every route -------------------------------------------------------------
+
+GATEWAY_ROUTES = [("GET", "/v1/whoami"), ("GET", "/v1/memories"), ("POST", "/v1/recall"), ("GET", "/graph"),
+                  ("GET", "/metrics"), ("GET", "/"), ("GET", "/docs"), ("GET", "/openapi.json"),
+                  ("GET", "/.well-known/oauth-protected-resource"), ("POST", "/mcp")]
+AUTH_ROUTES = [("GET", "/login"), ("GET", "/signup"), ("GET", "/consent"), ("GET", "/authorize"), ("POST", "/token"),
+               ("POST", "/register"), ("POST", "/revoke"), ("GET", "/logout")]
+
+
+async def test_l6_every_gateway_route_refuses_a_rebound_host(running) -> None:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(running.key), timeout=30) as http:
+        for method, path in GATEWAY_ROUTES:
+            for host in ("evil.example", "evil.example:80", "127.0.0.1.evil.example:8080"):
+                r = await http.request(method, path, headers={"Host": host, **MCP_HEADERS},
+                                       json={"query": "x"} if path == "/v1/recall" else None)
+                assert r.status_code == 421, (method, path, host, r.status_code, r.text[:200])
+                assert r.json()["error"]["field"] == "Host"
+            assert (await http.request(method, path, json={"query": "x"} if path == "/v1/recall" else None,
+                                       headers=MCP_HEADERS)).status_code != 421
+        for probe in ("/health", "/healthz", "/readyz"):  # an orchestrator probes the pod's address
+            assert (await http.get(probe, headers={"Host": "10.1.2.3:8080"})).status_code == 200
+
+
+async def test_l6_every_auth_route_refuses_a_rebound_host(running) -> None:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(base_url=running.auth_url, timeout=30) as http:
+        for method, path in AUTH_ROUTES:
+            r = await http.request(method, path, headers={"Host": "evil.example"})
+            assert r.status_code == 421, (method, path, r.status_code, r.text[:200])
+            assert (await http.request(method, path)).status_code != 421
+        login = await http.get("/login", headers={"Host": "evil.example"})
+        assert "password" not in login.text.lower()
+        for path in ("/healthz", "/.well-known/oauth-authorization-server"):  # probes; the gateway's in-cluster fetch
+            assert (await http.get(path, headers={"Host": "auth:8081"})).status_code == 200
+
+
+async def test_l6_an_allowed_host_is_answered_on_every_route(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with gateway(running, tmp_path, ENGRAM_ALLOWED_HOSTS='["gateway.engram.svc"]') as url:
+        async with httpx.AsyncClient(base_url=url, headers=bearer(running.key), timeout=30) as http:
+            assert (await http.get("/v1/whoami", headers={"Host": "gateway.engram.svc"})).status_code == 200
+            assert (await http.get("/v1/whoami", headers={"Host": "gateway.engram.svc.evil"})).status_code == 421
