@@ -11,7 +11,16 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
@@ -69,7 +78,6 @@ from contracts.daily_logs import (
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
-    MAX_CONTENT_CHARS,
     MAX_KEYWORD_CHARS,
     MAX_RECALL_LIMIT,
     MAX_STRUCTURED_CONTENT_CHARS,
@@ -100,6 +108,7 @@ from contracts.memory import (
     SharedMemoryList,
     UpdateMemory,
 )
+from kit.bus import validation_reply
 from kit.client import ServiceFailure
 from services.gateway.entrypoints.portability import portability_routes
 from services.gateway.operations import Caller as OpCaller
@@ -194,6 +203,13 @@ def strict_body(model: type[M], name: str) -> type[M]:
     return made
 
 
+def _default(info: Any, default: Any) -> Any:
+    """A contract field's rules with another default (REST's own)."""
+    field = copy.copy(info)
+    field.default = default
+    return field
+
+
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -224,6 +240,9 @@ class RestRoute(APIRoute):
                     raise
                 raise ApiError(400, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, field="body",
                                               message=f"the body could not be read: {exc.detail}")) from exc
+            except ValidationError as exc:  # a contract rule the request model missed: the field, never a 500
+                raise ApiError(422, validation_reply(exc).error or ErrorBody(
+                    code=ErrorCode.INVALID_ARGUMENT, message=str(exc))) from exc
 
         return handle
 
@@ -268,7 +287,7 @@ class SaveRequest(strict_body(SaveMemory, "StrictSaveMemory")):  # type: ignore[
     model_config = ConfigDict(json_schema_extra=_SAVE_RULES)
 
     project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
-    source: str = Field("api", min_length=1, max_length=64)
+    source: str = _default(SaveMemory.model_fields["source"], "api")  # the contract's rules, REST's default
 
 
 class UpdateRequest(strict_body(UpdateMemory, "StrictUpdateMemory")):  # type: ignore[misc]
@@ -317,10 +336,10 @@ RecordExtractionResultRequest = strict_body(RecordExtractionResult, "RecordExtra
 
 class ForgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_exactly_one("content", "memory_id"))
-    content: str | None = Field(None, min_length=1, max_length=MAX_CONTENT_CHARS)
+    content: str | None = ForgetMemory.model_fields["content"]  # type: ignore[assignment]
     memory_id: UUID | None = None
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
-    reason: str | None = Field(None, max_length=1000)
+    reason: str | None = ForgetMemory.model_fields["reason"]  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _one_target(self) -> "ForgetRequest":
