@@ -198,3 +198,17 @@ async def test_l6_an_allowed_host_is_answered_on_every_route(running, tmp_path) 
         async with httpx.AsyncClient(base_url=url, headers=bearer(running.key), timeout=30) as http:
             assert (await http.get("/v1/whoami", headers={"Host": "gateway.engram.svc"})).status_code == 200
             assert (await http.get("/v1/whoami", headers={"Host": "gateway.engram.svc.evil"})).status_code == 421
+
+
+# --- issue 28: NUL characters over REST ------------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/memories/forget", {"content": "bad\u0000content"}, "content"),
+    ("/v1/memories/forget", {"content": "anything", "reason": "bad\u0000reason"}, "reason"),
+    ("/v1/memories", {"content": "Likes tea", "source": "bad\u0000source"}, "source"),
+])
+async def test_issue28_a_nul_character_is_a_422_naming_the_field(running, path, body, field) -> None:  # type: ignore[no-untyped-def]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(running.key), timeout=30) as http:
+        r = await http.post(path, json={**body, "project": "review29-nul"})
+    assert r.status_code == 422, (r.status_code, r.text)
+    assert r.json()["error"]["code"] == "invalid_argument" and r.json()["error"]["field"] == field, r.text
