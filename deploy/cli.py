@@ -50,11 +50,17 @@ def up(
     new_key: Annotated[bool, typer.Option("--new-key", help="mint a new API key (one is minted only at the first start)")] = False,
     replicas: Annotated[int, typer.Option(min=1, max=8, help="processes of every service (memory replicas each keep their own embedded vector shard, "
                                                            "following the event log, unless ENGRAM_QDRANT_URL names a Qdrant server)")] = 1,
+    extraction: Annotated[str | None, typer.Option(
+        help="who learns from daily logs by default: auto (the engine, at once), agent (external agents only), "
+             "handoff (agents first; env ENGRAM_EXTRACTION)")] = None,
 ) -> None:
     """Start NATS, Postgres and every service on this machine; print the MCP URL (and, at the first
     start or with --new-key, an API key)."""
     from deploy.stack import StackOptions, run_up
 
+    modes = ("auto", "agent", "handoff")
+    if extraction is not None and extraction not in modes:
+        raise typer.BadParameter(f"choose one of {', '.join(modes)}", param_hint="--extraction")
     options = StackOptions(
         home=(home or default_home()).expanduser().resolve(),
         nats_url=nats_url or os.environ.get("ENGRAM_NATS_URL"),
@@ -67,6 +73,7 @@ def up(
         auth_public_url=auth_public_url or os.environ.get("ENGRAM_AUTH_PUBLIC_URL"),
         new_key=new_key,
         replicas=replicas,
+        extra_env={"ENGRAM_EXTRACTION": extraction} if extraction else {},
     )
     raise typer.Exit(run_up(options))
 

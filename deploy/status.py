@@ -88,6 +88,7 @@ class Status:
     gateway: str
     extraction_tasks: dict[str, int] | None = None
     extraction_note: str = ""
+    extraction_mode: str = "unknown"
 
 
 async def extraction_tasks(database_url: str | None) -> tuple[dict[str, int] | None, str]:
@@ -167,7 +168,22 @@ async def collect(bus: Bus, database_url: str | None = None) -> Status:
         except httpx.HTTPError:
             gateway = f"{stack.gateway_url} unreachable"
     tasks, note = await extraction_tasks(database_url)
-    return Status(streams, consumers, gateway, tasks, note)
+    return Status(streams, consumers, gateway, tasks, note, await extraction_mode(bus))
+
+
+async def extraction_mode(bus: Bus) -> str:
+    """The install's default extraction mode, as the running extractor says (``GetExtractionModes``)."""
+    from contracts.extraction_modes import ExtractionModes, GetExtractionModes
+    from kit.client import Client
+
+    try:
+        modes: ExtractionModes = await asyncio.wait_for(Client(bus).ask(None, GetExtractionModes()), 5)
+    except Exception as exc:  # noqa: BLE001 - status reports, it does not fail
+        return f"unknown (the extractor did not answer: {type(exc).__name__})"
+    if modes.default.value == "handoff":
+        return f"handoff (agents first, the engine after {modes.handoff_minutes:g} min)"
+    return modes.default.value
+
 
 
 def render(console: Console, status: Status) -> None:
@@ -182,6 +198,7 @@ def render(console: Console, status: Status) -> None:
         consumers.add_row(c["durable"], c["stream"], c["state"], str(c.get("pending", "-")),
                           str(c.get("ack_pending", "-")), str(c.get("redelivered", "-")), str(c.get("dead_letters", "-")))
     console.print(consumers)
+    console.print(f"Extraction mode (install default; projects may set their own): {status.extraction_mode}")
     if status.extraction_tasks is not None:
         order = ("running", "done", "failed")
         counts = status.extraction_tasks

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from contracts.extraction_modes import ExtractionMode
 from kit.config import CommonSettings
 
 
@@ -35,6 +36,12 @@ class ExtractorSettings(CommonSettings):
         86_400.0, gt=0, description="how often each user's near-duplicate extracted memories are consolidated"
     )
     log_retention_days: int = Field(14, ge=0, description="processed logs older than this are deleted")
+    extraction: ExtractionMode = Field(
+        ExtractionMode.AUTO, description="who learns from daily logs by default: auto (the engine, at once), agent "
+        "(external agents only), handoff (agents first, the engine after the hand-off time)")
+    extraction_handoff_minutes: float = Field(30.0, gt=0, le=10_080,
+                                              description="handoff mode: how long agents have a log to themselves")
+    extraction_sweep_interval_s: float = Field(10.0, gt=0, description="how often waiting logs are looked at")
 
 
     @property

@@ -9,9 +9,12 @@ import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from datetime import date
+from datetime import date, timedelta
+
+import asyncpg
 
 from contracts.daily_logs import TASK_ID_PATTERN
+from contracts.extraction_modes import EXTRACTION_MODE_AGGREGATE
 from kit import metrics, tracing
 from kit.bus import Bus
 from kit.client import Client
@@ -24,6 +27,7 @@ from services.extractor.adapters.llm import LlmExtraction
 from services.extractor.adapters.log_catalog import EventLogCatalog
 from services.extractor.adapters.log_source import DAILY_LOG_AGGREGATE, build_log_source
 from services.extractor.adapters.memory_client import ClientMemoryWriter
+from services.extractor.adapters.modes import PgModes
 from services.extractor.adapters.tenants import PgTenants
 from services.extractor.application.extraction import (
     Extractor,
@@ -32,6 +36,8 @@ from services.extractor.application.extraction import (
     retention,
     run_maintenance,
 )
+from services.extractor.application.modes import ModeGate, latest_modes
+from services.extractor.application.modes import sweep as sweep_waiting
 from services.extractor.application.ports import ExtractionEngine, LogSource
 from services.extractor.application.reextract import Progress, ReextractReport
 from services.extractor.application.reextract import reextract as run_reextract
@@ -91,11 +97,18 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
         client = Client(bus)
         logs: LogSource = build_log_source(client)
         writer = ClientMemoryWriter(client)
+        gate = mode_gate(settings, pool)
         extractor = Extractor(engine=engine, logs=logs, memories=writer, ledger=ledger,
-                              task_id=settings.task_id, tenants=tenants)
+                              task_id=settings.task_id, tenants=tenants, gate=gate)
         spec = nats_entry.consumer_spec(settings.names, DAILY_LOG_AGGREGATE, ack_wait_s=settings.extractor_ack_wait_s)
         consumer = nats_entry.start(bus, extractor, spec, stop, concurrency=settings.extractor_concurrency)
-        commands = await start_commands(bus, pool, settings.extractor_schema, settings.namespace, stop)  # purge
+        commands = await start_commands(bus, pool, settings.extractor_schema, settings.namespace, stop,
+                                        gate=gate)  # purge, extraction modes
+
+        async def sweep_round(round_id: str) -> None:
+            n = await sweep_waiting(extractor, gate)
+            if n:
+                log.info("handed %d waiting logs to the pipeline (round %s)", n, round_id)
 
         async def recover_round(round_id: str) -> None:
             n = await recover_stuck(logs, tenants, stuck_minutes=settings.log_stuck_minutes, round_id=round_id)
@@ -116,6 +129,7 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
             consumer,
             commands,
             asyncio.create_task(schedule(stop, settings.log_recover_interval_s, "recover", recover_round)),
+            asyncio.create_task(schedule(stop, settings.extraction_sweep_interval_s, "sweep", sweep_round)),
             asyncio.create_task(schedule(stop, settings.log_retention_interval_s, "retention", retention_round)),
             asyncio.create_task(schedule(stop, settings.extractor_consolidate_interval_s, "consolidate",
                                          consolidate_round)),
@@ -125,8 +139,8 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
                 stop, 15.0, lambda: _sample_tasks(ledger), "extraction tasks")),  # engram_extraction_tasks
         ]
         freeze_startup_heap()
-        log.info("extractor ready (engine %s, task %s, namespace %s)", engine.name, settings.task_id,
-                 settings.namespace)
+        log.info("extractor ready (engine %s, task %s, extraction %s, namespace %s)", engine.name, settings.task_id,
+                 settings.extraction.value, settings.namespace)
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
@@ -134,18 +148,26 @@ async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) ->
         await bus.close()
 
 
+def mode_gate(settings: ExtractorSettings, pool: asyncpg.Pool) -> ModeGate:
+    return ModeGate(PgModes(pool, settings.extractor_schema), default=settings.extraction,
+                    handoff=timedelta(minutes=settings.extraction_handoff_minutes))
+
+
 async def _sample_tasks(ledger: PgTaskLedger) -> None:
     metrics.set_extraction_tasks(await ledger.counts())
 
 
 async def replay(settings: ExtractorSettings) -> int:
-    """Rebuild the extractor's read model (the tenants with daily logs) from the event log; the
-    ledger is the extractor's own record and is kept. Returns how many tenants were found."""
+    """Rebuild the extractor's read models (the tenants with daily logs, the projects' extraction
+    modes) from the event log; the ledger is the extractor's own record and is kept. Returns how
+    many tenants were found."""
     bus = await Bus.connect(settings.nats_url, settings.names, name="engram-extractor-replay")
     pool = await create_pool(settings.database_url, max_size=2)
     try:
         await PgTaskLedger(pool, settings.extractor_schema).migrate(owner=settings.namespace)
         found = await nats_entry.tenants_in_event_log(bus, DAILY_LOG_AGGREGATE)
+        modes = [event for event, _ in await bus.history(bus.names.events_of(EXTRACTION_MODE_AGGREGATE))]
+        await PgModes(pool, settings.extractor_schema).replace_project_modes(latest_modes(modes))
         return await PgTenants(pool, settings.extractor_schema).replace(found)
     finally:
         await pool.close()

@@ -98,6 +98,14 @@ class LazyClient(Client):
         super().__init__(bus, command_timeout_s=command_timeout_s)
 
 
+
+def mcp_refusal(status: int, reason: str, body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
+    """A refusal at the MCP endpoint in MCP's own terms: a JSON-RPC error whose message says why
+    (the `mcp` SDK client raises it as the exception's text), the REST-shaped body in its data."""
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32000, "message": f"{reason}: {body.message}",
+        "data": {"error": body.model_dump(mode="json")}}}, status_code=status, headers=headers)
+
 def create_app(settings: GatewaySettings) -> FastAPI:
     verifier = LazyVerifier()
     client = LazyClient()
@@ -164,13 +172,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 toolsets.require(Principal.from_token(scope["user"].access_token), sets)
             except toolsets.UnknownToolset as exc:
                 body = ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=str(exc), field="X-Engram-Toolsets")
-                await error_response(ApiError(400, body))(scope, receive, send)
+                await mcp_refusal(400, "Bad Request", body)(scope, receive, send)
                 return
             except AccessDenied as exc:
                 body = ErrorBody(code=ErrorCode.PERMISSION_DENIED, field="X-Engram-Toolsets",
-                                 message=f"the maintenance toolset needs the 'memory:maintenance' scope: {exc}")
+                                 message=f"the maintenance toolset needs the '{exc.scope}' scope: {exc}")
                 challenge = f'Bearer error="insufficient_scope", scope="{exc.scope}"'
-                await error_response(ApiError(403, body, {"WWW-Authenticate": challenge}))(scope, receive, send)
+                await mcp_refusal(403, "Forbidden", body, {"WWW-Authenticate": challenge})(scope, receive, send)
                 return
             if not local_install:  # a browser client on any origin (CORS is open): the bearer token is the credential
                 scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"origin"]}
@@ -354,7 +362,7 @@ def is_loopback(url: str) -> bool:
 #: what a browser's JavaScript may read of an MCP answer: the session, and the OAuth challenge
 EXPOSED_HEADERS = ["Mcp-Session-Id", "WWW-Authenticate", "Retry-After"]
 CORS_REQUEST_HEADERS = ["Authorization", "Content-Type", "Accept", "Mcp-Session-Id", "Mcp-Protocol-Version",
-                        "Last-Event-ID", "X-Engram-Project", "X-Engram-Toolsets"]
+                        "Last-Event-ID", "X-Engram-Project", "X-Sm-Project", "X-Engram-Toolsets"]
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 
 

@@ -53,6 +53,13 @@ from contracts.daily_logs import (
     UpdateLogStatus,
 )
 from contracts.errors import ErrorCode
+from contracts.extraction_modes import (
+    ExtractionMode,
+    ExtractionModes,
+    GetExtractionModes,
+    ProjectExtractionMode,
+    SetExtractionMode,
+)
 from contracts.graph import GraphPage, GraphPageQuery, SimilarMemories, SimilarMemoryList
 from contracts.memory import (
     ForgetMemory,
@@ -343,6 +350,22 @@ class Operations:
 
     async def get_extraction_results(self, c: Caller, query: GetExtractionResults) -> ExtractionResultList:
         result: ExtractionResultList = await self._maintain(c, query, query=True)
+        return result
+
+    # extraction modes (the extractor's) --------------------------------------------------
+    async def extraction_modes(self, c: Caller) -> ExtractionModes:
+        """The install default and the caller's projects' own modes (``memory:read``)."""
+        c.require(Scope.MEMORY_READ)
+        result: ExtractionModes = await self._ask(c, GetExtractionModes())
+        return result
+
+    async def set_extraction_mode(self, c: Caller, mode: ExtractionMode | None, *, project: str | None,
+                                  key: str | None = None) -> ProjectExtractionMode:
+        """Who learns from a project's logs (``memory:maintenance``): the project resolves like a
+        write's (the key's restriction, else the pin, else the request's, else default)."""
+        c.require(Scope.MEMORY_MAINTENANCE)
+        result: ProjectExtractionMode = await self._send(c, SetExtractionMode(project=c.project(project), mode=mode),
+                                                         key)
         return result
 
     # API keys (the install operator's) ----------------------------------------------------

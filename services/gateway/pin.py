@@ -1,5 +1,6 @@
-"""The per-connection project pin: header `X-Engram-Project`. When present, every read and write
-of the request works in that project and the tools no longer offer a `containerTag` parameter."""
+"""The per-connection project pin: header `X-Engram-Project` (or `x-sm-project`, the AI-memory
+design's name for it). When present, every read and write of the request works in that project and
+the tools no longer offer a `containerTag` parameter. Both headers at once must agree."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts.memory import PROJECT_PATTERN
 
 PIN_HEADER = "x-engram-project"
+#: the same pin under the AI-memory (Supermemory-style) design's header
+PIN_HEADER_ALIAS = "x-sm-project"
 pinned_project: contextvars.ContextVar[str | None] = contextvars.ContextVar("engram_pinned_project", default=None)
 
 
@@ -25,15 +28,20 @@ class PinMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = dict(scope.get("headers") or []).get(PIN_HEADER.encode())
-        if raw is None:
+        headers = dict(scope.get("headers") or [])
+        given = {name: raw.decode("latin-1").strip() for name in (PIN_HEADER, PIN_HEADER_ALIAS)
+                 if (raw := headers.get(name.encode())) is not None}
+        if not given:
             await self.app(scope, receive, send)
             return
-        value = raw.decode("latin-1").strip()
-        if not re.fullmatch(PROJECT_PATTERN, value):
+        problem = next((f"{name} must be 1-128 chars of [A-Za-z0-9_.:-]" for name, value in given.items()
+                        if not re.fullmatch(PROJECT_PATTERN, value)), None)
+        if problem is None and len(set(given.values())) > 1:
+            problem = f"{PIN_HEADER} and {PIN_HEADER_ALIAS} name different projects: give one"
+        value = next(iter(given.values()))
+        if problem is not None:
             body = json.dumps({"error": {
-                "code": "invalid_argument", "field": "X-Engram-Project",
-                "message": "X-Engram-Project must be 1-128 chars of [A-Za-z0-9_.:-]",
+                "code": "invalid_argument", "field": "X-Engram-Project", "message": problem,
             }}).encode()
             await send({"type": "http.response.start", "status": 400,
                         "headers": [(b"content-type", b"application/json")]})

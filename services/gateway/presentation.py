@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contracts.extraction_modes import ExtractionModes
 from contracts.memory import (
     ForgetMemoryResult,
     MemoryRelation,
@@ -99,6 +100,17 @@ def format_projects(result: ProjectList) -> str:
     lines = [f"{len(result.projects)} projects (containerTag · memories · last updated):"]
     lines += [f"- {p.project} · {p.memories} · {p.last_updated.date().isoformat()}" for p in result.projects]
     return "\n".join(lines)
+
+
+def format_extraction_modes(modes: ExtractionModes) -> str:
+    """Who learns from daily logs: the install default and the projects with a mode of their own."""
+    def named(mode: str) -> str:
+        return f"handoff (agents first, Engram after {modes.handoff_minutes:g} min)" if mode == "handoff" else mode
+
+    line = f"Daily-log extraction: {named(modes.default.value)} by default"
+    if modes.projects:
+        line += "; " + ", ".join(f"{p.project}: {named(p.mode.value)}" for p in modes.projects)
+    return line + "."
 
 
 def format_save(result: SaveMemoryResult) -> str:

@@ -4,10 +4,9 @@ save_daily_log → get_unprocessed_logs → claim_daily_log → get_memory_by_ke
 update_memory → record_extraction_result → mark_log_processed; run twice, it produces no
 duplicate memory or shared memory.
 
-The stack runs the built-in extractor too, on the same queue: a saved log is first left to it
-(:func:`hand_over`: waited for until the extractor has processed it, then put back to pending with
-``update_log_status``; the extractor runs a task once per log, so it leaves the log to the agent).
-Each test works in a project of its own.
+The stack runs the built-in extractor too (its default mode is ``auto``): each test works in a
+project of its own, set to ``agent`` mode first (:func:`agents_only`), so the pipeline leaves its logs
+to the external agent.
 """
 
 from __future__ import annotations
@@ -47,17 +46,16 @@ async def maintainer(running: Any) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}", "X-Engram-Toolsets": "maintenance"}
 
 
+async def agents_only(rest: httpx.AsyncClient, project: str) -> None:
+    """The project's logs are left to external agents (``agent`` mode): the pipeline never claims them."""
+    moved = await rest.put(f"/projects/{project}/extraction-mode", json={"mode": "agent"})
+    assert moved.status_code == 200 and moved.json()["mode"] == "agent", moved.text
+
+
 async def hand_over(rest: httpx.AsyncClient, log_id: str) -> None:
-    """Let the built-in extractor finish with a new log (if one runs), then queue it again for the
-    external agent."""
-    for _ in range(200):
-        log = (await rest.get(f"/daily-logs/{log_id}")).json()["log"]
-        if log["processing_status"] not in ("pending", "processing"):
-            break
-        await asyncio.sleep(0.1)
-    if log["processing_status"] != "pending":
-        moved = await rest.post(f"/daily-logs/{log_id}/status", json={"processing_status": "pending"})
-        assert moved.status_code == 200, moved.text
+    """The log waits for the agent: still pending (the pipeline left it alone)."""
+    log = (await rest.get(f"/daily-logs/{log_id}")).json()["log"]
+    assert log["processing_status"] == "pending", log
 
 
 def rest_client(running: Any, headers: dict[str, str]) -> httpx.AsyncClient:
@@ -100,6 +98,7 @@ async def test_external_agent_workflow_twice_makes_no_duplicates(running) -> Non
     headers = await maintainer(running)
     project = "dl-" + uuid.uuid4().hex[:8]
     async with session(running.mcp_url, headers) as client, rest_client(running, headers) as rest:
+        await agents_only(rest, project)
         tools = {t.name for t in (await client.list_tools()).tools}
         assert {"save_daily_log", "get_unprocessed_logs", "update_log_status", "claim_daily_log",
                 "mark_log_processed", "mark_log_failed", "recover_stuck_logs", "reconcile_log_statuses",
@@ -154,6 +153,7 @@ async def test_claim_of_a_held_log_answers_claimed_false_and_refusals_name_the_f
     headers = await maintainer(running)
     project = "dl-" + uuid.uuid4().hex[:8]
     async with session(running.mcp_url, headers) as client, rest_client(running, headers) as rest:
+        await agents_only(rest, project)
         saved = await call(client, "save_daily_log", log_date="2025-02-02", events="x", containerTag=project)
         await hand_over(rest, saved["id"])
         assert (await call(client, "claim_daily_log", id=saved["id"]))["claimed"] is True
@@ -178,6 +178,7 @@ async def test_rest_twins(running) -> None:  # type: ignore[no-untyped-def]
     headers = await maintainer(running)
     project = "dl-" + uuid.uuid4().hex[:8]
     async with rest_client(running, headers) as rest:
+        await agents_only(rest, project)
         saved = (await rest.post("/daily-logs", json={"log_date": "2025-02-03", "project": project, "turns": [
             {"speaker": "user", "text": "I started learning Rust"}]})).json()
         log_id = saved["id"]

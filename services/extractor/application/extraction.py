@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from services.extractor.application.ports import (
@@ -52,6 +53,9 @@ from services.extractor.domain.merge import (
 )
 from services.extractor.domain.model import Extraction, Fact
 
+if TYPE_CHECKING:
+    from services.extractor.application.modes import ModeGate
+
 log = logging.getLogger("engram.extractor")
 
 
@@ -59,6 +63,7 @@ class Outcome(StrEnum):
     DONE = "done"
     ALREADY_DONE = "already_done"
     NOT_CLAIMED = "not_claimed"
+    WAITING = "waiting"  # left to external agents by the project's extraction mode (agent, handoff)
     FAILED = "failed"
     IGNORED = "ignored"
 
@@ -88,16 +93,23 @@ class Extractor:
     ledger: TaskLedger
     task_id: str
     tenants: Tenants | None = None
+    #: the extraction modes (agent, handoff): None claims every pending log at once (re-extraction)
+    gate: ModeGate | None = None
 
     async def handle(self, notice: LogNotice) -> TaskReport:
-        """Extract a pending log once for this task; anything else is ignored."""
+        """Extract a pending log once for this task, when its project's extraction mode lets the
+        pipeline claim it (else it waits for agents); anything else is ignored."""
         if self.tenants is not None:
             await self.tenants.seen(notice.tenant)
         if notice.status != "pending":
+            if self.gate is not None:
+                await self.gate.left(notice)
             return TaskReport(Outcome.IGNORED)
         existing = await self.ledger.get(notice.log_id, self.task_id)
         if existing is not None and existing.done_for(notice.version):
             return TaskReport(Outcome.ALREADY_DONE, memory_ids=tuple(UUID(m) for m in existing.memory_ids))
+        if self.gate is not None and not await self.gate.admits(notice):
+            return TaskReport(Outcome.WAITING)
         claimed = await self.logs.claim(notice, self.task_id, key=step_key("claim", notice.log_id, self.task_id,
                                                                          notice.version))
         if claimed is None:

@@ -39,6 +39,7 @@ class LogNotice:
     status: str  # pending | processing | processed | failed
     version: int  # the log aggregate's version (stream sequence of the event) — new claim per version
     project: str = "default"
+    since: datetime | None = None  # when the event was written (for a pending log: pending since)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ def notice_from_event(event: EventEnvelope, seq: int) -> LogNotice:
     return LogNotice(
         tenant=event.tenant, log_id=event.aggregate_id, status=status,
         version=int(data.get("version") or seq), project=str(data.get("project") or "default"),
+        since=event.occurred_at,
     )
 
 
@@ -56,7 +57,7 @@ def start(bus: Bus, extractor: Extractor, spec: ConsumerSpec, stop: asyncio.Even
     async def on_event(msg: Msg) -> None:
         event = EventEnvelope.model_validate_json(msg.data)
         report = await extractor.handle(notice_from_event(event, msg.metadata.sequence.stream))
-        if report.outcome.value not in ("ignored",):
+        if report.outcome.value not in ("ignored", "waiting"):
             log.info("log %s: %s (%s facts, %s saved, %s updated, %s kept)", event.aggregate_id,
                      report.outcome.value, report.facts, report.saved, report.updated, report.kept)
 

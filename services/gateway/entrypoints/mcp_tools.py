@@ -31,6 +31,8 @@ from contracts.daily_logs import (
     TASK_ID_PATTERN,
     ClaimDailyLog,
     DeleteLogs,
+    GetDailyLog,
+    GetExtractionResults,
     GetExtractionTasks,
     GetUnprocessedLogs,
     IsoDate,
@@ -48,6 +50,7 @@ from contracts.daily_logs import (
     UpdateLogStatus,
 )
 from contracts.errors import ErrorCode
+from contracts.extraction_modes import ExtractionMode
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_CONTEXT_CHARS,
@@ -79,6 +82,7 @@ from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations
 from services.gateway.pin import pinned_project
 from services.gateway.presentation import (
+    format_extraction_modes,
     format_forget,
     format_profile,
     format_projects,
@@ -266,7 +270,12 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         a project; the tools' containerTag descriptions are then updated from it too.
         """
         c = caller()
-        return format_projects(await ops.list_projects(c, refresh=refresh))
+        listed = format_projects(await ops.list_projects(c, refresh=refresh))
+        try:  # who learns from each project's daily logs (the extractor's; left out when it does not answer)
+            modes = await asyncio.wait_for(ops.extraction_modes(c), PROJECTS_FOR_DESCRIPTION_S)
+        except (ServiceFailure, TimeoutError):
+            return listed
+        return listed + "\n" + format_extraction_modes(modes)
 
     @tool_errors
     async def who_am_i() -> dict[str, Any]:
@@ -401,7 +410,7 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
         """Save today's conversation log (one per day and project) so that durable memories are extracted from it.
 
         Call it at the end of a conversation day with what happened and, ideally, the turns themselves.
-        Saving the same date again updates the fields given; a log already processed is not queued again.
+        Saving the same date again updates the fields given; changed content is extracted again.
         Answers with the log's id.
         """
         cmd = contract(SaveDailyLog, log_date=log_date, events=events, user_state=user_state, mood_changes=mood_changes,
@@ -515,6 +524,36 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
         return _success(await ops.get_extraction_tasks(caller(), contract(GetExtractionTasks, status=status,
                                                                          task_id=task_id, limit=limit)))
 
+    @tool_errors
+    async def get_daily_log(id: LogId) -> dict[str, Any]:
+        """One daily log with its turns, fields and where its extraction stands (status, retry_count, error)."""
+        return _success(await ops.get_daily_log(caller(), GetDailyLog(id=id)))
+
+    @tool_errors
+    async def get_extraction_results(
+        log_id: Annotated[UUID | None, Field(description="Only the results of this log.")] = None,
+        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="Only this task's results.")] = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_IDS, description="1-1000, default 100")] = 100,
+    ) -> dict[str, Any]:
+        """Extraction results (which memories a task produced from a log), newest first."""
+        query = contract(GetExtractionResults, log_id=log_id, task_id=task_id, limit=limit)
+        return _success(await ops.get_extraction_results(caller(), query))
+
+    @tool_errors
+    async def set_extraction_mode(
+        mode: Annotated[ExtractionMode | None, Field(description=(
+            "auto: Engram's engine extracts each log at once; agent: only external agents (you) extract; handoff: "
+            "agents first, the engine after the hand-off time; null: follow the install default."))],
+        containerTag: ContainerTag = None,
+    ) -> dict[str, Any]:
+        """Set who learns from a project's daily logs. Switching to auto lets the engine take the logs waiting."""
+        return _success(await ops.set_extraction_mode(caller(), mode, project=containerTag))
+
+    @tool_errors
+    async def get_extraction_modes() -> dict[str, Any]:
+        """The install's default extraction mode, the hand-off time, and the projects with a mode of their own."""
+        return _success(await ops.extraction_modes(caller()))
+
     return [
         # save_daily_log is an assistant's (it hands over the day's chat; memory:write); the rest is
         # the extraction workflow's (memory:maintenance), offered with X-Engram-Toolsets: maintenance
@@ -530,6 +569,10 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
         (record_extraction_task, "record_extraction_task", "Record an extraction task", WRITE, MAINTENANCE),
         (record_extraction_result, "record_extraction_result", "Record an extraction result", WRITE, MAINTENANCE),
         (get_extraction_tasks, "get_extraction_tasks", "List extraction tasks", READ, MAINTENANCE),
+        (get_daily_log, "get_daily_log", "Read a daily log", READ, MAINTENANCE),
+        (get_extraction_results, "get_extraction_results", "List extraction results", READ, MAINTENANCE),
+        (set_extraction_mode, "set_extraction_mode", "Set a project's extraction mode", WRITE, MAINTENANCE),
+        (get_extraction_modes, "get_extraction_modes", "Extraction modes", READ, MAINTENANCE),
     ]
 
 
@@ -539,6 +582,20 @@ class EngramMCPServer(MCPServer):
     the tools' ``containerTag`` described with the calling user's projects."""
 
     ops: Operations | None = None
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """A seed-2 ``user_id`` argument is checked, never silently dropped: the caller's own user
+        is accepted (and removed: the credential already says who calls); any other user is refused
+        naming ``user_id``, so that a backend serving many users through one credential learns at
+        its first call that every write would land in the credential's user."""
+        if isinstance(arguments, dict) and "user_id" in arguments:
+            arguments = dict(arguments)
+            named = arguments.pop("user_id")
+            if named is not None and named != caller().tenant:
+                raise ToolError(f"invalid_argument (user_id): user_id {str(named)[:64]!r} is not the user this "
+                                "credential acts for (whoAmI tells which); a credential reaches its own user's "
+                                "memories only: give that user's own key or token")
+        return await super().call_tool(name, arguments, context)
 
     async def list_tools(self) -> list[Any]:
         """The tools, each ``containerTag`` description naming the caller's current projects (this

@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -77,6 +77,12 @@ from contracts.daily_logs import (
 )
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
+from contracts.extraction_modes import (
+    ExtractionMode,
+    ExtractionModes,
+    ProjectExtractionMode,
+    SetExtractionMode,
+)
 from contracts.memory import (
     MAX_KEYWORD_CHARS,
     MAX_RECALL_LIMIT,
@@ -308,6 +314,11 @@ class SaveDailyLogRequest(strict_body(SaveDailyLog, "StrictSaveDailyLog")):  # t
     ] | None = None
 
 
+class ExtractionModeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: ExtractionMode | None = SetExtractionMode.model_fields["mode"]  # type: ignore[assignment]
+
+
 class MarkLogFailedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     error_reason: str = MarkLogFailed.model_fields["error_reason"]  # type: ignore[assignment]
@@ -520,6 +531,21 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
                              idempotency_key: IdempotencyKey = None) -> Any:
         cmd = ReconcileLogStatuses.model_validate(body.model_dump() if body else {})
         return await call(ops.reconcile_log_statuses(who, cmd, key=idempotency_key))
+
+    @router.get("/extraction/modes", response_model=ExtractionModes, tags=["daily logs"],
+                summary="Who learns from daily logs")
+    async def extraction_modes(who: Caller) -> Any:
+        """The install's default extraction mode (auto, agent or handoff), the hand-off time, and the projects
+        that have a mode of their own. Needs `memory:read`."""
+        return await call(ops.extraction_modes(who))
+
+    @router.put("/projects/{project}/extraction-mode", response_model=ProjectExtractionMode, tags=["daily logs"],
+                summary="Set a project's extraction mode")
+    async def set_extraction_mode(project: Annotated[str, Path(pattern=PROJECT_PATTERN)], body: ExtractionModeRequest,
+                                  who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        """auto: the engine extracts each log at once; agent: only external agents extract; handoff: agents first,
+        the engine after the hand-off time; null: the install default. Needs `memory:maintenance`."""
+        return await call(ops.set_extraction_mode(who, body.mode, project=project, key=idempotency_key))
 
     @router.get("/daily-logs/{log_id}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
     async def get_daily_log(log_id: UUID, who: Caller) -> Any:
