@@ -486,8 +486,17 @@ class ExtractionTaskView(BaseModel):
 
 
 METRIC_KEY_PATTERN = r"^[a-z0-9_.]{1,64}$"
+
+
+def _number_only(value: Any) -> Any:
+    """A metric is a JSON number: ``"12"`` and ``true`` are refused, never read as 12 and 1."""
+    if isinstance(value, bool | str):
+        raise ValueError(f"a metric is a number, not {'a boolean' if isinstance(value, bool) else 'a string'}")
+    return value
+
+
 Metrics = Annotated[
-    dict[Annotated[str, Field(pattern=METRIC_KEY_PATTERN)], float],
+    dict[Annotated[str, Field(pattern=METRIC_KEY_PATTERN)], Annotated[float, BeforeValidator(_number_only)]],
     Field(max_length=32),
     WithJsonSchema({"type": "object", "maxProperties": 32, "propertyNames": {"pattern": METRIC_KEY_PATTERN},
                     "additionalProperties": {"type": "number"}}),

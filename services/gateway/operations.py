@@ -386,8 +386,8 @@ class Operations:
 
 
 def _client(c: Caller) -> dict[str, Any]:
-    """The write's ``client`` field: the MCP client that makes it (nothing over REST)."""
-    return {"client": c.client.label} if c.client is not None else {}
+    """The write's ``client`` field: the MCP client that makes it (none over REST), whatever a body said."""
+    return {"client": c.client.label if c.client is not None else None}
 
 
 def _projects_key(c: Caller) -> tuple[str, str | None]:

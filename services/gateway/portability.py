@@ -66,9 +66,10 @@ class PortabilityOperations:
                 if own_key is not None and (not isinstance(own_key, str) or not _valid_key(own_key)):
                     return _error(i, ErrorCode.INVALID_ARGUMENT, "idempotency_key must be 8-128 of [A-Za-z0-9_.:-]",
                                   f"{where}.idempotency_key")
-                fields = {k: v for k, v in item.items() if k not in _ITEM_ONLY}
+                # the write's client label is the connection's (its clientInfo), never an item's
+                fields = {k: v for k, v in item.items() if k not in _ITEM_ONLY and k != "client"}
                 fields.setdefault("source", source)
-                cmd = SaveMemory.model_validate(fields)
+                cmd = SaveMemory.model_validate({**fields, **({"client": c.client.label} if c.client else {})})
                 project = item.get("project", req.project)
                 if project is not None and not isinstance(project, str):
                     return _error(i, ErrorCode.INVALID_ARGUMENT, "project must be a string", f"{where}.project")

@@ -212,3 +212,40 @@ async def test_issue28_a_nul_character_is_a_422_naming_the_field(running, path, 
         r = await http.post(path, json={**body, "project": "review29-nul"})
     assert r.status_code == 422, (r.status_code, r.text)
     assert r.json()["error"]["code"] == "invalid_argument" and r.json()["error"]["field"] == field, r.text
+
+
+# --- minor: who wrote it comes from the connection; numbers are numbers ----------------------------
+
+async def test_minor_a_body_never_sets_the_client_label_of_a_write(running) -> None:  # type: ignore[no-untyped-def]
+    project = "review29-client-" + uuid.uuid4().hex[:6]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(running.key), timeout=30) as http:
+        bulk = await http.post("/v1/memories/bulk", json={"project": project, "memories": [
+            {"content": "Plays the cello " + uuid.uuid4().hex[:6], "client": "forged-assistant/6.6.6"}]})
+        one = await http.post("/v1/memories", json={"project": project, "content": "Keeps a diary " + uuid.uuid4().hex[:6],
+                                                    "client": "forged-assistant/6.6.6"})
+        assert bulk.status_code == 200 and bulk.json()["saved"] == 1, bulk.text
+        assert one.status_code == 201, one.text
+        for memory_id in (bulk.json()["results"][0]["memory_id"], one.json()["memory_id"]):
+            versions = (await http.get(f"/v1/memories/{memory_id}/history")).json()["versions"]
+            assert all(v.get("client") is None for v in versions), versions  # REST: no MCP client, and no forgery
+    async with mcp_client(running.mcp_url, running.key) as client:
+        saved = await client.call_tool("save_memories", {"containerTag": project, "memories": [
+            {"content": "Speaks Basque " + uuid.uuid4().hex[:6], "client": "forged-assistant/6.6.6"}]})
+        assert not saved.is_error, text_of(saved)
+        memory_id = saved.structured_content["results"][0]["memory_id"]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(running.key), timeout=30) as http:
+        versions = (await http.get(f"/v1/memories/{memory_id}/history")).json()["versions"]
+    assert versions[-1].get("client") and "forged" not in versions[-1]["client"], versions
+
+
+async def test_minor_numbers_given_as_strings_are_refused_naming_the_field(running) -> None:  # type: ignore[no-untyped-def]
+    async with mcp_client(running.mcp_url, running.key) as client:
+        refused = await client.call_tool("recall", {"query": "tea", "limit": "10"})
+        assert refused.is_error and "limit" in text_of(refused), text_of(refused)
+        assert not (await client.call_tool("recall", {"query": "tea", "limit": 10})).is_error
+    key = (await asyncio.to_thread(running.stack.create_key, running.user_id, "maint-" + uuid.uuid4().hex[:6],
+                                   ["memory:read", "memory:write", "memory:maintenance"]))["key"]
+    async with httpx.AsyncClient(base_url=running.base_url, headers=bearer(key), timeout=30) as http:
+        r = await http.post("/v1/extraction-tasks", json={"task_id": "review29-" + uuid.uuid4().hex[:6],
+                                                          "metrics": {"prompt_tokens": "12"}})
+    assert r.status_code == 422 and r.json()["error"]["field"].startswith("metrics"), r.text

@@ -632,6 +632,16 @@ class EngramMCPServer(MCPServer):
         return await super().get_prompt(name, arguments, context)
 
 
+def strict_numbers(mcp: MCPServer) -> None:
+    """Numbers and booleans of every tool's arguments must be JSON numbers and booleans, as over
+    REST (``rest.strict_body``): ``limit: "10"`` is refused naming ``limit``, never read as 10."""
+    from services.gateway.entrypoints.rest import strict_body
+
+    for tool in mcp._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        tool.fn_metadata.arg_model = strict_body(model, model.__name__)
+
+
 def build_mcp(
     ops: Operations, verifier: TokenVerifier, settings: GatewaySettings, *, pinned: bool = False,
     toolsets: frozenset[str] = DEFAULT_TOOLSETS, extensions: Sequence[Extension] = (),
@@ -657,6 +667,7 @@ def build_mcp(
         if toolset not in toolsets:
             continue
         mcp.add_tool(without_container_tag(fn) if pinned else fn, name=name, title=title, annotations=annotations)
+    strict_numbers(mcp)
 
     @mcp.resource("engram://profile", name="profile", title="User profile", mime_type="text/markdown")
     async def profile_resource() -> str:
