@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from contracts import auth, daily_logs, envelope, errors, graph, memory, portability
+from contracts import auth, daily_logs, envelope, errors, extraction_modes, graph, memory, portability
 
 pytestmark = pytest.mark.unit
 SNAPSHOTS = Path(__file__).parent / "contract_schemas"
@@ -21,7 +21,7 @@ SNAPSHOTS = Path(__file__).parent / "contract_schemas"
 
 def contract_models() -> dict[str, type[BaseModel]]:
     found: dict[str, type[BaseModel]] = {}
-    for module in (envelope, errors, memory, auth, daily_logs, graph, portability):
+    for module in (envelope, errors, memory, auth, daily_logs, extraction_modes, graph, portability):
         for name, value in vars(module).items():
             if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
                 found[f"{module.__name__.split('.')[-1]}.{name}"] = value
