@@ -137,14 +137,16 @@ class MemoryProjection:
             vector, late_tokens = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
 
         async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
-            # the vector write happens under the row lock, before the row commits
+            # the row first: it refuses a row of another tenant (ForeignRow) before the vector index,
+            # whose points are keyed by memory id alone, is touched; the vector write then happens
+            # under the row lock, before the row commits (a failed index write rolls the row back)
+            await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
             if vector is not None:
                 await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
                 if self.models.cache is not None:  # what the cache now holds of this version's text
                     await tx.note_cache_owners(owned_by(state))
             else:
                 await self.index.delete([str(state.id)])
-            await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
             return True
 
         try:
