@@ -42,6 +42,7 @@ from services.gateway.adapters.token_verifier import (
     bearer_credential,
 )
 from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints.docs_page import docs_routes
 from services.gateway.entrypoints.graph_page import graph_routes
 from services.gateway.entrypoints.graph_tools import graph_app
 from services.gateway.entrypoints.mcp_tools import build_mcp
@@ -223,7 +224,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         version="0.1.0",
         description="Long-term memory for AI assistants. MCP at /mcp; the same operations as REST under /v1.",
         lifespan=lifespan,
+        docs_url=None,  # /docs is served from the package, not a CDN (entrypoints/docs_page.py)
+        redoc_url=None,
     )
+    app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", app.title))
 
     def unauthorized(request: Request | None = None) -> ApiError:
         return ApiError(

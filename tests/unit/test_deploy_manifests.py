@@ -244,14 +244,68 @@ def oauth_paths() -> set[str]:
 
 
 def nginx_routes(conf: str) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
-    """(variables set, {(modifier, path): upstream URL}) of the compose proxy's nginx server."""
+    """(variables set, {(modifier, path): upstream URL, or ``return <status>``}) of the compose
+    proxy's nginx server."""
     conf = conf.replace("$$", "$")  # compose's escape for a literal $
     variables = dict(re.findall(r"^\s*set \$(\w+) (\S+);", conf, re.MULTILINE))
     routes: dict[tuple[str, str], str] = {}
     for modifier, path, body in re.findall(r"location\s+(=\s+)?(\S+)\s*\{([^}]*)\}", conf):
-        (target,) = re.findall(r"proxy_pass \$(\w+);", body)
-        routes[(modifier.strip(), path)] = variables[target]
+        targets = re.findall(r"proxy_pass \$(\w+);", body)
+        answers = re.findall(r"(return \d+);", body)
+        assert len(targets) + len(answers) == 1, body
+        routes[(modifier.strip(), path)] = variables[targets[0]] if targets else answers[0]
     return variables, routes
+
+
+def nginx_destination(routes: dict[tuple[str, str], str], path: str) -> str | None:
+    """Where nginx sends ``path``: an exact location first, else the longest prefix location
+    (the proxy has no regex locations)."""
+    if ("=", path) in routes:
+        return routes[("=", path)]
+    prefixes = [p for (modifier, p) in routes if modifier == "" and path.startswith(p)]
+    return routes[("", max(prefixes, key=len))] if prefixes else None
+
+
+def ingress_destination(paths: list[dict[str, Any]], path: str) -> str | None:
+    """The backend Service an Ingress sends ``path`` to (Kubernetes path matching: Exact, then the
+    longest Prefix matched element by element), or None."""
+    for entry in paths:
+        if entry["pathType"] == "Exact" and entry["path"] == path:
+            return str(entry["backend"]["service"]["name"])
+    best: tuple[int, str] | None = None
+    for entry in paths:
+        prefix = entry["path"].rstrip("/")
+        if entry["pathType"] == "Prefix" and (path == prefix or path.startswith(prefix + "/") or not prefix):
+            if best is None or len(prefix) > best[0]:
+                best = (len(prefix), str(entry["backend"]["service"]["name"]))
+    return best[1] if best else None
+
+
+#: the gateway's paths that stay inside (Prometheus scrapes the metrics port; the orchestrator
+#: probes the pod): never routed by the proxy or the Ingress
+GATEWAY_INTERNAL = {"/metrics", "/healthz", "/readyz"}
+
+
+def gateway_routes() -> set[str]:
+    """Every path the gateway's app answers (a mount: its path and one below it), from the app."""
+    from services.gateway.config import GatewaySettings
+    from services.gateway.main import create_app
+
+    paths: set[str] = set()
+
+    def walk(routes: list[Any]) -> None:
+        for route in routes:
+            inner = getattr(route, "original_router", None)
+            if inner is not None:
+                walk(inner.routes)
+            elif type(route).__name__ == "Mount":
+                paths.update({route.path, route.path + "/x.js"})
+            elif getattr(route, "path", None):
+                paths.add(route.path)
+
+    walk(create_app(GatewaySettings(public_url="https://engram.example.com")).routes)
+    assert GATEWAY_INTERNAL <= paths and "/mcp" in paths and "/docs" in paths
+    return paths
 
 
 # --- every file parses -----------------------------------------------------------------------------
@@ -369,21 +423,85 @@ def test_compose_engram_services_each_run_one_service(compose: dict[str, Any]) -
     assert seen == SERVICES
 
 
+def compose_nats_conf(compose: dict[str, Any]) -> str:
+    return str(compose["configs"]["nats-conf"]["content"]).replace("$$", "$")
+
+
+def nats_conf_routes(conf: str) -> list[str]:
+    (routes,) = re.findall(r"routes:\s*\[([^\]]*)\]", conf)
+    return [r.strip() for r in routes.split(",")]
+
+
+def check_nats_conf(conf: str) -> None:
+    """Issue 29 L7: clients and routes authenticate; the monitoring port is the container's own."""
+    assert re.search(r"authorization\s*\{\s*user:\s*engram,\s*password:\s*\$NATS_PASSWORD\s*\}", conf), conf
+    cluster = conf[conf.index("cluster {"):]
+    assert re.search(r"authorization\s*\{\s*user:\s*route,\s*password:\s*\$NATS_CLUSTER_PASSWORD\s*\}", cluster)
+    assert re.search(r"^\s*http:\s*127\.0\.0\.1:8222\s*$", conf, re.MULTILINE), "monitoring on loopback only"
+    monitors = re.findall(r"^\s*(?:https?|http_port|https_port|monitor_port)\s*:\s*(\S+)", conf, re.MULTILINE)
+    assert monitors == ["127.0.0.1:8222"], monitors
+    assert re.search(r"jetstream\s*\{\s*store_dir:\s*/data\s*\}", conf)
+    assert "name: engram" in cluster and re.search(r"^\s*port:\s*6222\s*$", cluster, re.MULTILINE)
+
+
 def test_compose_nats_is_a_three_node_jetstream_cluster(compose: dict[str, Any]) -> None:
     nodes = {n: s for n, s in compose["services"].items() if str(s.get("image", "")).startswith("nats:")}
     assert len(nodes) == 3
-    expected_routes = {f"nats://{n}:6222" for n in nodes}
+    conf = compose_nats_conf(compose)
+    check_nats_conf(conf)
+    routes = nats_conf_routes(conf)
     for name, svc in nodes.items():
-        args = svc["command"]
-        assert "-js" in args
-        assert args[args.index("-sd") + 1] == "/data"
-        assert args[args.index("--server_name") + 1] == name
-        assert args[args.index("--cluster_name") + 1] == "engram"
-        assert args[args.index("--cluster") + 1] == "nats://0.0.0.0:6222"
-        assert set(nats_cluster_routes(args)) == expected_routes
+        (config,) = svc["configs"]
+        assert svc["command"] == ["-c", config["target"]] and config["source"] == "nats-conf", name
+        env = svc["environment"]
+        assert env["NATS_SERVER_NAME"] == name and "server_name: $NATS_SERVER_NAME" in conf
+        urls = {urlparse(env[r.lstrip("$")]) for r in routes}
+        assert {(u.hostname, u.port) for u in urls} == {(n, 6222) for n in nodes}, name
+        assert {(u.username, u.password) for u in urls} == {("route", "${NATS_CLUSTER_PASSWORD}")}, name
         volume = next(v for v in svc["volumes"] if v.endswith(":/data"))
         assert volume.split(":")[0] in compose["volumes"], f"{name}: /data is not a named volume"
-        assert "healthcheck" in svc
+        assert "healthcheck" in svc and "127.0.0.1:8222" in " ".join(svc["healthcheck"]["test"])
+
+
+def test_compose_nats_and_qdrant_require_their_secrets(compose: dict[str, Any]) -> None:
+    """Issue 29 L7: NATS without authentication (anyone on the network could mint admin keys) and
+    Qdrant without an API key (every memory's payload): neither starts without its secret now."""
+    for name, svc in compose["services"].items():
+        if not str(svc.get("image", "")).startswith("nats:"):
+            continue
+        env = svc["environment"]
+        for var in ("NATS_PASSWORD", "NATS_CLUSTER_PASSWORD"):
+            assert env[var].startswith("${" + var + ":?"), f"{name}: {var} must be required, with no default"
+        assert "8222" not in str(svc.get("ports", [])) + str(svc.get("expose", [])), name
+    for name, svc in engram_compose_services(compose).items():
+        url = urlparse(svc["environment"]["ENGRAM_NATS_URL"])
+        assert (url.username, url.password) == ("engram", "${NATS_PASSWORD}"), name
+    qdrant = compose["services"]["qdrant"]["environment"]
+    assert qdrant["QDRANT__SERVICE__API_KEY"].startswith("${QDRANT_API_KEY:?")
+    assert compose["services"]["memory"]["environment"]["ENGRAM_QDRANT_API_KEY"] == "${QDRANT_API_KEY}"
+    example = (COMPOSE_DIR / ".env.example").read_text()
+    for var in ("NATS_PASSWORD", "NATS_CLUSTER_PASSWORD", "QDRANT_API_KEY"):
+        assert re.search(rf"^{var}=$", example, re.MULTILINE), f".env.example: {var} empty, to be generated"
+
+
+def test_compose_networks_keep_the_proxy_off_the_databases_and_trust_only_it(compose: dict[str, Any]) -> None:
+    """Issue 29 L7: X-Forwarded-For is believed from the proxy's own address, not from every
+    private range (any container could claim any client address)."""
+    import ipaddress
+
+    proxy = compose["services"]["proxy"]
+    (address,) = [n["ipv4_address"] for n in proxy["networks"].values()]
+    (edge,) = [name for name, n in proxy["networks"].items()]
+    (subnet,) = [c["subnet"] for c in compose["networks"][edge]["ipam"]["config"]]
+    assert ipaddress.ip_address(address) in ipaddress.ip_network(subnet)
+    for name in ("gateway", "auth"):
+        trusted = compose["services"][name]["environment"]["ENGRAM_TRUSTED_PROXIES"]
+        assert [t.strip() for t in str(trusted).split(",")] == [address], name
+        assert edge in compose["services"][name]["networks"], name
+    for name in ("nats-1", "nats-2", "nats-3", "postgres", "qdrant"):
+        assert edge not in compose["services"][name]["networks"], f"the proxy must not reach {name}"
+    for name in ("memory", "extractor", "graph"):
+        assert edge not in compose["services"][name]["networks"], name
 
 
 def test_compose_engram_env_matches_the_cluster(compose: dict[str, Any]) -> None:
@@ -536,10 +654,22 @@ def test_compose_proxy_routes_oauth_to_auth_and_the_rest_to_the_gateway(
     to_auth = {path for (modifier, path), upstream in routes.items() if upstream == variables["auth"]}
     assert to_auth == oauth_paths
     assert all(modifier == "=" for (modifier, path) in routes if path in oauth_paths), "exact matches only"
-    assert routes[("", "/")] == variables["gateway"]
-    assert set(routes) == {("=", p) for p in oauth_paths} | {("", "/")}
+    for path in gateway_routes() - GATEWAY_INTERNAL - oauth_paths:
+        assert nginx_destination(routes, path) == variables["gateway"], f"{path} must reach the gateway"
     # the client address the services trust is the one nginx saw, never one the client sent
     assert "proxy_set_header X-Forwarded-For $$remote_addr;" in conf
+
+
+def test_compose_metrics_stay_inside_each_container(compose: dict[str, Any]) -> None:
+    """Issue 29 L7: the gateway's /metrics (and /healthz, /readyz) are not proxied, and every
+    service's metrics port listens on its container's loopback only."""
+    variables, routes = nginx_routes(compose["configs"]["proxy-conf"]["content"])
+    for path in GATEWAY_INTERNAL | {"/metrics/", "/metrics/x", "/nonesuch"}:
+        assert nginx_destination(routes, path) == "return 404", path
+    assert routes[("", "/")] == "return 404", "nothing is proxied unless listed"
+    for name, svc in engram_compose_services(compose).items():
+        assert svc["environment"]["ENGRAM_METRICS_HOST"] == "127.0.0.1", name
+        assert "9100" not in str(svc.get("ports", [])) + str(svc.get("expose", [])), name
 
 
 # --- kubernetes ------------------------------------------------------------------------------------
@@ -595,9 +725,12 @@ def test_k8s_env_matches_the_cluster(base_objects: list[dict[str, Any]]) -> None
     config = by_kind(base_objects, "ConfigMap")["engram-config"]["data"]
     nats = by_kind(base_objects, "StatefulSet")["nats"]
     assert config["ENGRAM_STREAM_REPLICAS"] == str(nats["spec"]["replicas"]) == "3"
-    nats_url = urlparse(config["ENGRAM_NATS_URL"])
-    assert nats_url.scheme == "nats" and "," not in config["ENGRAM_NATS_URL"]
+    assert "ENGRAM_NATS_URL" not in config, "it carries the NATS password: a Secret"
+    nats_secret = by_kind(base_objects, "Secret")["engram-nats"]["stringData"]
+    nats_url = urlparse(nats_secret["ENGRAM_NATS_URL"])
+    assert nats_url.scheme == "nats" and "," not in nats_secret["ENGRAM_NATS_URL"]
     assert nats_url.hostname in by_kind(base_objects, "Service")
+    assert (nats_url.username, nats_url.password) == ("engram", nats_secret["NATS_PASSWORD"])
     secret = by_kind(base_objects, "Secret")["engram-db"]["stringData"]
     db = urlparse(secret["ENGRAM_DATABASE_URL"])
     assert db.hostname in by_kind(base_objects, "Service") and db.path == "/engram"
@@ -627,8 +760,8 @@ def test_k8s_gateway_and_auth_agree_on_the_urls(base_objects: list[dict[str, Any
     assert service["metadata"]["name"] == "auth" and metadata.path == AS_METADATA_PATH
     assert metadata.port in {p["port"] for p in service["spec"]["ports"]}
     assert auth["ENGRAM_AUTH_HOST"] == "0.0.0.0" and auth["ENGRAM_AUTH_PORT"] == str(AUTH_PORT)
-    for env in (gateway, auth):  # per-address limits need the client address the Ingress saw
-        assert env["ENGRAM_TRUSTED_PROXIES"]
+    # per-address limits: one list of trusted proxies for both (the base has no Ingress: none)
+    assert gateway["ENGRAM_TRUSTED_PROXIES"] == auth["ENGRAM_TRUSTED_PROXIES"] == config["ENGRAM_TRUSTED_PROXIES"] == ""
 
 
 def test_k8s_nats_cluster_routes_use_pod_dns(base_objects: list[dict[str, Any]]) -> None:
@@ -636,16 +769,128 @@ def test_k8s_nats_cluster_routes_use_pod_dns(base_objects: list[dict[str, Any]])
     headless = by_kind(base_objects, "Service")[nats["spec"]["serviceName"]]
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
-    args = nats["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "-js" in args
-    expected = {
-        f"nats://nats-{i}.{headless['metadata']['name']}:6222" for i in range(nats["spec"]["replicas"])
-    }
-    assert set(nats_cluster_routes(args)) == expected
+    conf = by_kind(base_objects, "ConfigMap")["nats-config"]["data"]["nats.conf"]
+    env = {e["name"]: e.get("value") for e in nats["spec"]["template"]["spec"]["containers"][0]["env"]}
+    urls = [urlparse(str(env[r.lstrip("$")])) for r in nats_conf_routes(conf)]
+    expected = {(f"nats-{i}.{headless['metadata']['name']}", 6222) for i in range(nats["spec"]["replicas"])}
+    assert {(u.hostname, u.port) for u in urls} == expected
+    assert {(u.username, u.password) for u in urls} == {("route", "$(NATS_CLUSTER_PASSWORD)")}
+    assert "server_name: $POD_NAME" in conf
     assert [t["metadata"]["name"] for t in nats["spec"]["volumeClaimTemplates"]] == ["data"]
     for name in ("postgres", "qdrant"):
         sts = by_kind(base_objects, "StatefulSet")[name]
         assert sts["spec"]["replicas"] == 1 and sts["spec"]["volumeClaimTemplates"], name
+
+
+def test_k8s_nats_requires_credentials_and_publishes_no_monitor_port(base_objects: list[dict[str, Any]]) -> None:
+    """Issue 29 L7: every client and every route authenticates; the monitoring port (8222) is the
+    container's loopback, probed by exec, on no Service and no container port."""
+    conf = by_kind(base_objects, "ConfigMap")["nats-config"]["data"]["nats.conf"]
+    check_nats_conf(conf)
+    nats = by_kind(base_objects, "StatefulSet")["nats"]
+    pod = nats["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["-c", "/etc/nats/nats.conf"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[next(n for n, path in mounts.items() if path == "/etc/nats")]["configMap"]["name"] == "nats-config"
+    env = {e["name"]: e for e in container["env"]}
+    for var in ("NATS_PASSWORD", "NATS_CLUSTER_PASSWORD"):
+        assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "engram-nats", "key": var}
+    assert 8222 not in [p["containerPort"] for p in container["ports"]]
+    for service in by_kind(base_objects, "Service").values():
+        assert 8222 not in [p["port"] for p in service["spec"]["ports"]], service["metadata"]["name"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = " ".join(container[probe]["exec"]["command"])
+        assert "http://127.0.0.1:8222/healthz" in command, probe
+    for deployment, engram in engram_containers(base_objects):
+        url = {e["name"]: e for e in engram["env"]}["ENGRAM_NATS_URL"]
+        assert url["valueFrom"]["secretKeyRef"] == {"name": "engram-nats", "key": "ENGRAM_NATS_URL"}, (
+            deployment["metadata"]["name"]
+        )
+
+
+def test_k8s_qdrant_requires_its_api_key(base_objects: list[dict[str, Any]]) -> None:
+    (qdrant,) = by_kind(base_objects, "StatefulSet")["qdrant"]["spec"]["template"]["spec"]["containers"]
+    key = {e["name"]: e for e in qdrant["env"]}["QDRANT__SERVICE__API_KEY"]["valueFrom"]["secretKeyRef"]
+    (memory,) = by_kind(base_objects, "Deployment")["memory"]["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e for e in memory["env"]}["ENGRAM_QDRANT_API_KEY"]["valueFrom"]["secretKeyRef"] == key
+    assert by_kind(base_objects, "Secret")[key["name"]]["stringData"][key["key"]]
+
+
+def test_the_shipped_nats_configurations_are_valid(compose: dict[str, Any], base_objects: list[dict[str, Any]],
+                                                   tmp_path: Path) -> None:
+    """Both configurations are checked by the nats-server the package ships (`-t`)."""
+    from deploy.embedded.nats import find_nats_server
+
+    env = {"PATH": "/usr/bin:/bin", "NATS_PASSWORD": "p1", "NATS_CLUSTER_PASSWORD": "p2", "NATS_SERVER_NAME": "n",
+           "POD_NAME": "nats-0"}
+    for i in range(4):
+        env[f"NATS_ROUTE_{i}"] = f"nats://route:p2@nats-{i}:6222"
+    for name, conf in (("compose", compose_nats_conf(compose)),
+                       ("k8s", by_kind(base_objects, "ConfigMap")["nats-config"]["data"]["nats.conf"])):
+        path = tmp_path / f"{name}.conf"
+        path.write_text(conf)
+        result = subprocess.run([str(find_nats_server()), "-c", str(path), "-t"], env=env, capture_output=True,
+                                text=True, timeout=30, check=False)
+        assert result.returncode == 0 and "is valid" in result.stdout + result.stderr, (name, result.stderr)
+
+
+def test_k8s_every_workload_has_a_network_policy(base_objects: list[dict[str, Any]]) -> None:
+    """Issue 29 L7: each pod accepts only the peers that need it (the gateway: the Ingress
+    controller, so no pod can claim a client address; metrics: Prometheus's namespace)."""
+    policies = by_kind(base_objects, "NetworkPolicy")
+
+    def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+            return True
+        if not selector.get("matchLabels", {}).items() <= labels.items():
+            return False
+        for expr in selector.get("matchExpressions", []):
+            assert expr["operator"] == "In"
+            if labels.get(expr["key"]) not in expr["values"]:
+                return False
+        return True
+
+    def admitted(labels: dict[str, str]) -> dict[int, list[dict[str, Any]]]:
+        """port -> peers allowed, over every policy selecting these pod labels."""
+        found: dict[int, list[dict[str, Any]]] = {}
+        chosen = [p for p in policies.values() if selects(p["spec"]["podSelector"], labels)]
+        assert chosen, f"no NetworkPolicy selects {labels}"
+        for policy in chosen:
+            assert policy["spec"]["policyTypes"] == ["Ingress"]
+            for rule in policy["spec"]["ingress"]:
+                assert rule.get("from") and rule.get("ports"), f"{policy['metadata']['name']}: a rule open to all"
+                for port in rule["ports"]:
+                    found.setdefault(port["port"], []).extend(rule["from"])
+        return found
+
+    def pods(*names: str) -> list[dict[str, str]]:
+        workloads = by_kind(base_objects, "Deployment") | by_kind(base_objects, "StatefulSet")
+        return [workloads[n]["spec"]["template"]["metadata"]["labels"] for n in names]
+
+    labels = {n: pods(n)[0] for n in [*SERVICES, "nats", "postgres", "qdrant"]}
+    namespace = lambda name: {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}  # noqa: E731
+    for name, pod in labels.items():
+        ports = admitted(pod)
+        if name in SERVICES:  # Prometheus only, from its namespace
+            assert ports.pop(METRICS_PORT) == [namespace("monitoring")], name
+        if name == "gateway":
+            assert ports == {8080: [namespace("ingress-nginx")]}
+        elif name == "auth":
+            assert set(ports) == {AUTH_PORT}
+        elif name in SERVICES:
+            assert ports == {}, f"{name} listens on nothing but its metrics"
+        else:
+            peers = {"nats": {4222: SERVICES, 6222: {"nats"}}, "postgres": {5432: SERVICES - {"gateway"}},
+                     "qdrant": {6333: {"memory"}, 6334: {"memory"}}}[name]
+            assert set(ports) == set(peers), name
+            for port, allowed in ports.items():
+                assert all(set(peer) == {"podSelector"} for peer in allowed), f"{name}:{port}: pods of this namespace"
+                reach = {n for n, lab in labels.items() if any(selects(p["podSelector"], lab) for p in allowed)}
+                assert reach == peers[port], f"{name}:{port} is reached by {sorted(reach)}"
+    for service in by_kind(base_objects, "Service").values():
+        assert METRICS_PORT not in [p["port"] for p in service["spec"]["ports"]], "metrics are not a Service"
 
 
 def test_k8s_gateway_probes_and_service(base_objects: list[dict[str, Any]]) -> None:
@@ -799,5 +1044,49 @@ def test_rendered_production_overlay(oauth_paths: set[str]) -> None:
             port = backend["port"].get("number") or ports[backend["port"]["name"]]
             assert port in ports.values(), entry
             routes[(entry["pathType"], entry["path"])] = (backend["name"], port)
-    assert routes == {("Exact", p): ("auth", AUTH_PORT) for p in oauth_paths} | {("Prefix", "/"): ("gateway", 80)}
+    assert {k: v for k, v in routes.items() if v[0] == "auth"} == {("Exact", p): ("auth", AUTH_PORT) for p in oauth_paths}
+    assert {v for v in routes.values() if v[0] != "auth"} == {("gateway", 80)}
+    paths = [entry for rule in ingress["spec"]["rules"] for entry in rule["http"]["paths"]]
+    for path in gateway_routes() - GATEWAY_INTERNAL - oauth_paths:
+        assert ingress_destination(paths, path) == "gateway", f"{path} must reach the gateway"
+    for path in GATEWAY_INTERNAL | {"/metrics/", "/nonesuch"}:  # issue 29 L7: not published
+        assert ingress_destination(paths, path) is None, f"the Ingress publishes {path}"
+    # issue 29 L7: X-Forwarded-For believed from the Ingress controller's pods, not every private range
+    import ipaddress
+
+    trusted = [ipaddress.ip_network(t.strip()) for t in config["ENGRAM_TRUSTED_PROXIES"].split(",")]
+    assert trusted and all(envs[n]["ENGRAM_TRUSTED_PROXIES"] == config["ENGRAM_TRUSTED_PROXIES"] for n in ("gateway", "auth"))
+    for broad in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"):
+        assert not any(ipaddress.ip_network(broad).subnet_of(t) for t in trusted if t.version == ipaddress.ip_network(broad).version), broad
     assert by_kind(objects, "StatefulSet")["nats"]["spec"]["replicas"] == 3
+
+
+# --- the gateway's API documents (issue 29 L7) --------------------------------------------------------
+
+
+def test_the_gateway_docs_page_loads_nothing_from_elsewhere() -> None:
+    """/docs is on the origin of /graph and the OAuth metadata: its swagger-ui comes from the
+    package (not a CDN without integrity), and its policy runs no other script and cannot be framed."""
+    from fastapi.testclient import TestClient
+
+    from services.gateway.config import GatewaySettings
+    from services.gateway.main import create_app
+
+    client = TestClient(create_app(GatewaySettings(public_url="http://testserver")))
+    page = client.get("/docs")
+    assert page.status_code == 200
+    references = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']""", page.text)
+    assert references and all(ref.startswith("/docs/assets/") for ref in references), references
+    assert not re.search(r"https?://", page.text.replace("http://testserver", "")), "an absolute URL on the page"
+    for ref in references:
+        asset = client.get(ref)
+        assert asset.status_code == 200 and asset.content, ref
+    policy = dict(
+        part.strip().split(" ", 1) for part in page.headers["content-security-policy"].split(";") if part.strip()
+    )
+    assert policy["default-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
+    assert set(policy["script-src"].split()) - {"'self'"} and all(
+        s == "'self'" or s.startswith("'sha256-") for s in policy["script-src"].split()
+    ), policy["script-src"]
+    assert client.get("/redoc").status_code == 404, "ReDoc loads its script from a CDN"
+    assert "cdn" not in client.get("/docs/oauth2-redirect").text.lower()
