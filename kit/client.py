@@ -40,12 +40,14 @@ class Client:
 
     async def send(
         self, tenant: str, command: BaseModel, *, key: str | None = None, project_scope: str | None = None,
+        correlation_id: str | None = None,
     ) -> Any:
-        """Run a command once per ``key`` (a fresh key when None) and return its result model."""
+        """Run a command once per ``key`` (a fresh key when None) and return its result model;
+        ``correlation_id`` (default: a fresh one) is carried by every event the command writes."""
         spec = spec_of(command)
         env = CommandEnvelope(
             command_id=key or uuid4().hex, type=spec.name, tenant=tenant, project_scope=project_scope,
-            payload=command.model_dump(mode="json"),
+            payload=command.model_dump(mode="json"), correlation_id=correlation_id or uuid4().hex,
         )
         try:
             reply = await self.bus.send_command(spec.service, spec.name, env, timeout=self.command_timeout_s,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -62,6 +63,7 @@ from contracts.extraction_modes import (
 )
 from contracts.graph import GraphPage, GraphPageQuery, SimilarMemories, SimilarMemoryList
 from contracts.memory import (
+    MAX_CLIENT_CHARS,
     ForgetMemory,
     ForgetMemoryResult,
     GetMemoryByKey,
@@ -156,7 +158,8 @@ class Operations:
         self._similar_off_until = 0.0  # SimilarMemories unanswered: not asked again before this time
 
     async def _send(self, c: Caller, command: BaseModel, key: str | None = None) -> Any:
-        return await self.client.send(c.tenant, command, key=key, project_scope=c.project_scope)
+        return await self.client.send(c.tenant, command, key=key, project_scope=c.project_scope,
+                                      correlation_id=correlation(c))
 
     async def _ask(self, c: Caller, query: BaseModel) -> Any:
         return await self.client.ask(c.tenant, query, project_scope=c.project_scope)
@@ -166,7 +169,7 @@ class Operations:
                           key: str | None = None) -> SaveMemoryResult:
         """Save a memory in the resolved project."""
         c.require(Scope.MEMORY_WRITE)
-        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **_client(c)), key)
+        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **write_client(c)), key)
         self.projects.saw(_projects_key(c), result.project)
         return result
 
@@ -174,14 +177,14 @@ class Operations:
                             key: str | None = None) -> SaveMemoryResult:
         """Write a new version of a memory found by id or memory_key."""
         c.require(Scope.MEMORY_WRITE)
-        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **_client(c)), key)
+        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **write_client(c)), key)
         return result
 
     async def forget_memory(self, c: Caller, cmd: ForgetMemory, *, project: str | None,
                             key: str | None = None) -> ForgetMemoryResult:
         """Forget by id, or by content (exact, then semantic)."""
         c.require(Scope.MEMORY_WRITE)
-        result: ForgetMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **_client(c)), key)
+        result: ForgetMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **write_client(c)), key)
         return result
 
     async def recall(self, c: Caller, query: Recall) -> RecallResult:
@@ -385,9 +388,22 @@ class Operations:
         return result
 
 
-def _client(c: Caller) -> dict[str, Any]:
-    """The write's ``client`` field: the MCP client that makes it (none over REST), whatever a body said."""
-    return {"client": c.client.label if c.client is not None else None}
+def write_client(c: Caller) -> dict[str, Any]:
+    """The write's ``client`` field: the MCP client that makes it (none over REST), whatever a body
+    said; a delegated write names the credential that acted for the user too."""
+    label = c.client.label if c.client is not None else None
+    if c.who.actor is not None:
+        by = f"for {c.tenant} by user {c.who.actor}" + (f" key {c.who.key_id}" if c.who.key_id else "")
+        label = f"{label} ({by})" if label else by
+    return {"client": label[:MAX_CLIENT_CHARS] if label else None}
+
+
+def correlation(c: Caller) -> str | None:
+    """A delegated command's correlation id names the actor, so every event it writes records who
+    acted for the user (``act-as.<actor>.<key>.<nonce>``)."""
+    if c.who.actor is None:
+        return None
+    return f"act-as.{c.who.actor}.{c.who.key_id or c.who.client_id}.{uuid.uuid4().hex[:12]}"[:200]
 
 
 def _projects_key(c: Caller) -> tuple[str, str | None]:

@@ -33,7 +33,7 @@ from kit.bus import validation_reply
 from kit.client import Client, ServiceFailure
 from kit.export import Format, export_lines
 from kit.purge import purge_user
-from services.gateway.operations import Caller
+from services.gateway.operations import Caller, correlation, write_client
 from services.gateway.principal import AccessDenied
 
 _ITEM_ONLY = ("project", "idempotency_key")
@@ -69,14 +69,15 @@ class PortabilityOperations:
                 # the write's client label is the connection's (its clientInfo), never an item's
                 fields = {k: v for k, v in item.items() if k not in _ITEM_ONLY and k != "client"}
                 fields.setdefault("source", source)
-                cmd = SaveMemory.model_validate({**fields, **({"client": c.client.label} if c.client else {})})
+                cmd = SaveMemory.model_validate({**fields, **write_client(c)})
                 project = item.get("project", req.project)
                 if project is not None and not isinstance(project, str):
                     return _error(i, ErrorCode.INVALID_ARGUMENT, "project must be a string", f"{where}.project")
                 cmd = cmd.model_copy(update={"project": c.project(project)})
                 async with gate:
                     result: SaveMemoryResult = await self.client.send(
-                        c.tenant, cmd, key=item_key(key, i, own_key), project_scope=c.project_scope)
+                        c.tenant, cmd, key=item_key(key, i, own_key), project_scope=c.project_scope,
+                        correlation_id=correlation(c))
             except ValidationError as exc:
                 body = validation_reply(exc).error
                 assert body is not None

@@ -8,7 +8,7 @@ import contextvars
 import json
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mcp.server.auth.provider import AccessToken
 
@@ -32,6 +32,8 @@ class Principal:
     key_id: str | None = None
     project: str | None = None  # the key is restricted to this project
     user_name: str | None = None  # the user's display name, when the token introspection gives it
+    #: delegation: the credential's own user, when this call acts for ``tenant`` (``memory:act-as``)
+    actor: str | None = None
 
     @classmethod
     def from_token(cls, token: AccessToken) -> Principal:
@@ -46,6 +48,21 @@ class Principal:
             project=claims.get("project"),
             user_name=claims.get("user_name"),
         )
+
+    def acting_for(self, user_id: str) -> Principal:
+        """This credential acting for ``user_id`` (seed 2's ``user_id`` argument): its own user as is;
+        another user only with ``memory:act-as``, every rule then applying to that user as if they had
+        called (the key's project restriction included), and the credential's user kept as the actor."""
+        if user_id == self.tenant:
+            return self
+        if Scope.MEMORY_ACT_AS.value not in self.scopes:
+            raise AccessDenied(
+                f"user_id {user_id[:64]!r} is not the user this credential acts for (whoAmI tells which): a "
+                f"credential reaches its own user's memories only, unless the operator gave it the "
+                f"'{Scope.MEMORY_ACT_AS.value}' scope to act for the users it names", Scope.MEMORY_ACT_AS.value)
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", user_id):
+            raise AccessDenied("user_id must be 1-128 characters of [A-Za-z0-9_-]")
+        return replace(self, tenant=user_id, actor=self.actor or self.tenant, user_name=None)
 
     def require(self, scope: Scope) -> None:
         if scope.value not in self.scopes and Scope.ADMIN.value not in self.scopes:

@@ -6,6 +6,7 @@ other (used when the connection pins a project with `X-Engram-Project`) does not
 
 
 import asyncio
+import contextvars
 import copy
 import functools
 import inspect
@@ -146,7 +147,13 @@ def caller() -> OpCaller:
     token = get_access_token()
     if token is None:
         raise ToolError("not authenticated")
-    return OpCaller(Principal.from_token(token), pinned_project.get(), session_client.get())
+    who = Principal.from_token(token)
+    named = acting_for.get()
+    return OpCaller(who.acting_for(named) if named is not None else who, pinned_project.get(), session_client.get())
+
+
+#: the user a seed-2 call names (its ``user_id`` argument), for this tool call
+acting_for: contextvars.ContextVar[str | None] = contextvars.ContextVar("engram_acting_for", default=None)
 
 
 def contract(model: type[M], **fields: Any) -> M:
@@ -585,17 +592,26 @@ class EngramMCPServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """A seed-2 ``user_id`` argument is checked, never silently dropped: the caller's own user
-        is accepted (and removed: the credential already says who calls); any other user is refused
-        naming ``user_id``, so that a backend serving many users through one credential learns at
-        its first call that every write would land in the credential's user."""
-        if isinstance(arguments, dict) and "user_id" in arguments:
-            arguments = dict(arguments)
-            named = arguments.pop("user_id")
-            if named is not None and named != caller().tenant:
-                raise ToolError(f"invalid_argument (user_id): user_id {str(named)[:64]!r} is not the user this "
-                                "credential acts for (whoAmI tells which); a credential reaches its own user's "
-                                "memories only: give that user's own key or token")
-        return await super().call_tool(name, arguments, context)
+        is accepted; another user only by a credential with ``memory:act-as`` (a seed-2 backend
+        serving many users), the call then running as that user; anyone else is refused naming
+        ``user_id``, so that such a backend learns at its first call that it needs the scope."""
+        if not (isinstance(arguments, dict) and "user_id" in arguments):
+            return await super().call_tool(name, arguments, context)
+        arguments = dict(arguments)
+        named = arguments.pop("user_id")
+        if named is None:
+            return await super().call_tool(name, arguments, context)
+        if not isinstance(named, str):
+            raise ToolError("invalid_argument (user_id): user_id must be a string")
+        try:
+            caller().who.acting_for(named)
+        except AccessDenied as exc:
+            raise ToolError(f"permission_denied (user_id): {exc}") from exc
+        token = acting_for.set(named)
+        try:
+            return await super().call_tool(name, arguments, context)
+        finally:
+            acting_for.reset(token)
 
     async def list_tools(self) -> list[Any]:
         """The tools, each ``containerTag`` description naming the caller's current projects (this
