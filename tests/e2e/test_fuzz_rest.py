@@ -41,6 +41,8 @@ pytestmark = pytest.mark.e2e
 # Every operation is fuzzed. One rule the document cannot state: a daily log's date may be at most
 # tomorrow (a JSON Schema has no "today"); a generated valid date beyond it is moved to today, so
 # the positive-data check does not flag the refusal (tests/e2e/test_daily_log_tools.py tests it).
+# Likewise a date or time a user gives lies in the years 1900..2999 (issue 29 L2: log_date, a turn's
+# ``at``, older_than); a generated one outside is moved inside (tests/e2e/test_review29_security.py).
 SEED = 20260519
 MAX_EXAMPLES = 60  # per operation and phase; ~2,000 requests a run, ~1 minute on 2 cores
 
@@ -65,6 +67,26 @@ def existing_key_ids(base_url: str, admin_token: str) -> set[str]:
     listed = httpx.get(base_url + "/v1/keys", headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
     assert listed.status_code == 200, listed.text
     return {k["key_id"] for k in listed.json()["keys"]}
+
+
+_YEAR = re.compile(r"^(\d{4})-")
+
+
+def _into_years(body: Any, query: dict[str, Any] | None) -> None:
+    """A generated ISO date or time of a year outside 1900..2999 moved to 2000 (its shape kept)."""
+
+    def moved(value: Any) -> Any:
+        found = _YEAR.match(value) if isinstance(value, str) else None
+        return "2000" + value[4:] if found and not 1900 <= int(found.group(1)) <= 2999 else value
+
+    if isinstance(body, dict):
+        if "log_date" in body:
+            body["log_date"] = moved(body["log_date"])
+        for turn in body.get("turns") or [] if isinstance(body.get("turns"), list) else []:
+            if isinstance(turn, dict) and "at" in turn:
+                turn["at"] = moved(turn["at"])
+    if query and "older_than" in query:
+        query["older_than"] = moved(query["older_than"])
 
 
 def fuzz(base_url: str, token: str, *, protected: set[str]) -> FuzzReport:
@@ -97,6 +119,7 @@ def fuzz(base_url: str, token: str, *, protected: set[str]) -> FuzzReport:
                     body["log_date"] = date.today().isoformat()
             except ValueError:
                 pass  # not a date: the refusal is what the fuzz checks
+        _into_years(body, case.query)
         headers = case.headers
         if headers and isinstance(headers.get("Idempotency-Key"), str) and valid_key.fullmatch(headers["Idempotency-Key"]):
             headers["Idempotency-Key"] = f"fuzz-{uuid.uuid4().hex}"
