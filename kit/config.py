@@ -33,8 +33,9 @@ KNOWN_DEFAULT_PASSWORDS = frozenset({
     "postgres", "password", "engram", "changeme", "change-me", "secret", "admin", "root", "123456",
     # the examples shipped in deploy/compose (.env.example, the compose fallback) and deploy/k8s
     "engram-dev-password", "dev-only-change-me",
+    "dev-only-change-me-nats", "dev-only-change-me-routes", "dev-only-change-me-qdrant",
 })
-"""Database passwords production mode refuses (compared case-insensitively)."""
+"""Passwords production mode refuses in the database and NATS URLs (compared case-insensitively)."""
 
 
 def default_home() -> Path:
@@ -97,6 +98,16 @@ def _nats_url_has_credentials(url: str) -> bool:
         return False
 
 
+def _nats_password(url: str) -> str | None:
+    """The password (or token) a nats:// URL carries, decoded; None if none."""
+    try:
+        split = urlsplit(url)
+    except ValueError:
+        return None
+    secret = split.password if split.password is not None else split.username
+    return unquote(secret) if secret else None
+
+
 def _database_password(url: str) -> str | None:
     """The password a postgresql:// URL carries (userinfo or ``?password=``), decoded; None if none."""
     try:
@@ -124,6 +135,12 @@ def production_problems(settings: CommonSettings) -> list[str]:
             "can create API keys and read every memory. Turn on authentication in NATS (an "
             "`authorization { user, password }` block or accounts) and put them in every URL: "
             "nats://USER:PASSWORD@HOST:4222."
+        )
+    elif any((_nats_password(u) or "").lower() in KNOWN_DEFAULT_PASSWORDS for u in urls):
+        problems.append(
+            "ENGRAM_NATS_URL uses a well-known password (a default or an example shipped with Engram's "
+            "compose/Kubernetes files): set a strong one, e.g. `openssl rand -hex 24`, in NATS and in every URL "
+            "(NATS_PASSWORD in Compose's .env; the engram-nats Secret in Kubernetes)."
         )
     if settings.uses_database:
         password = _database_password(settings.database_url)

@@ -71,6 +71,25 @@ def test_a_token_in_the_nats_url_counts_as_credentials() -> None:
     assert production_problems(safe(MemorySettings, nats_url="nats://s3cr3t-token@nats:4222")) == []
 
 
+@pytest.mark.parametrize("url", ["nats://engram:dev-only-change-me-nats@nats:4222",
+                                 f"{SAFE_NATS},nats://engram:ChangeMe@nats-2:4222", "nats://secret@nats:4222"])
+def test_a_well_known_nats_password_is_refused(url: str) -> None:
+    problems = production_problems(safe(MemorySettings, nats_url=url))
+    assert len(problems) == 1 and problems[0].startswith("ENGRAM_NATS_URL uses a well-known password")
+    assert "change-me" not in problems[0].split("(")[0]  # the password itself is never repeated
+
+
+def test_the_nats_and_qdrant_example_secrets_shipped_in_deploy_are_known_defaults() -> None:
+    shipped: set[str] = set()
+    for path in sorted((ROOT / "deploy" / "k8s").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "Secret":
+                for name, value in (doc.get("stringData") or {}).items():
+                    if "NATS" in name or "QDRANT" in name or name == "api-key":
+                        shipped.add(re.sub(r"^.*://[^:]+:([^@]+)@.*$", r"\1", str(value)).lower())
+    assert {"dev-only-change-me-nats", "dev-only-change-me-qdrant"} <= shipped <= KNOWN_DEFAULT_PASSWORDS, shipped
+
+
 def example_passwords() -> set[str]:
     """Every Postgres password written in deploy/compose and deploy/k8s."""
     found: set[str] = set()
