@@ -36,7 +36,8 @@ async def test_assistant_by_default_and_maintenance_only_with_its_scope(running)
     # memory:read + memory:write only: asking for maintenance is refused, naming the scope
     refused = initialize(running.mcp_url, {**bearer, "X-Engram-Toolsets": "maintenance"})
     assert refused.status_code == 403, refused.text
-    assert refused.json()["error"]["field"] == "X-Engram-Toolsets" and "memory:maintenance" in refused.text
+    error = refused.json()["error"]  # a JSON-RPC error (the SDK client shows its message), the REST body in its data
+    assert "memory:maintenance" in error["message"] and error["data"]["error"]["field"] == "X-Engram-Toolsets"
     assert 'insufficient_scope' in refused.headers["www-authenticate"]
     assert initialize(running.mcp_url + "?toolsets=maintenance", bearer).status_code == 403
     unknown = initialize(running.mcp_url, {**bearer, "X-Engram-Toolsets": "assistant, everything"})

@@ -590,11 +590,36 @@ class EngramMCPServer(MCPServer):
 
     ops: Operations | None = None
 
+    def _known_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments a tool declares, and ``user_id`` (checked by :meth:`call_tool`); an argument
+        the tool does not have is refused naming it (it used to be dropped without a word, so that
+        ``recall(..., as_of=…)`` answered as if ``as_of`` had not been sent). On a pinned connection
+        ``containerTag`` is gone from every tool: naming the pinned project is accepted, another refused."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:
+            return arguments  # the SDK answers an unknown tool itself
+        declared = set((tool.parameters or {}).get("properties", {}))
+        unknown = sorted(k for k in arguments if k not in declared and k != "user_id")
+        pin = pinned_project.get()
+        if "containerTag" in unknown and pin is not None:
+            if arguments["containerTag"] not in (None, pin):
+                raise ToolError(f"permission_denied (containerTag): this connection is pinned to project '{pin}' "
+                                f"(X-Engram-Project); it reaches no other project")
+            unknown.remove("containerTag")
+            arguments = {k: v for k, v in arguments.items() if k != "containerTag"}
+        if unknown:
+            known = ", ".join(sorted(declared)) or "none"
+            raise ToolError(f"invalid_argument ({unknown[0]}): {name} has no argument "
+                            f"{', '.join(repr(k) for k in unknown)}; its arguments are: {known}")
+        return arguments
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """A seed-2 ``user_id`` argument is checked, never silently dropped: the caller's own user
         is accepted; another user only by a credential with ``memory:act-as`` (a seed-2 backend
         serving many users), the call then running as that user; anyone else is refused naming
         ``user_id``, so that such a backend learns at its first call that it needs the scope."""
+        if isinstance(arguments, dict):
+            arguments = self._known_arguments(name, arguments)
         if not (isinstance(arguments, dict) and "user_id" in arguments):
             return await super().call_tool(name, arguments, context)
         arguments = dict(arguments)

@@ -1,0 +1,42 @@
+"""An argument a tool does not have is refused naming it, never dropped without a word (issue 28):
+`recall(..., as_of=…)` used to answer as if `as_of` had not been sent. With the `mcp` SDK client."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+pytestmark = pytest.mark.e2e
+
+
+@asynccontextmanager
+async def session(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=60.0))
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
+def test_an_unknown_argument_is_refused_naming_it(running) -> None:  # type: ignore[no-untyped-def]
+    async def case() -> None:
+        async with session(running.mcp_url, {"Authorization": f"Bearer {running.key}"}) as client:
+            refused = await client.call_tool("recall", {"query": "tea", "as_of": "2025-01-01"})
+            assert refused.is_error and "as_of" in refused.content[0].text and "query" in refused.content[0].text
+            refused = await client.call_tool("save_memory", {"category": "preference", "content": "x", "tags": ["a"]})
+            assert refused.is_error and "tags" in refused.content[0].text
+            assert not (await client.call_tool("recall", {"query": "tea"})).is_error
+        project = "pin-" + uuid.uuid4().hex[:6]
+        pinned = {"Authorization": f"Bearer {running.key}", "X-Engram-Project": project}
+        async with session(running.mcp_url, pinned) as client:  # containerTag is gone from a pinned connection
+            same = await client.call_tool("memory", {"content": f"Pinned {project}", "containerTag": project})
+            assert not same.is_error, same.content
+            other = await client.call_tool("memory", {"content": "elsewhere", "containerTag": "other"})
+            assert other.is_error and "containerTag" in other.content[0].text and project in other.content[0].text
+
+    asyncio.run(case())
