@@ -21,7 +21,7 @@ async def ledger(infra) -> AsyncIterator[PgTaskLedger]:  # type: ignore[no-untyp
     schema = "ext_" + uuid.uuid4().hex[:8]
     store = PgTaskLedger(pool, schema)
     try:
-        assert await store.migrate(owner="t-ledger") == ["0001_tasks", "0002_tenants", "0003_episodes"]
+        assert await store.migrate(owner="t-ledger") == ["0001_tasks", "0002_tenants", "0003_episodes", "0004_modes"]
         assert await store.migrate(owner="t-ledger") == []
         yield store
     finally:
