@@ -50,9 +50,10 @@ class Principal:
         )
 
     def acting_for(self, user_id: str) -> Principal:
-        """This credential acting for ``user_id`` (seed 2's ``user_id`` argument): its own user as is;
-        another user only with ``memory:act-as``, every rule then applying to that user as if they had
-        called (the key's project restriction included), and the credential's user kept as the actor."""
+        """This credential acting for ``user_id`` (the ``user_id`` argument of seed 2's tools,
+        docs/design.md §3): its own user as is; another user only with ``memory:act-as``, every rule
+        then applying to that user as if they had called (the key's project restriction included),
+        and the credential's user kept as the actor."""
         if user_id == self.tenant:
             return self
         if Scope.MEMORY_ACT_AS.value not in self.scopes:

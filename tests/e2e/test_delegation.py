@@ -1,6 +1,7 @@
-"""Delegation (issue 27): a seed-2 backend serves many users through one service credential that the
-operator gave ``memory:act-as``; each call names its user (``user_id``) and runs as that user, every
-isolation rule applying as if the user had called, and the service credential recorded as the actor.
+"""Delegation (issue 27): a seed-2 backend (docs/design.md §3) serves many users through one
+service credential that the operator gave ``memory:act-as``; each call names its user (``user_id``)
+and runs as that user, every isolation rule applying as if the user had called, and the service
+credential recorded as the actor.
 From outside, with the `mcp` SDK client; isolation as a property over random calls of the users'
 own keys and the service key acting for each of them."""
 

@@ -1,8 +1,9 @@
 """Who learns from a daily log (issue 27), from outside with the `mcp` SDK client: a stack whose
 install default is ``agent`` (ENGRAM_EXTRACTION, as `engram up --extraction agent` sets it), projects
 switched to ``handoff`` and ``auto``; on the default (``auto``) stack, logs re-queued, re-saved, or
-deleted and saved again are learned from again without duplicates; seed compatibility (``user_id``,
-``x-sm-project``) and refusals at the MCP endpoint that say which scope is missing."""
+deleted and saved again are learned from again without duplicates; compatibility with the source
+designs (docs/design.md: seed 2's ``user_id``, seed 1's ``x-sm-project``) and refusals at the MCP
+endpoint that say which scope is missing."""
 
 from __future__ import annotations
 

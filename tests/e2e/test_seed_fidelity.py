@@ -1,5 +1,6 @@
-"""Issue 18: the small promises of the two seed designs, through the `mcp` SDK client and plain HTTP
-against the running stack (and, where an install's kind matters, one more gateway process).
+"""Issue 18: the small promises of the two source designs (seed 1 and seed 2, docs/design.md),
+through the `mcp` SDK client and plain HTTP against the running stack (and, where an install's
+kind matters, one more gateway process).
 
 1. relations in recall (← previous / → newer version, ~ similar, the daily logs) — MCP text and REST fields;
 2. the project parameter names the user's projects (per user; refresh; gone under a pin);

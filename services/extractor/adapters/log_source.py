@@ -46,7 +46,8 @@ log = logging.getLogger("engram.extractor")
 
 __all__ = ["DAILY_LOG_AGGREGATE", "LOG_FIELDS", "ClientLogSource", "build_log_source", "turns_of"]
 
-#: structured fields of a daily log read as the user's own words (SPEC §1), ref ``field:<name>``
+#: structured fields of a daily log (docs/design.md §3, ``save_daily_log``) read as the user's own words,
+#: ref ``field:<name>``
 LOG_FIELDS = ("events", "user_state", "mood_changes", "topics", "relationship_state")
 #: answers that mean "this log is not (or no longer) ours to act on", not a transient failure
 _NOT_OURS = (ErrorCode.CONFLICT, ErrorCode.NOT_FOUND)

@@ -1,4 +1,5 @@
-"""The MCP surface of the gateway (SPEC §2): the tools of both seeds, resources and a prompt.
+"""The MCP surface of the gateway: the tools of both source designs (seed 1 and seed 2, docs/design.md §3),
+Engram's own, the resources and the prompt.
 
 Two servers are built from the same tool functions: one offers a `containerTag` parameter, the
 other (used when the connection pins a project with `X-Engram-Project`) does not — the pin applies.
@@ -152,7 +153,7 @@ def caller() -> OpCaller:
     return OpCaller(who.acting_for(named) if named is not None else who, pinned_project.get(), session_client.get())
 
 
-#: the user a seed-2 call names (its ``user_id`` argument), for this tool call
+#: the user a seed-2 call names (its ``user_id`` argument, docs/design.md §3), for this tool call
 acting_for: contextvars.ContextVar[str | None] = contextvars.ContextVar("engram_acting_for", default=None)
 
 
@@ -211,7 +212,8 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
 
 
 def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
-    """The memory tools of both seeds (the assistant toolset)."""
+    """The memory tools of both source designs, seed 1 and seed 2 (the assistant toolset;
+    docs/design.md §3)."""
 
     @tool_errors
     async def memory(
@@ -380,7 +382,6 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         query = contract(GetSharedMemories, title=title, keyword=keyword, limit=limit)
         return _success(await ops.get_shared_memories(caller(), query))
 
-    # daily logs and the extraction workflow (seed 2) -------------------------------------
     return [
         (memory, "memory", "Save or forget a memory", DESTRUCTIVE, ASSISTANT),
         (recall, "recall", "Recall memories", READ, ASSISTANT),
@@ -397,7 +398,8 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
 
 
 def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
-    """The daily-log and extraction tools (seed 2's workflow), as (function, name, title, annotations, toolset)."""
+    """The daily-log and extraction tools (seed 2's workflow, docs/design.md §4), as (function, name, title,
+    annotations, toolset)."""
 
     @tool_errors
     async def save_daily_log(

@@ -481,7 +481,7 @@ def _memory_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyK
 
 
 def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
-    """Daily logs and the extraction workflow (seed 2)."""
+    """Daily logs and the extraction workflow (seed 2's, docs/design.md §4)."""
 
     @router.post("/daily-logs", response_model=SaveDailyLogResult, tags=["daily logs"], summary="Save the day's log",
                  responses={413: {"description": "The body is larger than the gateway accepts (a day's turns are "
