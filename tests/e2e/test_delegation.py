@@ -9,33 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+
+from tests.e2e.test_daily_log_tools import call, session
 
 pytestmark = pytest.mark.e2e
 
 
-@asynccontextmanager
-async def session(url: str, key: str, **headers: str) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}", **headers},
-                              timeout=httpx2.Timeout(30.0, read=60.0))
-    async with http, Client(streamable_http_client(url, http_client=http)) as client:
-        yield client
-
-
-async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content
-    return result.structured_content  # type: ignore[return-value]
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 def service_key(running: Any, project: str | None = None) -> str:
@@ -56,7 +44,7 @@ def test_a_service_key_acts_for_the_user_it_names_and_is_recorded(running) -> No
     svc = service_key(running)
 
     async def case() -> None:
-        async with session(running.mcp_url, svc) as client:
+        async with session(running.mcp_url, bearer(svc)) as client:
             marker = uuid.uuid4().hex[:8]
             saved = await call(client, "save_memory", category="preference", content=f"Likes oolong {marker}",
                                user_id=running.user_id)
@@ -69,7 +57,7 @@ def test_a_service_key_acts_for_the_user_it_names_and_is_recorded(running) -> No
             assert mine["memories"] == []
             bobs = await call(client, "recall_memory", keyword=marker, limit=100, user_id=running.other_user_id)
             assert bobs["memories"] == []
-        async with session(running.mcp_url, running.key) as client:  # alice's own key sees it
+        async with session(running.mcp_url, bearer(running.key)) as client:  # alice's own key sees it
             found = await call(client, "recall_memory", keyword=marker, limit=100)
             assert [m["id"] for m in found["memories"]] == [saved["memory_id"]]
             # alice's key (no act-as) naming bob is refused, naming the scope
@@ -84,7 +72,7 @@ def test_a_project_restricted_service_key_keeps_its_project_for_every_user(runni
     svc = service_key(running, project)
 
     async def case() -> None:
-        async with session(running.mcp_url, svc) as client:
+        async with session(running.mcp_url, bearer(svc)) as client:
             inside = await call(client, "save_memory", category="preference", content="Restricted write",
                                 user_id=running.user_id)
             assert inside["project"] == project
@@ -114,9 +102,9 @@ def test_isolation_holds_with_delegation(running, ops) -> None:  # type: ignore[
     async def case() -> None:
         async with AsyncExitStack() as stack:
             clients = {
-                "alice": await stack.enter_async_context(session(running.mcp_url, running.key)),
-                "bob": await stack.enter_async_context(session(running.mcp_url, running.other_key)),
-                "svc": await stack.enter_async_context(session(running.mcp_url, svc)),
+                "alice": await stack.enter_async_context(session(running.mcp_url, bearer(running.key))),
+                "bob": await stack.enter_async_context(session(running.mcp_url, bearer(running.other_key))),
+                "svc": await stack.enter_async_context(session(running.mcp_url, bearer(svc))),
             }
             for actor, action, word in ops:
                 user = actor.removeprefix("svc-as-")

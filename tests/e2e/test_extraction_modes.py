@@ -13,19 +13,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Iterator
 
-import asyncpg
-import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from contracts.subjects import Names
 from deploy.stack import Stack, StackOptions
-from kit.bus import Bus
+from tests.e2e.test_daily_log_tools import call, session
+from tests.integration.test_purge import _drop, _sql
 
 pytestmark = pytest.mark.e2e
 
@@ -51,38 +46,8 @@ def agent_stack(infra) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
         yield stack
     finally:
         stack.stop()
-        asyncio.run(_drop_streams(infra.nats_url, options.namespace))
+        asyncio.run(_drop(infra.nats_url, options.namespace))
         asyncio.run(_sql(infra.admin_database_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-
-
-async def _sql(url: str, statement: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-async def _drop_streams(nats_url: str, namespace: str) -> None:
-    bus = await Bus.connect(nats_url, Names(namespace), name="engram-test-cleanup")
-    try:
-        await bus.delete_streams()
-    finally:
-        await bus.close()
-
-
-@asynccontextmanager
-async def session(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=60.0))
-    async with http, Client(streamable_http_client(url, http_client=http)) as client:
-        yield client
-
-
-async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None, result.content
-    return result.structured_content  # type: ignore[no-any-return]
 
 
 def agent_headers(stack: Stack, user_id: str | None = None) -> tuple[dict[str, str], str]:

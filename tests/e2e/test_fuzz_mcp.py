@@ -2,7 +2,7 @@
 
 Every tool the server lists (the assistant and the maintenance toolsets) is called with arguments
 drawn from its own inputSchema (hypothesis strategies built from the schema, each draw checked
-valid by ``jsonschema``; a fixed seed) and with
+valid by ``jsonschema``; a fresh seed per run, printed, ENGRAM_FUZZ_SEED reproduces it) and with
 arguments that break it on purpose: a wrong type, a number out of range, a string one past its
 maxLength or outside its pattern or enum, a required argument missing, an unknown extra argument.
 Required: no JSON-RPC protocol or internal error, no result that reveals a server error, and every
@@ -13,8 +13,10 @@ The resources and the prompt are read too, with a few wrong names.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,7 +32,10 @@ from mcp.shared.exceptions import MCPError
 pytestmark = pytest.mark.e2e
 
 PENDING_TOOLS: frozenset[str] = frozenset()  # every tool is fuzzed
-SEED = 20260519
+#: a fresh seed per run (so that each CI run explores new inputs), printed and named in every
+#: failure; ENGRAM_FUZZ_SEED=<n> reproduces a run
+SEED = int(os.environ.get("ENGRAM_FUZZ_SEED") or secrets.randbelow(2**31))
+print(f"{__name__}: ENGRAM_FUZZ_SEED={SEED}")
 VALID_PER_TOOL = 30
 INVALID_PER_TOOL = 30
 INVALID_PARAMS = -32602
@@ -249,7 +254,8 @@ async def test_every_tool_fuzzed_finds_no_server_error(running, fuzz_key) -> Non
             for fault, arguments in invalid_arguments(schema, base, INVALID_PER_TOOL, salt):
                 await call(client, findings, tool.name, arguments, fault)
         await call(client, findings, "no_such_tool", {}, "no_such_tool")
-    assert not findings.items, f"{len(findings.items)} findings in {findings.calls} calls:\n" + "\n".join(findings.items)
+    assert not findings.items, (f"ENGRAM_FUZZ_SEED={SEED}: {len(findings.items)} findings in {findings.calls} calls:\n"
+                                + "\n".join(findings.items))
 
 
 async def test_resources_and_prompt_fuzzed_find_no_server_error(running, fuzz_key) -> None:  # type: ignore[no-untyped-def]

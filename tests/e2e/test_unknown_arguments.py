@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+
+from tests.e2e.test_daily_log_tools import session
 
 pytestmark = pytest.mark.e2e
-
-
-@asynccontextmanager
-async def session(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=60.0))
-    async with http, Client(streamable_http_client(url, http_client=http)) as client:
-        yield client
 
 
 def test_an_unknown_argument_is_refused_naming_it(running) -> None:  # type: ignore[no-untyped-def]
