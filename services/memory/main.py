@@ -66,7 +66,7 @@ def limit_blas_threads() -> None:
     recall's late-interaction MaxSim: ~20 × 384 × 1,500), and OpenBLAS's extra threads spin after
     each one, competing with the onnxruntime threads that do the real work: measured at 100,000
     memories, a recall took p50 13.2 ms and 26 ms of CPU with the default, 10.2 ms and 14 ms with
-    one thread (docs/benchmarks.md)."""
+    one thread (docs/benchmarks-log.md)."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")

@@ -117,7 +117,7 @@ class MiniLMEmbedder(Embedder):
     with one intra-op thread each, one chunk per core: independent runs keep
     the cores busy when the service's event loop takes one of them for a
     moment, where intra-op threads would wait for each other at every
-    operator (measured in docs/benchmarks.md). ``embed`` is thread-safe.
+    operator (measured in docs/benchmarks-log.md). ``embed`` is thread-safe.
     """
 
     model_id: str = "sentence-transformers/all-MiniLM-L6-v2@onnx-int8"
@@ -199,7 +199,7 @@ class MiniLMEmbedder(Embedder):
         # Idle intra-op threads sleep instead of spinning. Spinning makes a lone query embed faster
         # (~5 ms instead of ~8 on 2 cores) but takes the cores the search, Postgres, NATS and the
         # gateway need right after: recall through MCP at 100k was ~2 ms slower at p50 with it,
-        # and saves slower too (docs/benchmarks.md).
+        # and saves slower too (docs/benchmarks-log.md).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 

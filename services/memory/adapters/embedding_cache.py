@@ -7,7 +7,7 @@ One table in the memory schema, ``embedding_cache (model, digest, value)`` (migr
 * every replica of the memory service, and ``engram replay`` run from another machine, shares it
   (a file store would be per pod and empty after a reschedule, which is when a replay runs);
 * it is backed up and restored with the read models it serves, and needs no new dependency;
-* measured (docs/benchmarks.md, "Replay at scale"): a batch of 256 memories is one round trip.
+* measured (docs/benchmarks-log.md, "Replay at scale"): a batch of 256 memories is one round trip.
 
 It is a cache: a replay leaves it alone (not a projection of the event log), and
 ``TRUNCATE <schema>.embedding_cache`` at any time only costs re-embedding. Its keys name no user:

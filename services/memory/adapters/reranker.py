@@ -83,7 +83,7 @@ class CrossEncoderReranker(Reranker):
             # The file ships with onnxruntime's dynamic quantization (MatMulInteger). Its activation scale
             # is per tensor, so a score moves by ~1e-3 with the other candidates of its chunk; the
             # row-wise int8 rewrite the embedder uses removes that but ran ~1.9× slower here (30
-            # candidates: 574 vs 307 ms on 2 cores, docs/benchmarks.md). Scores are not stored and the
+            # candidates: 574 vs 307 ms on 2 cores, docs/benchmarks-log.md). Scores are not stored and the
             # same candidates always give the same scores, so speed wins.
             session = ort.InferenceSession(
                 str(model_dir / "model.onnx"), sess_options=options, providers=["CPUExecutionProvider"]

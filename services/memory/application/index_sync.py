@@ -9,7 +9,7 @@ computed again *as a fingerprint*, and only a point whose fingerprint differs fr
 (or that is missing) is written; a point no memory of the log owns is deleted (the sweep). After
 it the index holds exactly the points a rebuild from nothing would write — with their vectors
 and HNSW graph kept where they were already right, so replaying an unchanged log costs no upsert
-and no index build (the dominant cost at scale: docs/benchmarks.md, "Replay at scale").
+and no index build (the dominant cost at scale: docs/benchmarks-log.md, "Replay at scale").
 
 A change of the embedder, the recipe or the layout changes every fingerprint, so every point is
 rewritten; a point written before fingerprints existed has none and is rewritten once. What a
