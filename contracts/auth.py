@@ -9,6 +9,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.events import aggregate
 from contracts.memory import PROJECT_PATTERN, TEXT_PATTERN
 from contracts.messages import command, messages_of, query
 from contracts.subjects import AUTH
@@ -159,6 +160,30 @@ class AuthEventType(StrEnum):
     API_KEY_REVOKED = "ApiKeyRevoked"
     TOKEN_REVOKED = "TokenRevoked"  # aggregate "oauthgrant", id = the grant: all its tokens are dead
     USER_DEACTIVATED = "UserDeactivated"  # aggregate "user", id = the user id
+
+
+class GrantRevokedState(BaseModel):
+    """The ``data`` of a ``TokenRevoked`` event: an OAuth grant (and every token of it) revoked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grant_id: UUID
+    user_id: str
+    reason: str
+
+
+class UserDeactivatedState(BaseModel):
+    """The ``data`` of a ``UserDeactivated`` event: every key and token of the user stops working."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str
+
+
+#: auth's aggregates on the event log (the gateways listen to them to drop cached credentials at once)
+API_KEY_AGGREGATE = aggregate("apikey", AUTH, ApiKeyView, (AuthEventType.API_KEY_CREATED, AuthEventType.API_KEY_REVOKED))
+GRANT_AGGREGATE = aggregate("oauthgrant", AUTH, GrantRevokedState, (AuthEventType.TOKEN_REVOKED,))
+USER_AGGREGATE = aggregate("user", AUTH, UserDeactivatedState, (AuthEventType.USER_DEACTIVATED,))
 
 
 for _name, _model, _result in (

@@ -42,14 +42,10 @@ from pydantic import (
     model_validator,
 )
 
+from contracts.events import aggregate
 from contracts.memory import MAX_RECALL_LIMIT, PROJECT_PATTERN, Project
 from contracts.messages import command, query
 from contracts.subjects import MEMORY
-
-#: Aggregates of the event log (subject ``<ns>.evt.<tenant>.<aggregate>.<id>``).
-DAILY_LOG_AGGREGATE = "dailylog"
-EXTRACTION_TASK_AGGREGATE = "extractiontask"
-EXTRACTION_RESULT_AGGREGATE = "extractionresult"
 
 #: Tries a log gets: a failure below this sends it back to pending, at it to failed.
 MAX_TRIES = 3
@@ -585,6 +581,13 @@ class ExtractionTaskEventType(StrEnum):
 
 class ExtractionResultEventType(StrEnum):
     RECORDED = "ExtractionResultRecorded"
+
+
+#: Aggregates of the event log (subject ``<ns>.evt.<tenant>.<aggregate>.<id>``), each event's
+#: ``data`` the record's whole state.
+DAILY_LOG_AGGREGATE = aggregate("dailylog", MEMORY, DailyLogState, DailyLogEventType)
+EXTRACTION_TASK_AGGREGATE = aggregate("extractiontask", MEMORY, ExtractionTaskState, ExtractionTaskEventType)
+EXTRACTION_RESULT_AGGREGATE = aggregate("extractionresult", MEMORY, ExtractionResultState, ExtractionResultEventType)
 
 
 # queries ------------------------------------------------------------------------------------------

@@ -19,13 +19,12 @@ from uuid import UUID, uuid5
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.events import aggregate
 from contracts.memory import PROJECT_PATTERN
 from contracts.messages import command, query
 
 #: The extractor's service name on the bus (as ``contracts.portability.EXTRACTOR``).
 EXTRACTOR = "extractor"
-#: The aggregate of a project's extraction mode on the event log (its id: :func:`mode_id`).
-EXTRACTION_MODE_AGGREGATE = "extractionmode"
 EXTRACTION_MODE_SET = "extraction_mode_set"
 _NS = UUID("8d7f9a43-5c1e-4b5e-9a55-3f0e2c61e7a1")
 
@@ -49,6 +48,10 @@ class ExtractionModeState(BaseModel):
 
     project: str
     mode: ExtractionMode | None = None
+
+
+#: The aggregate of a project's extraction mode on the event log (its id: :func:`mode_id`).
+EXTRACTION_MODE_AGGREGATE = aggregate("extractionmode", EXTRACTOR, ExtractionModeState, (EXTRACTION_MODE_SET,))
 
 
 class ProjectExtractionMode(BaseModel):

@@ -25,6 +25,9 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.daily_logs import BoundedDateTime
+
+# the memory service's aggregate (declared in contracts.memory), which the graph projects
+from contracts.memory import MEMORY_AGGREGATE as MEMORY_AGGREGATE
 from contracts.memory import PROJECT_PATTERN
 from contracts.messages import query
 from contracts.subjects import GRAPH, MEMORY
@@ -33,9 +36,6 @@ DEFAULT_GRAPH_PAGE = 200
 MAX_GRAPH_PAGE = 1000
 MAX_CURSOR_CHARS = 512
 MAX_SIMILAR = 20
-#: the memory service's aggregate on the event log (``<ns>.evt.<tenant>.memory.<id>``), whose events'
-#: ``data`` is a :class:`contracts.memory.MemoryState`; the graph projects it
-MEMORY_AGGREGATE = "memory"
 
 
 class NodeType(StrEnum):

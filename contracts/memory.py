@@ -10,6 +10,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from contracts.events import aggregate
 from contracts.messages import command, messages_of, query
 from contracts.subjects import MEMORY
 
@@ -244,6 +245,11 @@ class MemoryEventType(StrEnum):
     FORGOTTEN = "MemoryForgotten"
 
 
+#: the memory service's aggregate of memories (``<ns>.evt.<tenant>.memory.<id>``): every event's
+#: ``data`` is a :class:`MemoryState`
+MEMORY_AGGREGATE = aggregate("memory", MEMORY, MemoryState, MemoryEventType)
+
+
 # queries ----------------------------------------------------------------------------------
 class RecallMode(StrEnum):
     HYBRID = "hybrid"
@@ -462,6 +468,10 @@ class SharedMemoryList(BaseModel):
 class SharedMemoryEventType(StrEnum):
     SAVED = "SharedMemorySaved"
     UPDATED = "SharedMemoryUpdated"
+
+
+#: shared memories (``<ns>.evt.<tenant>.shared.<id>``): every event's ``data`` is a :class:`SharedMemoryState`
+SHARED_MEMORY_AGGREGATE = aggregate("shared", MEMORY, SharedMemoryState, SharedMemoryEventType)
 
 
 # projects and profile ------------------------------------------------------------------------

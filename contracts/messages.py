@@ -72,9 +72,11 @@ def spec_of(message: BaseModel | type[BaseModel]) -> MessageSpec:
 
 
 def load_all() -> None:
-    """Import every contract module, so that the registry knows every message."""
+    """Import every contract module, so that the registries know every message and every aggregate
+    (``contracts.events``)."""
     import contracts.auth  # noqa: F401
     import contracts.daily_logs  # noqa: F401
+    import contracts.extraction_modes  # noqa: F401
     import contracts.graph  # noqa: F401
     import contracts.memory  # noqa: F401
     import contracts.portability  # noqa: F401

@@ -13,6 +13,10 @@ service (pyeventsourcing's tracking records):
   and the checkpoint moves once per batch (:meth:`CheckpointedProjector.flush_checkpoints`);
 * the consumer itself (:meth:`CheckpointedProjector.start`), and a replay (:mod:`kit.replay`).
 
+Events reach the projection typed (:mod:`kit.events`: ``data`` is the aggregate's declared model,
+parsed once here, for the aggregates the projection routes — others are not its read model's and
+are never parsed); an event of an aggregate no contract declares is skipped.
+
 No SQL here: the unit of work and its transaction are the service's (ports below).
 """
 
@@ -20,16 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from nats.aio.msg import Msg
 
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.subjects import ConsumerSpec
 from kit.bus import Bus
 from kit.command_log import OutcomeRecord
+from kit.events import UnknownEvent, known, skipped, typed
 
 log = logging.getLogger("engram.projector")
 
@@ -56,9 +62,9 @@ class ProjectionStore(Protocol[TxT_co]):
     async def checkpoint(self, projection: str) -> int: ...
 
 
-Events = Sequence[tuple[EventEnvelope, int]]
+Events = Sequence[tuple[Event[Any], int]]
 #: An aggregate's projection step: (event, stream sequence, checkpoint or None) -> whether it wrote.
-Apply = Callable[[EventEnvelope, int, "str | None"], Awaitable[bool]]
+Apply = Callable[[Event[Any], int, "str | None"], Awaitable[bool]]
 Prepare = Callable[[Events], Awaitable[None]]
 
 
@@ -78,10 +84,26 @@ class CheckpointedProjector(Generic[TxT]):
         """Project the events of ``aggregate`` with ``apply``."""
         self._handlers[aggregate] = apply
 
-    async def project(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
+    async def project(self, event: Event[Any] | EventEnvelope, seq: int, checkpoint: str) -> bool:
         """The consumer's entry: route an event by its aggregate (others are not this read model's)."""
         apply = self._handlers.get(event.aggregate)
-        return await apply(event, seq, checkpoint) if apply is not None else False
+        if apply is None:
+            return False
+        try:
+            return await apply(typed(event), seq, checkpoint)
+        except UnknownEvent as exc:
+            skipped(exc, event.aggregate)
+            return False
+
+    def routed(self, raws: Iterable[tuple[bytes, int]]) -> list[tuple[Event[Any], int]]:
+        """The messages (bytes, stream sequence) of aggregates this projection routes, parsed once
+        into typed events; the others are dropped unparsed (a replay reads every aggregate)."""
+        out = []
+        for raw, seq in raws:
+            envelope = EventEnvelope.model_validate_json(raw)
+            if envelope.aggregate in self._handlers:
+                out.extend((event, seq) for event, _ in known(((envelope, seq),)))
+        return out
 
     # one event ---------------------------------------------------------------------------
     def known_applied(self, key: Hashable, seq: int, checkpoint: str | None) -> bool:
@@ -155,22 +177,21 @@ class CheckpointedProjector(Generic[TxT]):
         if it fails, its events go one by one."""
 
         async def on_event(msg: Msg) -> None:
-            event = EventEnvelope.model_validate_json(msg.data)
-            await self.project(event, msg.metadata.sequence.stream, checkpoint)
+            for event, seq in self.routed(((msg.data, msg.metadata.sequence.stream),)):
+                await self.project(event, seq, checkpoint)
 
         async def prepare(msgs: list[Msg]) -> None:
             batch = []
             for msg in msgs:
                 try:
-                    batch.append((EventEnvelope.model_validate_json(msg.data), msg.metadata.sequence.stream))
-                except ValueError:
+                    batch.extend(self.routed(((msg.data, msg.metadata.sequence.stream),)))
+                except ValueError:  # (handled, and dead-lettered, on its own)
                     continue
             await self.prepare(batch)
 
         async def handle_batch(msgs: list[Msg]) -> None:
             assert apply_batch is not None
-            await apply_batch([(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs],
-                              checkpoint)
+            await apply_batch(self.routed((m.data, m.metadata.sequence.stream) for m in msgs), checkpoint)
 
         return asyncio.create_task(bus.consume(
             spec, on_event, stop, batch=fetch,

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from nats.js import api
 
-from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.subjects import ConsumerSpec
 from kit.bus import Bus
 from kit.projector import CheckpointedProjector
@@ -74,7 +74,7 @@ async def rebuild(
     live_checkpoint: str,
     on_progress: Progress = lambda done, total: None,
     batch: int = 256,
-    apply_batch: Callable[[Sequence[tuple[EventEnvelope, int]], str], Awaitable[int]] | None = None,
+    apply_batch: Callable[[Sequence[tuple[Event[Any], int]], str], Awaitable[int]] | None = None,
     flush: Callable[[], Awaitable[None]] | None = None,
 ) -> ReplayReport:
     """Drop ``read_models``, apply every event from sequence 1 with ``projector`` (checkpoint
@@ -104,7 +104,7 @@ async def rebuild(
             fetched = done + len(msgs)
             fetching = (asyncio.ensure_future(sub.fetch(min(batch, total - fetched), timeout=10.0))
                         if fetched < total else None)
-            events = [(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs]
+            events = projector.routed((m.data, m.metadata.sequence.stream) for m in msgs)
             if apply_batch is not None:
                 applied += await apply_batch(events, replay_checkpoint)
             else:

@@ -13,9 +13,9 @@ from datetime import date, timedelta
 
 import asyncpg
 
-from contracts.daily_logs import TASK_ID_PATTERN
+from contracts.daily_logs import DAILY_LOG_AGGREGATE, TASK_ID_PATTERN
 from contracts.extraction_modes import EXTRACTION_MODE_AGGREGATE
-from kit import metrics, tracing
+from kit import events, metrics, tracing
 from kit.bus import Bus
 from kit.client import Client
 from kit.config import run_service, setup_logging
@@ -25,7 +25,7 @@ from services.extractor.adapters.builtin import BuiltinExtraction
 from services.extractor.adapters.ledger import PgTaskLedger
 from services.extractor.adapters.llm import LlmExtraction
 from services.extractor.adapters.log_catalog import EventLogCatalog
-from services.extractor.adapters.log_source import DAILY_LOG_AGGREGATE, build_log_source
+from services.extractor.adapters.log_source import build_log_source
 from services.extractor.adapters.memory_client import ClientMemoryWriter
 from services.extractor.adapters.modes import PgModes
 from services.extractor.adapters.tenants import PgTenants
@@ -166,7 +166,7 @@ async def replay(settings: ExtractorSettings) -> int:
     try:
         await PgTaskLedger(pool, settings.extractor_schema).migrate(owner=settings.namespace)
         found = await nats_entry.tenants_in_event_log(bus, DAILY_LOG_AGGREGATE)
-        modes = [event for event, _ in await bus.history(bus.names.events_of(EXTRACTION_MODE_AGGREGATE))]
+        modes = [event for event, _ in await events.history(bus, bus.names.events_of(EXTRACTION_MODE_AGGREGATE))]
         await PgModes(pool, settings.extractor_schema).replace_project_modes(latest_modes(modes))
         return await PgTenants(pool, settings.extractor_schema).replace(found)
     finally:

@@ -10,6 +10,8 @@ import pytest
 
 from contracts.daily_logs import DAILY_LOG_AGGREGATE, DailyLogState, DailyLogView, ProcessingStatus, Turn
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
+from kit.events import typed
 from services.extractor.adapters.log_source import turns_of
 from services.extractor.adapters.memory_client import provenance_of, turn_indices
 from services.extractor.application.extraction import recover_stuck, retention, run_maintenance
@@ -47,10 +49,10 @@ def test_provenance_names_the_log_the_task_and_the_turns() -> None:
     assert provenance_of(fact, None) is None
 
 
-def _event(state: DailyLogState) -> EventEnvelope:
-    return EventEnvelope(event_id=uuid.uuid4().hex, type="DailyLogSaved", tenant=state.tenant,
+def _event(state: DailyLogState) -> Event[DailyLogState]:
+    return typed(EventEnvelope(event_id=uuid.uuid4().hex, type="DailyLogSaved", tenant=state.tenant,
                          aggregate=DAILY_LOG_AGGREGATE, aggregate_id=str(state.id), data=state.model_dump(mode="json"),
-                         occurred_at=NOW, correlation_id="c", causation_id="k")
+                         occurred_at=NOW, correlation_id="c", causation_id="k"))
 
 
 def test_a_daily_log_event_is_read_as_its_status_and_version() -> None:

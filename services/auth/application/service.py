@@ -11,6 +11,7 @@ from uuid import NAMESPACE_URL, uuid5
 from pydantic import BaseModel
 
 from contracts.auth import (
+    API_KEY_AGGREGATE,
     OAUTH_ACCESS_TOKEN_PREFIX,
     ApiKeyList,
     ApiKeyView,
@@ -42,7 +43,6 @@ from services.auth.domain import keys, passwords
 from services.auth.domain import oauth as oauth_rules
 
 log = logging.getLogger("engram.auth")
-AGGREGATE = "apikey"
 
 
 __all__ = ["AuthService", "EventLog"]
@@ -126,12 +126,12 @@ class AuthService:
     async def _emit(self, env: CommandCall, key: ApiKeyView, type_: AuthEventType, now: datetime) -> None:
         event = EventEnvelope(
             event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}"),
-            type=type_.value, occurred_at=now, tenant=key.user_id, aggregate=AGGREGATE,
+            type=type_.value, occurred_at=now, tenant=key.user_id, aggregate=API_KEY_AGGREGATE,
             aggregate_id=str(key.key_id), correlation_id=env.correlation_id, causation_id=env.command_id,
             data=key.model_dump(mode="json"),
         )
         await self.events.append_event(
-            self.names.event(key.user_id, AGGREGATE, str(key.key_id)), event, expected_last_seq=None
+            self.names.event(key.user_id, API_KEY_AGGREGATE, str(key.key_id)), event, expected_last_seq=None
         )
 
     async def introspect(self, token: str) -> TokenInfo:

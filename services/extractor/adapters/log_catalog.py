@@ -5,11 +5,11 @@ and a log's current content through the memory service's ``GetDailyLog`` query."
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
 from uuid import UUID
 
-from contracts.daily_logs import DAILY_LOG_AGGREGATE, DailyLogLookup, GetDailyLog
+from contracts.daily_logs import DAILY_LOG_AGGREGATE, DailyLogLookup, DailyLogState, GetDailyLog
 from contracts.errors import ErrorCode
+from kit import events
 from kit.bus import Bus
 from kit.client import Client, ServiceFailure
 from services.extractor.adapters.log_source import turns_of
@@ -26,21 +26,17 @@ class EventLogCatalog:
         self.client = client
 
     async def logs(self, *, since: date | None = None, tenant: str | None = None) -> list[LogRef]:
-        latest: dict[tuple[str, str], dict[str, Any]] = {}
-        for event, _seq in await self.bus.history(self.bus.names.events_of(DAILY_LOG_AGGREGATE)):
+        latest: dict[tuple[str, str], DailyLogState] = {}
+        for event, _seq in await events.history(self.bus, self.bus.names.events_of(DAILY_LOG_AGGREGATE)):
             if tenant is not None and event.tenant != tenant:
                 continue
             latest[(event.tenant, event.aggregate_id)] = event.data
         refs: list[LogRef] = []
-        for (who, log_id), data in latest.items():
-            if data.get("deleted") or not data.get("log_date"):
+        for (who, log_id), state in latest.items():
+            if state.deleted or (since is not None and state.log_date < since):
                 continue
-            day = date.fromisoformat(str(data["log_date"]))
-            if since is not None and day < since:
-                continue
-            refs.append(LogRef(tenant=who, log_id=log_id, log_date=day, project=str(data.get("project") or "default"),
-                               status=str(data.get("processing_status") or "pending"),
-                               version=int(data.get("version") or 0)))
+            refs.append(LogRef(tenant=who, log_id=log_id, log_date=state.log_date, project=state.project,
+                               status=state.processing_status.value, version=state.version))
         return sorted(refs, key=lambda r: (r.log_date, r.tenant, r.log_id))
 
     async def read(self, ref: LogRef) -> ClaimedLog | None:

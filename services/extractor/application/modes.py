@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.extraction_modes import (
     EXTRACTION_MODE_AGGREGATE,
     EXTRACTION_MODE_SET,
@@ -129,12 +130,11 @@ def _event_id(command_id: str, aggregate_id: str) -> UUID:
     return uuid5(NAMESPACE_URL, f"engram:extraction-mode:{command_id}:{aggregate_id}")
 
 
-def latest_modes(events: Iterable[EventEnvelope]) -> list[tuple[str, str, ExtractionMode]]:
+def latest_modes(events: Iterable[Event[ExtractionModeState]]) -> list[tuple[str, str, ExtractionMode]]:
     """Each project's mode after the last of its events, in log order (a replay): (tenant, project, mode)."""
     latest: dict[tuple[str, str], ExtractionMode | None] = {}
     for event in events:
-        state = ExtractionModeState.model_validate(event.data)
-        latest[(event.tenant, state.project)] = state.mode
+        latest[(event.tenant, event.data.project)] = event.data.mode
     return [(t, p, m) for (t, p), m in latest.items() if m is not None]
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from nats.aio.msg import Msg
 
-from contracts.envelope import EventEnvelope
+from contracts.daily_logs import DailyLogState
+from contracts.events import Event
 from contracts.subjects import ConsumerSpec, Names
+from kit import events
 from kit.bus import Bus
 from services.extractor.application.extraction import Extractor
 from services.extractor.application.ports import LogNotice
@@ -30,24 +31,22 @@ def consumer_spec(names: Names, aggregate: str, *, ack_wait_s: float = 120.0, ma
     )
 
 
-def notice_from_event(event: EventEnvelope, seq: int) -> LogNotice:
+def notice_from_event(event: Event[DailyLogState], seq: int) -> LogNotice:
     """Where the log stands after the event: its ``data`` is the log's whole new state
-    (``contracts.daily_logs.DailyLogState``: ``processing_status``, ``version``, ``project``); a
-    deleted log's tombstone is never pending."""
-    data: dict[str, Any] = event.data
-    status = str(data.get("processing_status") or "pending")
-    if data.get("deleted"):
-        status = "deleted"
+    (``processing_status``, ``version``, ``project``); a deleted log's tombstone is never pending.
+    (``seq``, the event's stream sequence, stands in for a version only an event without a
+    ``DailyLogState`` could lack.)"""
+    log_state = event.data
     return LogNotice(
-        tenant=event.tenant, log_id=event.aggregate_id, status=status,
-        version=int(data.get("version") or seq), project=str(data.get("project") or "default"),
-        since=event.occurred_at,
+        tenant=event.tenant, log_id=event.aggregate_id,
+        status="deleted" if log_state.deleted else log_state.processing_status.value,
+        version=log_state.version or seq, project=log_state.project, since=event.occurred_at,
     )
 
 
 async def tenants_in_event_log(bus: Bus, aggregate: str) -> set[str]:
     """Every tenant with an event of ``aggregate`` on the event log (a replay of its subjects)."""
-    return {event.tenant for event, _ in await bus.history(bus.names.events_of(aggregate))}
+    return {event.tenant for event, _ in await events.history(bus, bus.names.events_of(aggregate))}
 
 
 def start(bus: Bus, extractor: Extractor, spec: ConsumerSpec, stop: asyncio.Event, *,
@@ -55,7 +54,9 @@ def start(bus: Bus, extractor: Extractor, spec: ConsumerSpec, stop: asyncio.Even
     """Consume daily-log events until ``stop`` is set."""
 
     async def on_event(msg: Msg) -> None:
-        event = EventEnvelope.model_validate_json(msg.data)
+        event = events.parse_known(msg.data)  # (data that is no DailyLogState: dead-lettered)
+        if event is None or not isinstance(event.data, DailyLogState):
+            return
         report = await extractor.handle(notice_from_event(event, msg.metadata.sequence.stream))
         if report.outcome.value not in ("ignored", "waiting"):
             log.info("log %s: %s (%s facts, %s saved, %s updated, %s kept)", event.aggregate_id,

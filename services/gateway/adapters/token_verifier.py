@@ -9,20 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import re
 import time
 from collections import OrderedDict
+from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
 from mcp.server.auth.provider import AccessToken
 from nats.aio.msg import Msg
 from starlette.requests import HTTPConnection
 
-from contracts.auth import AuthEventType, TokenInfo, same_resource
+from contracts.auth import (
+    API_KEY_AGGREGATE,
+    GRANT_AGGREGATE,
+    USER_AGGREGATE,
+    ApiKeyView,
+    AuthEventType,
+    GrantRevokedState,
+    TokenInfo,
+    UserDeactivatedState,
+    same_resource,
+)
 from contracts.envelope import QueryEnvelope
+from contracts.events import Event
 from contracts.subjects import AUTH
+from kit import events
 from kit.bus import Bus, BusUnavailable
 
 log = logging.getLogger("engram.gateway.auth")
@@ -75,21 +87,28 @@ class IntrospectionVerifier:
         """Listen for revocations (API keys, OAuth grants, disabled users) so they take effect at once."""
         self._subs = [
             await self.bus.nc.subscribe(self.bus.names.events_of(aggregate), cb=self._on_key_event)
-            for aggregate in ("apikey", "oauthgrant", "user")
+            for aggregate in (API_KEY_AGGREGATE, GRANT_AGGREGATE, USER_AGGREGATE)
         ]
 
     async def _on_key_event(self, msg: Msg) -> None:
         try:
-            event = json.loads(msg.data)
+            event = events.parse_known(msg.data)
         except ValueError:
+            log.warning("an auth event that does not parse was ignored on %s", msg.subject)
             return
-        kind = event.get("type")
-        if kind == AuthEventType.API_KEY_REVOKED.value:
-            self.forget_key(str(event.get("aggregate_id")))
-        elif kind == AuthEventType.TOKEN_REVOKED.value:
-            self.forget_grant(str(event.get("aggregate_id")))
-        elif kind == AuthEventType.USER_DEACTIVATED.value:
-            self.forget_tenant(str(event.get("aggregate_id")))
+        if event is None:
+            return
+        self.on_auth_event(event)
+
+    def on_auth_event(self, event: Event[Any]) -> None:
+        """Drop the cached credentials an auth event revokes (typed: ``contracts.auth``'s models)."""
+        data = event.data
+        if event.type == AuthEventType.API_KEY_REVOKED and isinstance(data, ApiKeyView):
+            self.forget_key(str(data.key_id))
+        elif event.type == AuthEventType.TOKEN_REVOKED and isinstance(data, GrantRevokedState):
+            self.forget_grant(str(data.grant_id))
+        elif event.type == AuthEventType.USER_DEACTIVATED and isinstance(data, UserDeactivatedState):
+            self.forget_tenant(data.user_id)
 
     def _forget(self, match) -> None:  # type: ignore[no-untyped-def]
         for digest in [d for d, (_, info) in self._cache.items() if match(info)]:
