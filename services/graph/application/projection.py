@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from typing import Any
 
 from contracts.daily_logs import (
     DAILY_LOG_AGGREGATE,
@@ -32,9 +33,11 @@ from contracts.daily_logs import (
     ExtractionResultState,
 )
 from contracts.envelope import EventEnvelope
-from contracts.graph import MEMORY_AGGREGATE, EdgeType, GraphEdge
-from contracts.memory import MemoryState
+from contracts.events import Event
+from contracts.graph import EdgeType, GraphEdge
+from contracts.memory import MEMORY_AGGREGATE, MemoryState
 from kit.command_log import OutcomeRecord
+from kit.events import known
 from kit.projector import CheckpointedProjector
 from services.graph.application.ports import BatchScope, GraphStore, GraphTx, GraphWrites, SimilarTask
 from services.graph.domain.model import (
@@ -50,7 +53,7 @@ from services.graph.domain.model import (
 PROJECTOR = "graph-projector"
 
 
-def aggregate_key(event: EventEnvelope) -> tuple[str, str] | None:
+def aggregate_key(event: Event[Any] | EventEnvelope) -> tuple[str, str] | None:
     """The key under which the graph records what an event's aggregate reflects (None: not the graph's)."""
     if event.aggregate == MEMORY_AGGREGATE:
         return event.tenant, memory_node_id(event.aggregate_id)
@@ -74,10 +77,10 @@ class GraphProjection:
         self.projector.route(DAILY_LOG_AGGREGATE, self.apply_log)
         self.projector.route(EXTRACTION_RESULT_AGGREGATE, self.apply_result)
 
-    async def project(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
+    async def project(self, event: Event[Any] | EventEnvelope, seq: int, checkpoint: str) -> bool:
         return await self.projector.project(event, seq, checkpoint)
 
-    async def prepare(self, batch: Sequence[tuple[EventEnvelope, int]]) -> None:
+    async def prepare(self, batch: Sequence[tuple[Event[Any], int]]) -> None:
         """Learn with one query which of a fetched batch's events are projected already (after a
         replay the live consumer sees every event again): those then cost no transaction. Not
         for a lone event (its transaction finds out as cheaply; the query would only delay it)."""
@@ -88,9 +91,9 @@ class GraphProjection:
             self.projector.note_applied(await self.store.applied(keys))
 
     # memories ------------------------------------------------------------------------------
-    async def apply_memory(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+    async def apply_memory(self, event: Event[MemoryState], seq: int, checkpoint: str | None) -> bool:
         """A memory's node (current version), its project, and its edges."""
-        state = MemoryState.model_validate(event.data)
+        state = event.data
         row = memory_row(state)
         if self.projector.known_applied((row.tenant, row.id), seq, checkpoint):
             return False
@@ -149,9 +152,9 @@ class GraphProjection:
         return queued
 
     # daily logs ----------------------------------------------------------------------------
-    async def apply_log(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+    async def apply_log(self, event: Event[DailyLogState], seq: int, checkpoint: str | None) -> bool:
         """A daily log's node (a document), or its removal when retention deleted it."""
-        state = DailyLogState.model_validate(event.data)
+        state = event.data
         row = log_row(state, self.retention_days)
         if self.projector.known_applied((row.tenant, row.id), seq, checkpoint):
             return False
@@ -175,9 +178,9 @@ class GraphProjection:
         await tx.mark_applied(tenant, row.id, seq)
 
     # extraction results --------------------------------------------------------------------
-    async def apply_result(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+    async def apply_result(self, event: Event[ExtractionResultState], seq: int, checkpoint: str | None) -> bool:
         """A log → each memory one extraction task produced from it (``derives``)."""
-        result = ExtractionResultState.model_validate(event.data)
+        result = event.data
         key = result_key(result)
         if self.projector.known_applied((result.tenant, key), seq, checkpoint):
             return False
@@ -197,7 +200,7 @@ class GraphProjection:
         await tx.mark_applied(result.tenant, result_key(result), seq)
 
     # a batch in bulk -----------------------------------------------------------------------
-    async def apply_batch(self, batch: Sequence[tuple[EventEnvelope, int]], checkpoint: str) -> int:
+    async def apply_batch(self, batch: Sequence[tuple[Event[Any] | EventEnvelope, int]], checkpoint: str) -> int:
         """A fetched batch in one transaction (a replay's, :func:`kit.replay.rebuild`, and the live
         consumer's backlog): the part of the read model the batch's rules can read is loaded once
         (:class:`~services.graph.domain.slice.GraphSlice`), the same rules as :meth:`project` run on
@@ -206,19 +209,16 @@ class GraphProjection:
         gives (same nodes, order numbers and edges: tested). Returns how many events it wrote."""
         steps: list[tuple[tuple[str, str], int, Callable[[GraphWrites], Awaitable[bool]]]] = []
         scope = BatchScope()
-        for event, seq in batch:
-            if event.aggregate == MEMORY_AGGREGATE:
-                state = MemoryState.model_validate(event.data)
+        for event, seq in known(batch):  # (typed already, from kit's consumer or replay)
+            if isinstance(state := event.data, MemoryState):
                 row = memory_row(state)
                 scope.add_node(row)
                 steps.append(((row.tenant, row.id), seq, partial(self.write_memory, state=state, row=row, seq=seq)))
-            elif event.aggregate == DAILY_LOG_AGGREGATE:
-                log = DailyLogState.model_validate(event.data)
+            elif isinstance(log := event.data, DailyLogState):
                 row = log_row(log, self.retention_days)
                 scope.add_node(row)
                 steps.append(((row.tenant, row.id), seq, partial(_no_queue, self.write_log, state=log, row=row, seq=seq)))
-            elif event.aggregate == EXTRACTION_RESULT_AGGREGATE:
-                result = ExtractionResultState.model_validate(event.data)
+            elif isinstance(result := event.data, ExtractionResultState):
                 scope.keys.add((result.tenant, result_key(result)))
                 steps.append(((result.tenant, result_key(result)), seq,
                               partial(_no_queue, self.write_result, result=result, seq=seq)))
