@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import httpx
 import pytest
 
 from tests.e2e.test_daily_log_tools import session
@@ -30,3 +31,13 @@ def test_an_unknown_argument_is_refused_naming_it(running) -> None:  # type: ign
             assert other.is_error and "containerTag" in other.content[0].text and project in other.content[0].text
 
     asyncio.run(case())
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it(running) -> None:  # type: ignore[no-untyped-def]
+    headers = {"Authorization": f"Bearer {running.key}"}
+    with httpx.Client(base_url=running.base_url + "/v1", headers=headers, timeout=30) as rest:
+        listed = rest.get("/memories", params={"limit": 5, "as_of": "2025-01-01"})
+        assert listed.status_code == 422, listed.text
+        error = listed.json()["error"]
+        assert error["field"] == "as_of" and "limit" in error["message"], error
+        assert rest.get("/memories", params={"limit": 5}).status_code == 200

@@ -231,14 +231,30 @@ class MethodNotAllowed:
                            headers={"Allow": self.allow})(scope, receive, send)
 
 
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route declares, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for sub_dependant in dependant.dependencies:
+        names |= _query_names(sub_dependant)
+    return names
+
+
 class RestRoute(APIRoute):
     """A route whose refusals all have the documented error body: FastAPI's own (a body it cannot
-    even decode, e.g. bytes that are not UTF-8) included."""
+    even decode, e.g. bytes that are not UTF-8) included; a query parameter the route does not have
+    is refused naming it (it used to be ignored without a word), as MCP refuses an unknown argument."""
 
     def get_route_handler(self) -> Any:
         handler = super().get_route_handler()
+        declared = _query_names(self.dependant)
 
         async def handle(request: Request) -> Any:
+            unknown = sorted(k for k in request.query_params if k not in declared)
+            if unknown:
+                takes = ", ".join(sorted(declared)) or "none"
+                raise ApiError(422, ErrorBody(
+                    code=ErrorCode.INVALID_ARGUMENT, field=unknown[0][:64],
+                    message=f"unknown query parameter {unknown[0][:64]!r}: this route takes {takes}"))
             try:
                 return await handler(request)
             except HTTPException as exc:
