@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from contracts.memory import MEMORY_AGGREGATE
 from contracts.subjects import MEMORY
 from kit import replay as runner
 from kit.replay import ReplayReport, ServiceRunning
@@ -69,7 +70,7 @@ async def index_followers(bus: Bus) -> list[str]:
 async def ensure_service_stopped(bus: Bus) -> None:
     """Refuse (:class:`ServiceRunning`) while any memory service consumes from ``bus``."""
     names = bus.names
-    consumers = [names.command_consumer(MEMORY), names.projector(MEMORY, "memory")]
+    consumers = [names.command_consumer(MEMORY), names.projector(MEMORY, MEMORY_AGGREGATE)]
     consumers += [names.projector(MEMORY, aggregate, name=name) for aggregate, name in RECORD_PROJECTORS.items()]
     consumers += [index_follower_spec(names, durable.removeprefix(f"{MEMORY}-{INDEX_FOLLOWER_PREFIX}"))
                   for durable in await index_followers(bus)]

@@ -18,6 +18,7 @@ import pytest
 import qdrant_edge as qe
 
 from contracts.envelope import CommandEnvelope
+from kit.events import typed
 from services.memory.application.indexing import point_for
 from services.memory.application.ports import FINGERPRINT_FIELD, VectorPoint
 from services.memory.config import MemorySettings
@@ -149,6 +150,6 @@ async def test_a_retried_save_projects_what_the_log_holds(settings: MemorySettin
         state = await app.store.get("dora", uuid.UUID(reply.result["memory_id"]))
         logged = await app.bus.last_event(app.bus.names.event("dora", "memory", reply.result["memory_id"]))
         assert logged is not None and state is not None
-        assert state == model.state_of(logged[0])  # the first attempt's timestamps, as the log has them
+        assert state == model.state_of(typed(logged[0]))  # the first attempt's timestamps, as the log has them
         report = await rebuild(app)
         assert report.details == {"points_kept": 1, "points_written": 0, "points_swept": 0}

@@ -26,3 +26,25 @@ def test_contracts_do_no_io() -> None:
         text = path.read_text()
         for word in forbidden:
             assert word not in text, f"{path.relative_to(ROOT)} uses {word!r}: contracts must stay pure"
+
+
+def test_events_are_parsed_in_kit_only() -> None:
+    """Consumers receive typed events (``kit.events``: ``data`` is the aggregate's declared model):
+    no service parses an event message itself (``json.loads`` of a message, ``EventEnvelope``
+    validation), validates an event's ``data`` into a model, or reads it as a dict."""
+    import re
+
+    forbidden = {
+        r"json\.loads\(\s*(msg|m|raw|message)\.data": "json.loads of a message's data",
+        r"EventEnvelope\.model_validate": "EventEnvelope parsed by hand (kit.events.parse)",
+        r"\.model_validate\([\w\[\]]+\.data\)": "an event's data validated by hand (kit.events.typed)",
+        r"\b(event|e|loaded\[0\])\.data(\.get\(|\[)": "an event's data read as a dict",
+    }
+    found = []
+    for path in (ROOT / "services").rglob("*.py"):
+        text = path.read_text()
+        for pattern, what in forbidden.items():
+            for match in re.finditer(pattern, text):
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(f"{path.relative_to(ROOT)}:{line}: {what}")
+    assert not found, "\n".join(found)

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from contracts.memory import MemoryEventType, MemoryStatus, Recall, SaveMemory
 from contracts.subjects import Names
+from kit.events import typed
 from services.memory.domain import model
 from services.memory.domain.errors import Conflict
 
@@ -47,7 +48,7 @@ def test_event_carries_new_state_and_deterministic_id() -> None:
     e1 = model.event_for(state, MemoryEventType.SAVED, command_id="key-00000003", correlation_id="c", now=NOW)
     e2 = model.event_for(state, MemoryEventType.SAVED, command_id="key-00000003", correlation_id="c", now=NOW)
     assert e1.event_id == e2.event_id
-    assert model.state_of(e1) == state
+    assert model.state_of(typed(e1)) == state
 
 
 @pytest.mark.parametrize(

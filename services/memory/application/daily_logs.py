@@ -82,7 +82,10 @@ class Records(Generic[S]):
         loaded = await self.events.last_event(self.subject(tenant, record_id))
         if loaded is None:
             return None, 0, None
-        return self.model.model_validate(loaded[0].data), loaded[1], loaded[0].causation_id
+        state = loaded[0].data  # (typed by kit.events: the aggregate's declared model)
+        if not isinstance(state, self.model):
+            raise TypeError(f"{self.aggregate} event {loaded[0].event_id} holds no {self.model.__name__}")
+        return state, loaded[1], loaded[0].causation_id
 
     async def append(
         self, tenant: str, record_id: UUID, event: EventEnvelope, expected: int, outcome: OutcomeRecord | None = None,

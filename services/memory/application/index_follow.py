@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 from uuid import UUID
 
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.memory import MemoryState, MemoryStatus
 from services.memory.application.indexing import embedding_texts, point_for
 from services.memory.application.ports import ReadModel, VectorIndex
@@ -77,7 +79,7 @@ class IndexFollower:
                 raise ReadModelBehind(f"the read model has not applied the events of {len(behind)} memories yet")
             await asyncio.sleep(0.02)
 
-    async def follow(self, batch: Sequence[tuple[EventEnvelope, int]]) -> int:
+    async def follow(self, batch: Sequence[tuple[Event[Any] | EventEnvelope, int]]) -> int:
         """Apply a batch of events (any aggregate: only memories' matter); how many points changed."""
         last, _ = latest_states(batch)
         if not last:

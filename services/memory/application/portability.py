@@ -172,20 +172,20 @@ class Portability:
         if loaded is None:
             return None
         event = loaded[0]
-        data = dict(event.data)
-        data.pop("tenant", None)
+        state = event.data  # (typed: the aggregate's state model)
+        data = state.model_dump(mode="json", exclude={"tenant"})
         base = {"event": event.type, "occurred_at": event.occurred_at, "state": data}
         if kind == "shared_memory":
             return SharedMemoryRecord.model_validate(base)
         if kind == "daily_log":
             return DailyLogRecord.model_validate(base)
         if kind == "extraction_task":
-            refs = await self.port.log_refs(tenant, [UUID(str(i)) for i in data.get("log_ids") or []])
+            refs = await self.port.log_refs(tenant, list(state.log_ids))
             return ExtractionTaskRecord.model_validate({
                 **base, "log_dates": {k: v[1] for k, v in refs.items()}, "log_projects": {k: v[0] for k, v in refs.items()},
             })
-        refs = await self.port.log_refs(tenant, [UUID(str(data["log_id"]))])
-        found = refs.get(UUID(str(data["log_id"])))
+        refs = await self.port.log_refs(tenant, [state.log_id])
+        found = refs.get(state.log_id)
         return ExtractionResultRecord.model_validate({**base, "log_date": found[1] if found else None})
 
     # restore -----------------------------------------------------------------------------
@@ -255,7 +255,7 @@ class Portability:
         await self._refuse_foreign(kind, env.tenant, state.id)
         subject = self._subject(kind, env.tenant, state.id)
         loaded = await self.events.last_event(subject)
-        if loaded is not None and int(loaded[0].data.get("version") or 0) >= state.version:
+        if loaded is not None and loaded[0].data.version >= state.version:
             return RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=state.id)
         event = self._event(env, _AGGREGATE[kind], state.id, state.version, record.event, record.occurred_at,
                             state.model_dump(mode="json"))
@@ -280,7 +280,7 @@ class Portability:
         await self._refuse_foreign("memory", env.tenant, memory_id)  # (before anything of it is written)
         # (a save landing on the id after this read fails the first append's expected sequence)
         async with self.projection.projecting_inline(memory_id):
-            present = {int(e.data.get("version") or 0) for e, _ in history}
+            present = {model.state_of(e).version for e, _ in history}
             newest = max(present, default=0)
             missing = [v for v in versions if v[2].version > newest and v[2].version not in present]
             if not missing:

@@ -25,6 +25,7 @@ import numpy as np
 
 from contracts.daily_logs import DailyLogState, ExtractionResultState, ExtractionTaskState
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.memory import (
     MemoryState,
     MemoryView,
@@ -303,22 +304,24 @@ LogRecord = Literal["log", "task", "result"]
 
 # events and the read model -----------------------------------------------------------------------
 class EventLog(Protocol):
-    """The event log: append with optimistic concurrency on the aggregate's subject, read back."""
+    """The event log: append with optimistic concurrency on the aggregate's subject, read back
+    typed (``kit.events.TypedEventLog`` over kit's bus implements it: ``data`` is the aggregate's
+    state model, never a dict)."""
 
     async def append_event(self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None) -> int: ...
 
     async def append_event_once(
         self, subject: str, event: EventEnvelope, *, expected_last_seq: int | None,
-    ) -> tuple[int, EventEnvelope]:
+    ) -> tuple[int, Event[Any]]:
         """(sequence, the event as the log holds it): a retried command's event, if its first
         attempt appended it, is that attempt's (timestamps included); project and answer that one."""
         ...
 
-    async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None: ...
+    async def last_event(self, subject: str) -> tuple[Event[Any], int] | None: ...
 
-    async def history(self, subject: str) -> list[tuple[EventEnvelope, int]]: ...
+    async def history(self, subject: str) -> list[tuple[Event[Any], int]]: ...
 
-    async def first_event(self, subject: str) -> tuple[EventEnvelope, int] | None: ...
+    async def first_event(self, subject: str) -> tuple[Event[Any], int] | None: ...
 
 
 class ReadModelTx(Protocol):

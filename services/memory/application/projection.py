@@ -13,6 +13,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 from uuid import UUID
 
 from contracts.daily_logs import (
@@ -24,8 +25,10 @@ from contracts.daily_logs import (
     ExtractionTaskState,
 )
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
 from kit.command_log import OutcomeRecord
+from kit.events import typed
 from kit.projector import CheckpointedProjector
 from services.memory.application.index_sync import ReplaySync, fingerprint, point_recipe
 from services.memory.application.indexing import embedding_texts, keyword_vector, point_for, state_vector
@@ -74,13 +77,18 @@ def owned_by(state: MemoryState) -> list[tuple[str, bytes]]:
     return [(state.tenant, digest) for digest in sorted(memory_digests(state))]
 
 
+#: an event as the projection takes it: typed by kit (a consumer's, a replay's, a command's own
+#: event read back), or an envelope a writer built (typed here, by ``kit.events``)
+AnyEvent = Event[Any] | EventEnvelope
+
+
 def latest_states(
-    batch: Sequence[tuple[EventEnvelope, int]],
-) -> tuple[dict[UUID, tuple[MemoryState, int]], list[tuple[EventEnvelope, int]]]:
-    """Each memory's state after ``batch`` with its sequence (events carry the whole state: only
-    each memory's last event is parsed), and the batch's events of other aggregates, in order."""
-    last_events: dict[str, tuple[EventEnvelope, int]] = {}
-    others: list[tuple[EventEnvelope, int]] = []
+    batch: Sequence[tuple[AnyEvent, int]],
+) -> tuple[dict[UUID, tuple[MemoryState, int]], list[tuple[AnyEvent, int]]]:
+    """Each memory's state after ``batch`` with its sequence (events carry the whole state), and
+    the batch's events of other aggregates, in order."""
+    last_events: dict[str, tuple[AnyEvent, int]] = {}
+    others: list[tuple[AnyEvent, int]] = []
     for event, seq in batch:
         if event.aggregate == model.AGGREGATE:
             last_events[event.aggregate_id] = (event, seq)
@@ -88,7 +96,7 @@ def latest_states(
             others.append((event, seq))
     last: dict[UUID, tuple[MemoryState, int]] = {}
     for event, seq in last_events.values():
-        state = model.state_of(event)
+        state = model.state_of(typed(event))
         if state.id not in last or last[state.id][1] < seq:
             last[state.id] = (state, seq)
     return last, others
@@ -116,13 +124,13 @@ class MemoryProjection:
 
     # one event ---------------------------------------------------------------------------
     async def apply(
-        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
+        self, event: AnyEvent, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
     ) -> bool:
         """Project one memory event into Postgres and the vector index, once per sequence.
 
         Returns False when the memory already reflects this or a later sequence.
         """
-        state = model.state_of(event)
+        state = model.state_of(typed(event))
         if self.projector.known_applied(state.id, seq, checkpoint):
             # already projected (inline, by the command that wrote it): nothing to write; the
             # checkpoint moves once per batch (flush_checkpoints)
@@ -156,10 +164,12 @@ class MemoryProjection:
             self.tenant_writes[state.tenant] += 1  # whatever happened, cached profiles are stale
 
     async def apply_shared(
-        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
+        self, event: AnyEvent, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
     ) -> bool:
         """Project one shared-memory event, once per sequence."""
-        state = SharedMemoryState.model_validate(event.data)
+        state = typed(event).data
+        if not isinstance(state, SharedMemoryState):
+            raise TypeError(f"not a shared-memory event: {event.aggregate} {event.type}")
 
         async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
             await tx.upsert_shared(state, seq)
@@ -169,51 +179,54 @@ class MemoryProjection:
                                                seq=seq, outcome=outcome, checkpoint=checkpoint)
 
     async def apply_record(
-        self, event: EventEnvelope, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
+        self, event: AnyEvent, seq: int, *, outcome: OutcomeRecord | None = None, checkpoint: str | None = None,
     ) -> bool:
         """Project one daily-log, extraction-task or extraction-result event, once per sequence."""
         write: Callable[[ReadModelTx, OutcomeRecord | None], Awaitable[bool]]
-        if event.aggregate == DAILY_LOG_AGGREGATE:
-            log = DailyLogState.model_validate(event.data)
+        record = typed(event).data
+        if isinstance(record, DailyLogState):
+            log = record
             kind: LogRecord = "log"
             record_id = log.id
 
             async def write(tx: ReadModelTx, _: OutcomeRecord | None) -> bool:
                 await tx.upsert_log(log, seq)
                 return False
-        elif event.aggregate == EXTRACTION_TASK_AGGREGATE:
-            task = ExtractionTaskState.model_validate(event.data)
+        elif isinstance(record, ExtractionTaskState):
+            task = record
             kind, record_id = "task", task.id
 
             async def write(tx: ReadModelTx, _: OutcomeRecord | None) -> bool:
                 await tx.upsert_task(task, seq)
                 return False
-        else:
-            result = ExtractionResultState.model_validate(event.data)
+        elif isinstance(record, ExtractionResultState):
+            result = record
             kind, record_id = "result", result.id
 
             async def write(tx: ReadModelTx, _: OutcomeRecord | None) -> bool:
                 await tx.upsert_result(result, seq)
                 return False
+        else:
+            raise TypeError(f"not a daily-log, extraction-task or extraction-result event: {event.aggregate} {event.type}")
 
         return await self.projector.apply_once(lock=lambda tx: tx.lock_record(kind, record_id), write=write,
                                                seq=seq, outcome=outcome, checkpoint=checkpoint)
 
-    async def _apply_record_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+    async def _apply_record_routed(self, event: Event[Any], seq: int, checkpoint: str | None) -> bool:
         return await self.apply_record(event, seq, checkpoint=checkpoint)
 
-    async def _apply_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+    async def _apply_routed(self, event: Event[Any], seq: int, checkpoint: str | None) -> bool:
         return await self.apply(event, seq, checkpoint=checkpoint)
 
-    async def _apply_shared_routed(self, event: EventEnvelope, seq: int, checkpoint: str | None) -> bool:
+    async def _apply_shared_routed(self, event: Event[Any], seq: int, checkpoint: str | None) -> bool:
         return await self.apply_shared(event, seq, checkpoint=checkpoint)
 
-    async def project_event(self, event: EventEnvelope, seq: int, checkpoint: str) -> bool:
+    async def project_event(self, event: AnyEvent, seq: int, checkpoint: str) -> bool:
         """The projector's entry: route an event of any aggregate this service owns."""
         return await self.projector.project(event, seq, checkpoint)
 
     # batches -----------------------------------------------------------------------------
-    async def prepare(self, batch: Sequence[tuple[EventEnvelope, int]]) -> None:
+    async def prepare(self, batch: Sequence[tuple[AnyEvent, int]]) -> None:
         """Prepare a projector batch: find which events are already projected (one query), let
         this process's inline projections of the same memories finish, and embed what is left in
         one call."""
@@ -244,10 +257,10 @@ class MemoryProjection:
         """The fingerprint of ``state``'s point (:mod:`.index_sync`)."""
         return fingerprint(point_recipe(self.models.embedder.model_id), state)
 
-    async def replay_batch(self, batch: Sequence[tuple[EventEnvelope, int]], checkpoint: str) -> int:
+    async def replay_batch(self, batch: Sequence[tuple[AnyEvent, int]], checkpoint: str) -> int:
         """A replay's batch in bulk (:func:`kit.replay.rebuild`): the read model was emptied and
         nothing else writes, so each memory's last event in the batch is its state after it (events
-        carry the whole state; only those are parsed). Their points go to the vector index in one
+        carry the whole state). Their points go to the vector index in one
         upsert while their rows and the checkpoint are written in one transaction (bulk: see
         ``ReadModelTx.replay_memories``); rows still only move forward (``last_seq``), across
         batches too. With an embedding cache nothing is recomputed that a replay computed before:

@@ -56,6 +56,7 @@ from contracts.memory import (
 )
 from contracts.portability import ExportPage, PurgeMemoryUser, RestoreRecords
 from contracts.subjects import Names
+from kit.events import EventWriter, TypedEventLog
 from kit.service import ServiceRuntime
 from services.memory.application.common import Activity
 from services.memory.application.daily_logs import DailyLogs
@@ -81,7 +82,7 @@ class MemoryService:
         store: ReadModel,
         index: VectorIndex,
         models: Models,
-        events: EventLog,
+        events: EventWriter,
         names: Names,
         *,
         clock: Callable[[], datetime] = utcnow,
@@ -91,22 +92,23 @@ class MemoryService:
         log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS,
         portability: PortabilityStore | None = None,
     ) -> None:
+        typed_events: EventLog = TypedEventLog(events)  # events read back reach the application typed (kit.events)
         self.models = models
         self.activity = Activity()
         self.projection = MemoryProjection(store, index, models)
-        self.memories = Memories(store, index, models, events, names, self.projection, self.activity, clock)
-        self.shared = SharedMemories(store, events, names, self.projection, self.activity, clock)
-        self.reads = MemoryReads(store, events, names, self.projection)
-        self.daily_logs = DailyLogs(store, events, names, self.projection, self.activity, clock,
+        self.memories = Memories(store, index, models, typed_events, names, self.projection, self.activity, clock)
+        self.shared = SharedMemories(store, typed_events, names, self.projection, self.activity, clock)
+        self.reads = MemoryReads(store, typed_events, names, self.projection)
+        self.daily_logs = DailyLogs(store, typed_events, names, self.projection, self.activity, clock,
                                     retention_days=log_retention_days)
-        self.extraction = Extraction(store, events, names, self.projection, self.activity, clock)
+        self.extraction = Extraction(store, typed_events, names, self.projection, self.activity, clock)
         self.recall_pipeline = RecallPipeline(
             store, index, models, self.reads.cached_profile, rerank_candidates=rerank_candidates,
             late_candidates=late_candidates, keyword_feedback=keyword_feedback,
         )
         self.recall = self.recall_pipeline.recall
         self.similar = SimilarSearch(store, index, self.projection)
-        self.portability = Portability(portability, index, models, events, names, self.projection, self.forget_caches) \
+        self.portability = Portability(portability, index, models, typed_events, names, self.projection, self.forget_caches) \
             if portability is not None else None
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:

@@ -45,7 +45,7 @@ class SharedMemories:
         subject = self.names.event(env.tenant, shared.AGGREGATE, str(sid))
         for _ in range(MAX_RACES):
             loaded = await self.events.last_event(subject)
-            current = SharedMemoryState.model_validate(loaded[0].data) if loaded else None
+            current: SharedMemoryState | None = loaded[0].data if loaded else None
             state = shared.save(current, env.tenant, cmd, self.clock())
             if state is None:
                 assert current is not None

@@ -13,7 +13,9 @@ from datetime import datetime
 from uuid import UUID, uuid5
 
 from contracts.envelope import EventEnvelope
+from contracts.events import Event
 from contracts.memory import (
+    MEMORY_AGGREGATE,
     NAMESPACE_FOR_CATEGORY,
     MemoryEventType,
     MemoryState,
@@ -27,7 +29,7 @@ from contracts.memory import (
 from services.memory.domain.errors import Conflict, InvalidArgument
 from services.memory.domain.keywords import STOPWORDS
 
-AGGREGATE = "memory"
+AGGREGATE = MEMORY_AGGREGATE  # (declared in contracts.memory)
 _NS = UUID("8f0c1f9e-51a4-4c1b-9d1e-3c1f6c0e7a11")
 SEMANTIC_FORGET_THRESHOLD = 0.85
 
@@ -167,7 +169,7 @@ def _new_version(
     )
 
 
-def history(events: list[tuple[EventEnvelope, int]]) -> list[MemoryVersion]:
+def history(events: list[tuple[Event[MemoryState], int]]) -> list[MemoryVersion]:
     """Every version of a memory, each valid until the next one was written."""
     versions = []
     for i, (event, seq) in enumerate(events):
@@ -222,5 +224,8 @@ def event_for(
     )
 
 
-def state_of(event: EventEnvelope) -> MemoryState:
-    return MemoryState.model_validate(event.data)
+def state_of(event: Event[MemoryState]) -> MemoryState:
+    """A memory event's state (parsed by ``kit.events``, which types every event once)."""
+    if not isinstance(event.data, MemoryState):
+        raise TypeError(f"not a memory event: {event.aggregate} {event.type}")
+    return event.data

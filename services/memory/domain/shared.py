@@ -7,9 +7,14 @@ from datetime import datetime
 from uuid import UUID, uuid5
 
 from contracts.envelope import EventEnvelope
-from contracts.memory import SaveSharedMemory, SharedMemoryEventType, SharedMemoryState
+from contracts.memory import (
+    SHARED_MEMORY_AGGREGATE,
+    SaveSharedMemory,
+    SharedMemoryEventType,
+    SharedMemoryState,
+)
 
-AGGREGATE = "shared"
+AGGREGATE = SHARED_MEMORY_AGGREGATE  # (declared in contracts.memory)
 _NS = UUID("0b5c7c4e-2f7e-4d8a-9a55-5a4e1b0f9c21")
 
 

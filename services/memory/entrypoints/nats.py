@@ -6,14 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
 from contracts.daily_logs import DAILY_LOG_AGGREGATE, EXTRACTION_RESULT_AGGREGATE, EXTRACTION_TASK_AGGREGATE
-from contracts.envelope import EventEnvelope
+from contracts.events import Event
+from contracts.memory import MEMORY_AGGREGATE, SHARED_MEMORY_AGGREGATE
 from contracts.subjects import MEMORY, ConsumerSpec, Names
 from kit.bus import Bus
+from kit.events import parse_known
 from services.memory.application.index_follow import IndexFollower
 from services.memory.application.service import PROJECTOR, MemoryService
 
@@ -33,8 +36,8 @@ def start(bus: Bus, service: MemoryService, stop: asyncio.Event) -> list[asyncio
     return [
         service.runtime.start_commands(bus, stop, prepare=service.memories.prime_saves,
                                        concurrency=COMMAND_CONCURRENCY),
-        projector.start(bus, names.projector(MEMORY, "memory"), PROJECTOR, stop),
-        projector.start(bus, names.projector(MEMORY, "shared", name=SHARED_PROJECTOR_NAME),
+        projector.start(bus, names.projector(MEMORY, MEMORY_AGGREGATE), PROJECTOR, stop),
+        projector.start(bus, names.projector(MEMORY, SHARED_MEMORY_AGGREGATE, name=SHARED_PROJECTOR_NAME),
                         f"{MEMORY}-{SHARED_PROJECTOR_NAME}", stop, batched=False),
         *(projector.start(bus, names.projector(MEMORY, aggregate, name=name), f"{MEMORY}-{name}", stop, batched=False)
           for aggregate, name in RECORD_PROJECTORS.items()),
@@ -50,7 +53,7 @@ FOLLOWER_INACTIVE_S = 24 * 3600.0
 
 def index_follower_spec(names: Names, replica: str) -> ConsumerSpec:
     """The durable consumer with which replica ``replica`` follows memory events into its own index."""
-    spec = names.projector(MEMORY, "memory", name=f"{INDEX_FOLLOWER_PREFIX}{replica}")
+    spec = names.projector(MEMORY, MEMORY_AGGREGATE, name=f"{INDEX_FOLLOWER_PREFIX}{replica}")
     return dataclasses.replace(spec, inactive_threshold_s=FOLLOWER_INACTIVE_S,
                                description=f"memory replica {replica}: follows memory events into its own vector index")
 
@@ -66,8 +69,8 @@ async def start_index_follower(
         with contextlib.suppress(NotFoundError):
             await bus.js.delete_consumer(spec.stream, spec.durable)
 
-    def events(msgs: list[Msg]) -> list[tuple[EventEnvelope, int]]:
-        return [(EventEnvelope.model_validate_json(m.data), m.metadata.sequence.stream) for m in msgs]
+    def events(msgs: list[Msg]) -> list[tuple[Event[Any], int]]:
+        return [(event, m.metadata.sequence.stream) for m in msgs if (event := parse_known(m.data)) is not None]
 
     async def on_event(msg: Msg) -> None:
         await follower.follow(events([msg]))
