@@ -28,39 +28,10 @@ from contracts.auth import (
     Scope,
 )
 from contracts.daily_logs import (
-    ClaimDailyLog,
-    ClaimResult,
-    DailyLogList,
-    DailyLogLookup,
-    DailyLogResult,
-    DeleteLogs,
-    ExtractionResultList,
-    ExtractionTaskList,
-    GetDailyLog,
-    GetExtractionResults,
-    GetExtractionTasks,
-    GetUnprocessedLogs,
-    LogBatchResult,
-    MarkLogFailed,
-    MarkLogProcessed,
-    ReconcileLogStatuses,
-    RecordExtractionResult,
-    RecordExtractionResultResult,
-    RecordExtractionTask,
-    RecordExtractionTaskResult,
-    RecoverStuckLogs,
     SaveDailyLog,
     SaveDailyLogResult,
-    UpdateLogStatus,
 )
 from contracts.errors import ErrorCode
-from contracts.extraction_modes import (
-    ExtractionMode,
-    ExtractionModes,
-    GetExtractionModes,
-    ProjectExtractionMode,
-    SetExtractionMode,
-)
 from contracts.graph import GraphPage, GraphPageQuery, SimilarMemories, SimilarMemoryList
 from contracts.memory import (
     MAX_CLIENT_CHARS,
@@ -86,8 +57,10 @@ from contracts.memory import (
     SharedMemoryList,
     UpdateMemory,
 )
+from contracts.messages import spec_of
 from kit.client import Client, ServiceFailure
 from services.gateway import relations
+from services.gateway.catalogue import Operation, ProjectRule
 from services.gateway.principal import AccessDenied, ClientInfo, Principal
 from services.gateway.project_cache import ProjectCache
 
@@ -292,84 +265,19 @@ class Operations:
         result: SaveDailyLogResult = await self._send(c, _with(cmd, project=c.project(project)), key)
         return result
 
-    async def _maintain(self, c: Caller, message: BaseModel, key: str | None = None, *, query: bool = False) -> Any:
-        """A workflow operation of the extraction pipeline (``memory:maintenance``); a project
-        filter it carries resolves like a search's (the pin or restriction, else the request's)."""
-        c.require(Scope.MEMORY_MAINTENANCE)
-        if "project" in type(message).model_fields:
-            message = _with(message, project=c.search_project(vars(message)["project"]))
-        return await (self._ask(c, message) if query else self._send(c, message, key))
-
-    async def get_unprocessed_logs(self, c: Caller, query: GetUnprocessedLogs) -> DailyLogList:
-        result: DailyLogList = await self._maintain(c, query, query=True)
-        return result
-
-    async def get_daily_log(self, c: Caller, query: GetDailyLog) -> DailyLogLookup:
-        result: DailyLogLookup = await self._maintain(c, query, query=True)
-        return result
-
-    async def claim_daily_log(self, c: Caller, cmd: ClaimDailyLog, *, key: str | None = None) -> ClaimResult:
-        result: ClaimResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def mark_log_processed(self, c: Caller, cmd: MarkLogProcessed, *, key: str | None = None) -> DailyLogResult:
-        result: DailyLogResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def mark_log_failed(self, c: Caller, cmd: MarkLogFailed, *, key: str | None = None) -> DailyLogResult:
-        result: DailyLogResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def update_log_status(self, c: Caller, cmd: UpdateLogStatus, *, key: str | None = None) -> DailyLogResult:
-        result: DailyLogResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def recover_stuck_logs(self, c: Caller, cmd: RecoverStuckLogs, *, key: str | None = None) -> LogBatchResult:
-        result: LogBatchResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def reconcile_log_statuses(self, c: Caller, cmd: ReconcileLogStatuses, *,
-                                     key: str | None = None) -> LogBatchResult:
-        result: LogBatchResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def delete_logs(self, c: Caller, cmd: DeleteLogs, *, key: str | None = None) -> LogBatchResult:
-        result: LogBatchResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def record_extraction_task(self, c: Caller, cmd: RecordExtractionTask, *,
-                                     key: str | None = None) -> RecordExtractionTaskResult:
-        result: RecordExtractionTaskResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def record_extraction_result(self, c: Caller, cmd: RecordExtractionResult, *,
-                                       key: str | None = None) -> RecordExtractionResultResult:
-        result: RecordExtractionResultResult = await self._maintain(c, cmd, key)
-        return result
-
-    async def get_extraction_tasks(self, c: Caller, query: GetExtractionTasks) -> ExtractionTaskList:
-        result: ExtractionTaskList = await self._maintain(c, query, query=True)
-        return result
-
-    async def get_extraction_results(self, c: Caller, query: GetExtractionResults) -> ExtractionResultList:
-        result: ExtractionResultList = await self._maintain(c, query, query=True)
-        return result
-
-    # extraction modes (the extractor's) --------------------------------------------------
-    async def extraction_modes(self, c: Caller) -> ExtractionModes:
-        """The install default and the caller's projects' own modes (``memory:read``)."""
-        c.require(Scope.MEMORY_READ)
-        result: ExtractionModes = await self._ask(c, GetExtractionModes())
-        return result
-
-    async def set_extraction_mode(self, c: Caller, mode: ExtractionMode | None, *, project: str | None,
-                                  key: str | None = None) -> ProjectExtractionMode:
-        """Who learns from a project's logs (``memory:maintenance``): the project resolves like a
-        write's (the key's restriction, else the pin, else the request's, else default)."""
-        c.require(Scope.MEMORY_MAINTENANCE)
-        result: ProjectExtractionMode = await self._send(c, SetExtractionMode(project=c.project(project), mode=mode),
-                                                         key)
-        return result
+    async def run(self, c: Caller, op: Operation, message: BaseModel, *, project: str | None = None,
+                  key: str | None = None) -> Any:
+        """A catalogue operation (``catalogue.py``): its scope required, its project resolved by its
+        rule (the key's restriction and the pin first; ``project`` is what the request named), then
+        the command sent (once per ``key``) or the query asked; the contract's result model back."""
+        c.require(op.scope)
+        if op.project is ProjectRule.SEARCH:
+            message = _with(message, project=c.search_project(project))
+        elif op.project is ProjectRule.WRITE:
+            message = _with(message, project=c.project(project))
+        if spec_of(message).kind == "query":
+            return await self._ask(c, message)
+        return await self._send(c, message, key)
 
     # API keys (the install operator's) ----------------------------------------------------
     async def create_api_key(self, c: Caller, cmd: CreateApiKey, *, key: str | None = None) -> CreatedApiKey:

@@ -167,8 +167,11 @@ def invalid_arguments(schema: dict[str, Any], base: dict[str, Any], count: int, 
                 cases.append((name, {**base, name: "x" * (branch["maxLength"] + 1)}))
             if branch.get("minLength", 0) >= 1:
                 cases.append((name, {**base, name: ""}))
-            if "pattern" in branch:
-                cases.append((name, {**base, name: "no spaces allowed / here!"}))
+            if "pattern" in branch:  # a value the pattern really refuses (a NUL rule lets spaces through)
+                bad = next((v for v in ("no spaces allowed / here!", "nul \x00 inside", "\x00")
+                            if not re.search(branch["pattern"], v)), None)
+                if bad is not None:
+                    cases.append((name, {**base, name: bad}))
             if "enum" in branch:
                 cases.append((name, {**base, name: "not-one-of-them"}))
             if branch.get("format") == "uuid":

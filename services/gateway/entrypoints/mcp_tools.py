@@ -26,33 +26,14 @@ from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from contracts.daily_logs import (
-    DEFAULT_STUCK_TIMEOUT_MINUTES,
-    MAX_ERROR_REASON_CHARS,
-    MAX_IDS,
     MAX_LOG_FIELD_CHARS,
     TASK_ID_PATTERN,
-    ClaimDailyLog,
-    DeleteLogs,
-    GetDailyLog,
-    GetExtractionResults,
-    GetExtractionTasks,
-    GetUnprocessedLogs,
     IsoDate,
-    IsoDateTime,
-    MarkLogFailed,
-    MarkLogProcessed,
-    ProcessingStatus,
-    ReconcileLogStatuses,
-    RecordExtractionResult,
-    RecordExtractionTask,
-    RecoverStuckLogs,
     SaveDailyLog,
-    TaskStatus,
     Turn,
-    UpdateLogStatus,
 )
 from contracts.errors import ErrorCode
-from contracts.extraction_modes import ExtractionMode
+from contracts.extraction_modes import GetExtractionModes
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_CONTEXT_CHARS,
@@ -78,6 +59,7 @@ from contracts.memory import (
 )
 from kit.bus import validation_reply
 from kit.client import ServiceFailure
+from services.gateway.catalogue import DESTRUCTIVE, OPERATIONS, READ, WRITE, Operation, operation
 from services.gateway.config import GatewaySettings
 from services.gateway.entrypoints.portability import portability_tools
 from services.gateway.operations import Caller as OpCaller
@@ -93,7 +75,7 @@ from services.gateway.presentation import (
 )
 from services.gateway.principal import AccessDenied, Principal, session_client
 from services.gateway.project_cache import describe_projects
-from services.gateway.toolsets import ASSISTANT, MAINTENANCE
+from services.gateway.toolsets import ASSISTANT
 from services.gateway.toolsets import DEFAULT as DEFAULT_TOOLSETS
 
 M = TypeVar("M", bound=BaseModel)
@@ -136,11 +118,6 @@ ProvenanceParam = Annotated[
           "it came from]}; shown with the memory in recall and history."),
 ]
 
-READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
-WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
-DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
-#: a claim or a failed attempt: calling it again has another effect (one more try)
-CLAIM = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
 
 
 def caller() -> OpCaller:
@@ -157,11 +134,13 @@ def caller() -> OpCaller:
 acting_for: contextvars.ContextVar[str | None] = contextvars.ContextVar("engram_acting_for", default=None)
 
 
-def contract(model: type[M], **fields: Any) -> M:
+def contract(model: type[M], *, keep_none: bool = False, **fields: Any) -> M:
     """The tool's arguments as the operation's contract model; a rule it breaks (one the schema
-    cannot express) is a tool error naming the field, as the service would name it."""
+    cannot express) is a tool error naming the field, as the service would name it. Arguments left
+    None take the contract's default, unless ``keep_none`` (a tool whose defaults are the contract's,
+    where null can be meant: ``set_extraction_mode(mode=null)``)."""
     try:
-        return model.model_validate({k: v for k, v in fields.items() if v is not None})
+        return model.model_validate(fields if keep_none else {k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
         raise ToolError(str(validation_reply(exc).error)) from exc
 
@@ -281,7 +260,8 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         c = caller()
         listed = format_projects(await ops.list_projects(c, refresh=refresh))
         try:  # who learns from each project's daily logs (the extractor's; left out when it does not answer)
-            modes = await asyncio.wait_for(ops.extraction_modes(c), PROJECTS_FOR_DESCRIPTION_S)
+            modes = await asyncio.wait_for(ops.run(c, operation(GetExtractionModes), GetExtractionModes()),
+                                           PROJECTS_FOR_DESCRIPTION_S)
         except (ServiceFailure, TimeoutError):
             return listed
         return listed + "\n" + format_extraction_modes(modes)
@@ -398,8 +378,9 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
 
 
 def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
-    """The daily-log and extraction tools (seed 2's workflow, docs/design.md §4), as (function, name, title,
-    annotations, toolset)."""
+    """The daily-log and extraction tools (the AI-memory design's workflow, docs/design.md §4), as
+    (function, name, title, annotations, toolset): ``save_daily_log`` written by hand (its turns may be
+    plain text), the rest derived from the catalogue (``catalogue.py``)."""
 
     @tool_errors
     async def save_daily_log(
@@ -426,163 +407,40 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
                        topics=topics, relationship_state=relationship_state, mood=mood, turns=turns)
         return _success(await ops.save_daily_log(caller(), cmd, project=containerTag))
 
-    @tool_errors
-    async def get_unprocessed_logs(
-        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="1-100, default 20")] = 20,
-        include_failed: Annotated[bool, Field(description="Also failed (retryable) logs; default true.")] = True,
-        containerTag: ContainerTag = None,
-    ) -> dict[str, Any]:
-        """List daily logs waiting for extraction (pending, and failed unless include_failed is false), oldest first.
+    # the extraction workflow's operations (memory:maintenance, offered with X-Engram-Toolsets:
+    # maintenance), each derived from its catalogue row
+    return [(save_daily_log, "save_daily_log", "Save the day's log", WRITE, ASSISTANT),
+            *((catalogue_tool(ops, op), op.name, op.title, op.annotations, op.toolset) for op in OPERATIONS)]
 
-        Workflow: claim_daily_log each, extract memories (get_memory_by_key → update_memory or save_memory),
-        record_extraction_result, then mark_log_processed (or mark_log_failed with the reason).
-        """
-        query = contract(GetUnprocessedLogs, limit=limit, include_failed=include_failed, project=containerTag)
-        return _success(await ops.get_unprocessed_logs(caller(), query))
 
-    @tool_errors
-    async def claim_daily_log(id: LogId) -> dict[str, Any]:
-        """Claim a log for processing (pending → processing, one more try). Atomic: of many workers exactly one
-        gets `claimed: true`; the others get `claimed: false` and should pick another log."""
-        return _success(await ops.claim_daily_log(caller(), ClaimDailyLog(id=id)))
+def catalogue_tool(ops: Operations, op: Operation) -> Callable[..., Awaitable[Any]]:
+    """The MCP tool of a catalogue row, derived from its contract model: each field a parameter with
+    the contract's own type, constraints and default (``project`` offered as ``containerTag``), the
+    row's descriptions; the call builds the contract and runs it (``Operations.run``)."""
+    parameters: list[inspect.Parameter] = []
+    annotations: dict[str, Any] = {}
+    for field_name, info in op.model.model_fields.items():
+        if field_name == "project":
+            name, annotation, default = "containerTag", ContainerTag, None
+        else:
+            name = field_name
+            annotation = Annotated[(info.annotation, *info.metadata, Field(description=op.params.get(field_name)))]
+            default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=annotation))
+        annotations[name] = annotation
+    parameters.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # required ones first, as written
 
-    @tool_errors
-    async def mark_log_processed(id: LogId) -> dict[str, Any]:
-        """Mark a claimed log processed (retry_count back to 0). Record its extraction result first."""
-        return _success(await ops.mark_log_processed(caller(), MarkLogProcessed(id=id)))
+    async def run_operation(**arguments: Any) -> dict[str, Any]:
+        project = arguments.pop("containerTag", None)
+        message = contract(op.model, keep_none=True, **arguments)
+        return _success(await ops.run(caller(), op, message, project=project))
 
-    @tool_errors
-    async def mark_log_failed(
-        id: LogId,
-        error_reason: Annotated[str, Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS, description="What went wrong.")],
-    ) -> dict[str, Any]:
-        """Record a failed attempt on a claimed log: back to pending below 3 tries, failed at 3."""
-        return _success(await ops.mark_log_failed(caller(), contract(MarkLogFailed, id=id, error_reason=error_reason)))
-
-    @tool_errors
-    async def update_log_status(
-        id: LogId,
-        processing_status: Annotated[ProcessingStatus, Field(description="pending, processing, processed or failed.")],
-        error_reason: Annotated[str | None, Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS,
-                                                  description="Why (with pending or failed; never with processed).")] = None,
-    ) -> dict[str, Any]:
-        """Move a log along the lifecycle's legal transitions (e.g. failed → pending to retry it afresh).
-        Marking processed with an error_reason is refused."""
-        cmd = contract(UpdateLogStatus, id=id, processing_status=processing_status, error_reason=error_reason)
-        return _success(await ops.update_log_status(caller(), cmd))
-
-    @tool_errors
-    async def recover_stuck_logs(
-        timeout_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60, description="Processing longer than this is stuck; default 30.")] = DEFAULT_STUCK_TIMEOUT_MINUTES,
-        containerTag: ContainerTag = None,
-    ) -> dict[str, Any]:
-        """Send logs stuck in processing back to pending (below 3 tries) or to failed (at 3)."""
-        cmd = contract(RecoverStuckLogs, timeout_minutes=timeout_minutes, project=containerTag)
-        return _success(await ops.recover_stuck_logs(caller(), cmd))
-
-    @tool_errors
-    async def reconcile_log_statuses(containerTag: ContainerTag = None) -> dict[str, Any]:
-        """Send processed logs that have no extraction result back to pending, so they are really extracted."""
-        return _success(await ops.reconcile_log_statuses(caller(), contract(ReconcileLogStatuses, project=containerTag)))
-
-    @tool_errors
-    async def delete_logs(
-        retention_days: Annotated[int | None, Field(ge=0, le=36_500, description="Keep this many days; default 14.")] = None,
-        older_than: Annotated[IsoDateTime | None, Field(description="Cut-off (ISO 8601 with time zone); overrides retention_days.")] = None,
-        containerTag: ContainerTag = None,
-    ) -> dict[str, Any]:
-        """Delete processed logs older than the retention (failed logs are kept for retry)."""
-        cmd = contract(DeleteLogs, retention_days=retention_days, older_than=older_than, project=containerTag)
-        return _success(await ops.delete_logs(caller(), cmd))
-
-    @tool_errors
-    async def record_extraction_task(
-        id: Annotated[UUID | None, Field(description="An existing task's id (or give task_id).")] = None,
-        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="The run's id; omitted = generated.")] = None,
-        log_ids: Annotated[list[UUID] | None, Field(max_length=MAX_IDS, description="The logs the run covers.")] = None,
-        status: Annotated[TaskStatus | None, Field(description="pending, running, success or failed.")] = None,
-        engine: Annotated[str | None, Field(min_length=1, max_length=64, description="Which extractor ran it.")] = None,
-        error: Annotated[str | None, Field(min_length=1, max_length=MAX_ERROR_REASON_CHARS)] = None,
-        containerTag: ContainerTag = None,
-    ) -> dict[str, Any]:
-        """Record or update an extraction run's metadata (never the extracted text)."""
-        cmd = contract(RecordExtractionTask, id=id, task_id=task_id, log_ids=log_ids, status=status, engine=engine,
-                       error=error, project=containerTag)
-        return _success(await ops.record_extraction_task(caller(), cmd))
-
-    @tool_errors
-    async def record_extraction_result(
-        log_id: LogId,
-        task_id: TaskId,
-        memory_ids: Annotated[list[UUID] | None, Field(max_length=MAX_IDS, description="Memories this run produced or updated from the log.")] = None,
-        shared_memory_ids: Annotated[list[UUID] | None, Field(max_length=MAX_IDS, description="Shared memories it produced.")] = None,
-    ) -> dict[str, Any]:
-        """Link a log to the memories one run produced. One result per (log_id, task_id): recording it again
-        replaces it (never a duplicate) and never deletes a memory."""
-        cmd = contract(RecordExtractionResult, log_id=log_id, task_id=task_id, memory_ids=memory_ids,
-                       shared_memory_ids=shared_memory_ids)
-        return _success(await ops.record_extraction_result(caller(), cmd))
-
-    @tool_errors
-    async def get_extraction_tasks(
-        status: Annotated[TaskStatus | None, Field(description="Only tasks in this status.")] = None,
-        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="Only this task.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT)] = 20,
-    ) -> dict[str, Any]:
-        """List extraction runs, newest first."""
-        return _success(await ops.get_extraction_tasks(caller(), contract(GetExtractionTasks, status=status,
-                                                                         task_id=task_id, limit=limit)))
-
-    @tool_errors
-    async def get_daily_log(id: LogId) -> dict[str, Any]:
-        """One daily log with its turns, fields and where its extraction stands (status, retry_count, error)."""
-        return _success(await ops.get_daily_log(caller(), GetDailyLog(id=id)))
-
-    @tool_errors
-    async def get_extraction_results(
-        log_id: Annotated[UUID | None, Field(description="Only the results of this log.")] = None,
-        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="Only this task's results.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_IDS, description="1-1000, default 100")] = 100,
-    ) -> dict[str, Any]:
-        """Extraction results (which memories a task produced from a log), newest first."""
-        query = contract(GetExtractionResults, log_id=log_id, task_id=task_id, limit=limit)
-        return _success(await ops.get_extraction_results(caller(), query))
-
-    @tool_errors
-    async def set_extraction_mode(
-        mode: Annotated[ExtractionMode | None, Field(description=(
-            "auto: Engram's engine extracts each log at once; agent: only external agents (you) extract; handoff: "
-            "agents first, the engine after the hand-off time; null: follow the install default."))],
-        containerTag: ContainerTag = None,
-    ) -> dict[str, Any]:
-        """Set who learns from a project's daily logs. Switching to auto lets the engine take the logs waiting."""
-        return _success(await ops.set_extraction_mode(caller(), mode, project=containerTag))
-
-    @tool_errors
-    async def get_extraction_modes() -> dict[str, Any]:
-        """The install's default extraction mode, the hand-off time, and the projects with a mode of their own."""
-        return _success(await ops.extraction_modes(caller()))
-
-    return [
-        # save_daily_log is an assistant's (it hands over the day's chat; memory:write); the rest is
-        # the extraction workflow's (memory:maintenance), offered with X-Engram-Toolsets: maintenance
-        (save_daily_log, "save_daily_log", "Save the day's log", WRITE, ASSISTANT),
-        (get_unprocessed_logs, "get_unprocessed_logs", "Logs waiting for extraction", READ, MAINTENANCE),
-        (update_log_status, "update_log_status", "Change a log's status", WRITE, MAINTENANCE),
-        (claim_daily_log, "claim_daily_log", "Claim a log", CLAIM, MAINTENANCE),
-        (mark_log_processed, "mark_log_processed", "Mark a log processed", WRITE, MAINTENANCE),
-        (mark_log_failed, "mark_log_failed", "Mark a log attempt failed", CLAIM, MAINTENANCE),
-        (recover_stuck_logs, "recover_stuck_logs", "Recover stuck logs", WRITE, MAINTENANCE),
-        (reconcile_log_statuses, "reconcile_log_statuses", "Reconcile log statuses", WRITE, MAINTENANCE),
-        (delete_logs, "delete_logs", "Delete old processed logs", DESTRUCTIVE, MAINTENANCE),
-        (record_extraction_task, "record_extraction_task", "Record an extraction task", WRITE, MAINTENANCE),
-        (record_extraction_result, "record_extraction_result", "Record an extraction result", WRITE, MAINTENANCE),
-        (get_extraction_tasks, "get_extraction_tasks", "List extraction tasks", READ, MAINTENANCE),
-        (get_daily_log, "get_daily_log", "Read a daily log", READ, MAINTENANCE),
-        (get_extraction_results, "get_extraction_results", "List extraction results", READ, MAINTENANCE),
-        (set_extraction_mode, "set_extraction_mode", "Set a project's extraction mode", WRITE, MAINTENANCE),
-        (get_extraction_modes, "get_extraction_modes", "Extraction modes", READ, MAINTENANCE),
-    ]
+    run_operation.__name__ = run_operation.__qualname__ = op.name
+    run_operation.__doc__ = inspect.cleandoc(op.doc)
+    run_operation.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
+    run_operation.__annotations__ = {**annotations, "return": dict[str, Any]}
+    return tool_errors(run_operation)
 
 
 class EngramMCPServer(MCPServer):

@@ -80,6 +80,7 @@ from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.extraction_modes import (
     ExtractionMode,
     ExtractionModes,
+    GetExtractionModes,
     ProjectExtractionMode,
     SetExtractionMode,
 )
@@ -116,6 +117,7 @@ from contracts.memory import (
 )
 from kit.bus import validation_reply
 from kit.client import ServiceFailure
+from services.gateway.catalogue import operation
 from services.gateway.entrypoints.portability import portability_routes
 from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations, WhoAmI
@@ -518,7 +520,7 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
     ) -> Any:
         """Pending logs (and failed, retryable ones unless include_failed=false), oldest day first."""
         query = GetUnprocessedLogs(limit=limit, include_failed=include_failed, project=project)
-        return await call(ops.get_unprocessed_logs(who, query))
+        return await call(ops.run(who, operation(GetUnprocessedLogs), query, project=project))
 
     @router.delete("/daily-logs", response_model=LogBatchResult, tags=["daily logs"],
                    summary="Delete old processed logs")
@@ -532,28 +534,28 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
         """Processed logs last updated before the cut-off (older_than, else now − retention_days, default 14
         days) are deleted; failed logs are kept for retry."""
         cmd = DeleteLogs(retention_days=retention_days, older_than=older_than, project=project)
-        return await call(ops.delete_logs(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(DeleteLogs), cmd, project=project, key=idempotency_key))
 
     @router.post("/daily-logs/recover", response_model=LogBatchResult, tags=["daily logs"],
                  summary="Recover logs stuck in processing")
     async def recover_logs(who: Caller, body: RecoverStuckLogsRequest | None = None,
                            idempotency_key: IdempotencyKey = None) -> Any:
         cmd = RecoverStuckLogs.model_validate(body.model_dump() if body else {"timeout_minutes": DEFAULT_STUCK_TIMEOUT_MINUTES})
-        return await call(ops.recover_stuck_logs(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(RecoverStuckLogs), cmd, project=cmd.project, key=idempotency_key))
 
     @router.post("/daily-logs/reconcile", response_model=LogBatchResult, tags=["daily logs"],
                  summary="Requeue processed logs without an extraction result")
     async def reconcile_logs(who: Caller, body: ReconcileLogStatusesRequest | None = None,
                              idempotency_key: IdempotencyKey = None) -> Any:
         cmd = ReconcileLogStatuses.model_validate(body.model_dump() if body else {})
-        return await call(ops.reconcile_log_statuses(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(ReconcileLogStatuses), cmd, project=cmd.project, key=idempotency_key))
 
     @router.get("/extraction/modes", response_model=ExtractionModes, tags=["daily logs"],
                 summary="Who learns from daily logs")
     async def extraction_modes(who: Caller) -> Any:
         """The install's default extraction mode (auto, agent or handoff), the hand-off time, and the projects
         that have a mode of their own. Needs `memory:read`."""
-        return await call(ops.extraction_modes(who))
+        return await call(ops.run(who, operation(GetExtractionModes), GetExtractionModes()))
 
     @router.put("/projects/{project}/extraction-mode", response_model=ProjectExtractionMode, tags=["daily logs"],
                 summary="Set a project's extraction mode")
@@ -561,21 +563,22 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
                                   who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """auto: the engine extracts each log at once; agent: only external agents extract; handoff: agents first,
         the engine after the hand-off time; null: the install default. Needs `memory:maintenance`."""
-        return await call(ops.set_extraction_mode(who, body.mode, project=project, key=idempotency_key))
+        cmd = SetExtractionMode(project=project, mode=body.mode)
+        return await call(ops.run(who, operation(SetExtractionMode), cmd, project=project, key=idempotency_key))
 
     @router.get("/daily-logs/{log_id}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
     async def get_daily_log(log_id: UUID, who: Caller) -> Any:
-        return await call(ops.get_daily_log(who, GetDailyLog(id=log_id)))
+        return await call(ops.run(who, operation(GetDailyLog), GetDailyLog(id=log_id)))
 
     @router.post("/daily-logs/{log_id}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
     async def claim_log(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         """Atomic: of many concurrent claimers exactly one gets `claimed: true`."""
-        return await call(ops.claim_daily_log(who, ClaimDailyLog(id=log_id), key=idempotency_key))
+        return await call(ops.run(who, operation(ClaimDailyLog), ClaimDailyLog(id=log_id), key=idempotency_key))
 
     @router.post("/daily-logs/{log_id}/processed", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Mark a log processed")
     async def log_processed(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        return await call(ops.mark_log_processed(who, MarkLogProcessed(id=log_id), key=idempotency_key))
+        return await call(ops.run(who, operation(MarkLogProcessed), MarkLogProcessed(id=log_id), key=idempotency_key))
 
     @router.post("/daily-logs/{log_id}/failed", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Mark a log attempt failed")
@@ -583,7 +586,7 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
                          idempotency_key: IdempotencyKey = None) -> Any:
         """Back to pending below 3 tries, failed at 3."""
         cmd = MarkLogFailed(id=log_id, error_reason=body.error_reason)
-        return await call(ops.mark_log_failed(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(MarkLogFailed), cmd, key=idempotency_key))
 
     @router.post("/daily-logs/{log_id}/status", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Change a log's status")
@@ -591,13 +594,13 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
                          idempotency_key: IdempotencyKey = None) -> Any:
         """Legal transitions only; processed with an error_reason is refused."""
         cmd = UpdateLogStatus.model_validate({"id": log_id, **body.model_dump()})
-        return await call(ops.update_log_status(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(UpdateLogStatus), cmd, key=idempotency_key))
 
     @router.post("/extraction-tasks", response_model=RecordExtractionTaskResult, tags=["daily logs"],
                  summary="Record an extraction task")
     async def record_task(body: RecordExtractionTaskRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         cmd = RecordExtractionTask.model_validate(body.model_dump(exclude_none=True))
-        return await call(ops.record_extraction_task(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(RecordExtractionTask), cmd, project=cmd.project, key=idempotency_key))
 
     @router.get("/extraction-tasks", response_model=ExtractionTaskList, tags=["daily logs"],
                 summary="List extraction tasks")
@@ -607,7 +610,8 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
         task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
     ) -> Any:
-        return await call(ops.get_extraction_tasks(who, GetExtractionTasks(status=status, task_id=task_id, limit=limit)))
+        query = GetExtractionTasks(status=status, task_id=task_id, limit=limit)
+        return await call(ops.run(who, operation(GetExtractionTasks), query))
 
     @router.post("/extraction-results", response_model=RecordExtractionResultResult, tags=["daily logs"],
                  summary="Record an extraction result")
@@ -615,7 +619,7 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
                             idempotency_key: IdempotencyKey = None) -> Any:
         """One result per (log_id, task_id): a repeat replaces it, never duplicates, never deletes a memory."""
         cmd = RecordExtractionResult.model_validate(body.model_dump())
-        return await call(ops.record_extraction_result(who, cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(RecordExtractionResult), cmd, key=idempotency_key))
 
     @router.get("/extraction-results", response_model=ExtractionResultList, tags=["daily logs"],
                 summary="List extraction results")
@@ -626,7 +630,7 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
         limit: Annotated[int, Query(ge=1, le=MAX_IDS)] = 100,
     ) -> Any:
         query = GetExtractionResults(log_id=log_id, task_id=task_id, limit=limit)
-        return await call(ops.get_extraction_results(who, query))
+        return await call(ops.run(who, operation(GetExtractionResults), query))
 
 
 

@@ -1,0 +1,171 @@
+"""The gateway's catalogue: one row per public operation that MCP and REST expose as the contract
+states it — the contract model (its result model is the contract's), the scope, the project rule,
+the toolset, and the MCP tool's name, title, annotations, description and parameter descriptions.
+
+The MCP tool of a row is derived from its contract model (``mcp_tools.catalogue_tool``: every field
+a parameter, ``project`` offered as ``containerTag``, the contract's own constraints), and every row
+runs through one generic :meth:`services.gateway.operations.Operations.run`. The seed-compatible
+tools whose names or parameters differ from the contracts (``memory``, ``recall``, ``save_daily_log``
+with its plain-text turns…) stay hand-written adapters. Adding a public operation of this kind
+means its contract, its handler row in the owning service, and a row here (and a REST route, which
+calls ``run`` with the row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel
+
+from contracts.auth import Scope
+from contracts.daily_logs import (
+    ClaimDailyLog,
+    DeleteLogs,
+    GetDailyLog,
+    GetExtractionResults,
+    GetExtractionTasks,
+    GetUnprocessedLogs,
+    MarkLogFailed,
+    MarkLogProcessed,
+    ReconcileLogStatuses,
+    RecordExtractionResult,
+    RecordExtractionTask,
+    RecoverStuckLogs,
+    UpdateLogStatus,
+)
+from contracts.extraction_modes import GetExtractionModes, SetExtractionMode
+from contracts.memory import MAX_RECALL_LIMIT
+from services.gateway.toolsets import MAINTENANCE
+
+READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
+#: a claim or a failed attempt: calling it again has another effect (one more try)
+CLAIM = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
+
+
+class ProjectRule(StrEnum):
+    """How an operation's ``project`` resolves (the key's restriction and the connection's pin first)."""
+
+    NONE = "none"  # the contract names no project
+    SEARCH = "search"  # a filter: the restriction or pin, else the request's, else every project
+    WRITE = "write"  # where it acts: the restriction or pin, else the request's, else 'default'
+
+
+@dataclass(frozen=True)
+class Operation:
+    model: type[BaseModel]
+    name: str  # the MCP tool's name
+    title: str
+    annotations: ToolAnnotations
+    scope: Scope
+    toolset: str
+    doc: str  # the MCP tool's description: the model's manual
+    project: ProjectRule = ProjectRule.NONE
+    params: Mapping[str, str] = field(default_factory=dict)  # MCP parameter descriptions, by contract field
+
+
+LOG_ID = "The daily log's id (save_daily_log and get_unprocessed_logs give it)."
+TASK_ID = "The extraction run's id (1-128 of [A-Za-z0-9_.:-])."
+REASON = "What went wrong."
+LIMIT = f"1-{MAX_RECALL_LIMIT}, default 20"
+
+
+def _maintenance(model: type[BaseModel], name: str, title: str, annotations: ToolAnnotations, doc: str, *,
+                 scope: Scope = Scope.MEMORY_MAINTENANCE, project: ProjectRule = ProjectRule.NONE,
+                 **params: str) -> Operation:
+    return Operation(model, name, title, annotations, scope, MAINTENANCE, doc, project, params)
+
+
+#: The extraction workflow's operations (the maintenance toolset), in the order clients list them.
+OPERATIONS: tuple[Operation, ...] = (
+    _maintenance(
+        GetUnprocessedLogs, "get_unprocessed_logs", "Logs waiting for extraction", READ,
+        """List daily logs waiting for extraction (pending, and failed unless include_failed is false), oldest first.
+
+        Workflow: claim_daily_log each, extract memories (get_memory_by_key → update_memory or save_memory),
+        record_extraction_result, then mark_log_processed (or mark_log_failed with the reason). A failed log
+        has used its tries: update_log_status(pending) gives it a fresh start.""",
+        project=ProjectRule.SEARCH, limit=LIMIT, include_failed="Also failed logs (claimable once sent back to "
+        "pending); default true."),
+    _maintenance(
+        UpdateLogStatus, "update_log_status", "Change a log's status", WRITE,
+        """Move a log along the lifecycle's legal transitions (e.g. failed → pending to retry it afresh).
+        Marking processed with an error_reason is refused.""",
+        id=LOG_ID, processing_status="pending, processing, processed or failed.",
+        error_reason="Why (with pending or failed; never with processed)."),
+    _maintenance(
+        ClaimDailyLog, "claim_daily_log", "Claim a log", CLAIM,
+        """Claim a pending log for processing (pending → processing, one more try). Atomic: of many workers exactly
+        one gets `claimed: true`; the others get `claimed: false` and should pick another log.""",
+        id=LOG_ID),
+    _maintenance(
+        MarkLogProcessed, "mark_log_processed", "Mark a log processed", WRITE,
+        """Mark a claimed log processed (retry_count back to 0). Record its extraction result first.""",
+        id=LOG_ID),
+    _maintenance(
+        MarkLogFailed, "mark_log_failed", "Mark a log attempt failed", CLAIM,
+        """Record a failed attempt on a claimed log: back to pending below 3 tries, failed at 3.""",
+        id=LOG_ID, error_reason=REASON),
+    _maintenance(
+        RecoverStuckLogs, "recover_stuck_logs", "Recover stuck logs", WRITE,
+        """Send logs stuck in processing back to pending (below 3 tries) or to failed (at 3).""",
+        project=ProjectRule.SEARCH, timeout_minutes="Processing longer than this is stuck; default 30."),
+    _maintenance(
+        ReconcileLogStatuses, "reconcile_log_statuses", "Reconcile log statuses", WRITE,
+        """Send processed logs that have no extraction result back to pending, so they are really extracted.""",
+        project=ProjectRule.SEARCH),
+    _maintenance(
+        DeleteLogs, "delete_logs", "Delete old processed logs", DESTRUCTIVE,
+        """Delete processed logs older than the retention (failed logs are kept for retry).""",
+        project=ProjectRule.SEARCH, retention_days="Keep this many days; default 14.",
+        older_than="Cut-off (ISO 8601 with time zone); overrides retention_days."),
+    _maintenance(
+        RecordExtractionTask, "record_extraction_task", "Record an extraction task", WRITE,
+        """Record or update an extraction run's metadata (never the extracted text).""",
+        project=ProjectRule.SEARCH, id="An existing task's id (or give task_id).",
+        task_id="The run's id; omitted = generated.", log_ids="The logs the run covers.",
+        status="pending, running, success or failed.", engine="Which extractor ran it.",
+        error="Why the run failed.", metrics="Counts of the run (tokens, cost, facts…): up to 32 numbers."),
+    _maintenance(
+        RecordExtractionResult, "record_extraction_result", "Record an extraction result", WRITE,
+        """Link a log to the memories one run produced. One result per (log_id, task_id): recording it again
+        replaces it (never a duplicate) and never deletes a memory.""",
+        log_id=LOG_ID, task_id=TASK_ID, memory_ids="Memories this run produced or updated from the log.",
+        shared_memory_ids="Shared memories it produced."),
+    _maintenance(
+        GetExtractionTasks, "get_extraction_tasks", "List extraction tasks", READ,
+        """List extraction runs, newest first.""",
+        status="Only tasks in this status.", task_id="Only this task.", limit=LIMIT),
+    _maintenance(
+        GetDailyLog, "get_daily_log", "Read a daily log", READ,
+        """One daily log with its turns, fields and where its extraction stands (status, retry_count, error).""",
+        id=LOG_ID),
+    _maintenance(
+        GetExtractionResults, "get_extraction_results", "List extraction results", READ,
+        """Extraction results (which memories a task produced from a log), newest first.""",
+        log_id="Only the results of this log.", task_id="Only this task's results.", limit="1-1000, default 100"),
+    _maintenance(
+        SetExtractionMode, "set_extraction_mode", "Set a project's extraction mode", WRITE,
+        """Set who learns from a project's daily logs. Switching to auto lets the engine take the logs waiting.""",
+        project=ProjectRule.WRITE, mode=(
+            "auto: Engram's engine extracts each log at once; agent: only external agents (you) extract; handoff: "
+            "agents first, the engine after the hand-off time; null: follow the install default.")),
+    _maintenance(
+        GetExtractionModes, "get_extraction_modes", "Extraction modes", READ,
+        """The install's default extraction mode, the hand-off time, and the projects with a mode of their own.""",
+        scope=Scope.MEMORY_READ),
+)
+
+BY_MODEL: dict[type[BaseModel], Operation] = {op.model: op for op in OPERATIONS}
+
+
+def operation(model: type[BaseModel]) -> Operation:
+    """The catalogue row of a contract model."""
+    return BY_MODEL[model]
+
+
+__all__ = ["BY_MODEL", "CLAIM", "DESTRUCTIVE", "OPERATIONS", "READ", "WRITE", "Operation", "ProjectRule", "operation"]
