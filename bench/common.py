@@ -17,7 +17,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = Path(os.environ.get("ENGRAM_LOCOMO", ROOT.parent / "shared" / "bench" / "locomo10.json"))
-RESULTS = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "docs" / "benchmarks-log.md"  # the journal; docs/benchmarks.md is the current table
 # A benchmark measures throughput, so the per-credential rate limits are lifted for its stack.
 BENCH_ENV = {
     "ENGRAM_LOG_LEVEL": "WARNING",
@@ -203,7 +203,7 @@ def locomo_turns() -> list[tuple[str, str, str]]:
 
 
 def record(title: str, lines: list[str]) -> None:
-    """Append a dated section to docs/benchmarks.md."""
+    """Append a dated section to docs/benchmarks-log.md (the journal; move the new figure into docs/benchmarks.md's table)."""
     RESULTS.parent.mkdir(exist_ok=True)
     if not RESULTS.exists():
         RESULTS.write_text("# Benchmarks\n\nFigures written by the scripts in `bench/`; newest last.\n")
