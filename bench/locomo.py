@@ -45,24 +45,24 @@ from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.late_encoder import ColbertEncoder
 from services.memory.adapters.reranker import CrossEncoderReranker
 from services.memory.adapters.vector_factory import build_vector_index
-from services.memory.application.indexing import (
+from services.memory.config import MemorySettings
+from services.memory.domain.keywords import query_vector
+from services.memory.search.indexing import (
     active_filter,
     embed_memories,
     point_for,
     rerank_order,
     rerank_text,
 )
-from services.memory.application.late import (
+from services.memory.search.late import (
     document_matrix,
     late_document,
     late_prefetch_limit,
     maxsim_packed,
     pack,
 )
-from services.memory.application.ports import VectorIndex
-from services.memory.application.recall import search as recall_search
-from services.memory.config import MemorySettings
-from services.memory.domain.keywords import query_vector
+from services.memory.search.ports import VectorIndex
+from services.memory.search.recall import search as recall_search
 
 TENANT = "locomo"
 KS = (5, 10, 25)
@@ -211,7 +211,7 @@ async def run(
 ) -> Run:
     """Index every conversation into one fresh embedded index, then search each question.
 
-    ``search`` (default: the recall pipeline's search, ``services.memory.application.recall.search``)
+    ``search`` (default: the recall pipeline's search, ``services.memory.search.recall.search``)
     lets variants be measured through the same harness; it is called with the index and the same
     keywords as ``VectorIndex.search``.
     ``keyword_feedback=False`` measures hybrid search without its second (feedback) round.

@@ -27,9 +27,9 @@ from common import fmt, locomo, locomo_turns, percentiles, record  # noqa: E402
 
 from services.memory.adapters.embedder import MiniLMEmbedder  # noqa: E402
 from services.memory.adapters.vectors_edge import EdgeVectorIndex  # noqa: E402
-from services.memory.application.ports import SearchFilter, VectorPoint  # noqa: E402
-from services.memory.application.recall import search  # noqa: E402
 from services.memory.domain.keywords import document_vector, query_vector  # noqa: E402
+from services.memory.search.ports import SearchFilter, VectorPoint  # noqa: E402
+from services.memory.search.recall import search  # noqa: E402
 
 
 async def main() -> None:

@@ -7,7 +7,7 @@ identical (a digest) and recall unchanged (the same top-10 on a sample of questi
     python bench/replay_bench.py --memories 5000 --no-cache     # replay embedding everything again
     python bench/replay_bench.py --memories 100000 --state DIR --profile   # where the replay's time goes
 
-The save path fills the embedding cache (services/memory/application/vector_cache.py), so a replay
+The save path fills the embedding cache (services/memory/search/vector_cache.py), so a replay
 finds every sentence vector and every memory's token rows there (``--no-cache`` empties it
 first and replays without it: the cost before the cache). ``--state DIR`` keeps the loaded stack
 (embedded NATS and Postgres in DIR) so later runs replay it again without loading.

@@ -39,9 +39,9 @@ from contracts.memory import MemoryState
 from deploy.stack import Stack
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.late_encoder import LateEncoder, build_late_encoder
-from services.memory.application.indexing import embed_memories
-from services.memory.application.late import document_matrix, late_document, pack
 from services.memory.config import MemorySettings
+from services.memory.search.indexing import embed_memories
+from services.memory.search.late import document_matrix, late_document, pack
 
 BATCH = 64  # memories per embed call: one fetched command batch of the memory service
 

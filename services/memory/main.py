@@ -24,14 +24,15 @@ from services.memory.adapters.pg_portability import PgPortability
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vector_factory import build_vector_index
-from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
 from services.memory.application.index_follow import IndexFollower
-from services.memory.application.ports import Embedder, Models, VectorIndex
 from services.memory.application.service import MemoryService
-from services.memory.application.vector_cache import VectorCache
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.replay import ReplayReport, ServiceRunning, ensure_service_stopped, rebuild
+from services.memory.search.embedding import PrimedEmbedder, PrimedLateEncoder
+from services.memory.search.models import Models
+from services.memory.search.ports import Embedder, VectorIndex
+from services.memory.search.vector_cache import VectorCache
 
 __all__ = ["MemoryApp", "ReplayReport", "ServiceRunning", "main", "memory_app", "replay", "run"]
 

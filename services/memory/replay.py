@@ -7,7 +7,7 @@ idempotent by sequence, so an interrupted replay can simply be run again — and
 live projector.
 
 The Postgres tables are emptied and written again. The vector index is kept and brought to what
-the log says point by point (:mod:`services.memory.application.index_sync`): a point whose
+the log says point by point (:mod:`services.memory.search.index_sync`): a point whose
 fingerprint is already the one the replay computes is left as it is (vectors, HNSW links), the
 others are written, and points of no memory are swept at the end; ``rebuild_index=True``
 (`engram replay memory --rebuild-index`) drops the index and writes every point instead.

@@ -280,10 +280,10 @@ def replay_matches(stack: Stack, tenant: str) -> dict[str, Any]:
     rebuild did to the index (``points``: written / kept / swept — every point the faults left is
     checked against its memory's latest event by fingerprint)."""
     from services.memory.adapters.pg_store import MemoryStore
-    from services.memory.application.ports import SearchFilter
     from services.memory.config import MemorySettings
     from services.memory.main import memory_app
     from services.memory.replay import ensure_service_stopped, rebuild
+    from services.memory.search.ports import SearchFilter
 
     settings = MemorySettings(home=stack.o.home, nats_url=stack.nats_url, database_url=stack.database_url,
                               namespace=stack.o.namespace)

@@ -13,11 +13,11 @@ import pytest
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope
 from contracts.memory import Recall
 from kit.bus import Bus
-from services.memory.application.indexing import point_for, reranked
-from services.memory.application.late import maxsim, unpack
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.main import MemoryApp, memory_app
+from services.memory.search.indexing import point_for, reranked
+from services.memory.search.late import maxsim, unpack
 
 pytestmark = pytest.mark.integration
 

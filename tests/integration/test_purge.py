@@ -250,7 +250,7 @@ def test_a_purge_leaves_nothing_of_the_user_anywhere(purge_stack: Stack) -> None
 async def memory_digests_of(database_url: str, tenant: str) -> list[bytes]:
     """The embedding cache's digests of the texts of the tenant's memories (their current versions)."""
     from services.memory.adapters.pg_portability import PgPortability
-    from services.memory.application.vector_cache import memory_digests
+    from services.memory.search.vector_cache import memory_digests
 
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=1)
     try:
@@ -275,7 +275,7 @@ async def cached_entries(database_url: str, tenant: str, digests: list[bytes] | 
 def vector_points(home: Path, namespace: str, tenant: str) -> int:
     """The points of ``tenant`` in the embedded vector shard (active or not)."""
     from services.memory.adapters.vector_factory import build_vector_index
-    from services.memory.application.ports import SearchFilter
+    from services.memory.search.ports import SearchFilter
 
     async def count() -> int:
         index: Any = build_vector_index(qdrant_url=None, path=home / "qdrant", dim=384, collection="memories",

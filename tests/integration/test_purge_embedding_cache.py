@@ -17,12 +17,12 @@ from contracts.envelope import CommandEnvelope
 from contracts.memory import MemoryState, Recall
 from kit.purge import purge_subject
 from services.memory.adapters.pg_portability import PgPortability
-from services.memory.application.indexing import embedding_texts
-from services.memory.application.late import late_document
-from services.memory.application.vector_cache import memory_digests
 from services.memory.config import MemorySettings
 from services.memory.main import memory_app
 from services.memory.replay import rebuild
+from services.memory.search.indexing import embedding_texts
+from services.memory.search.late import late_document
+from services.memory.search.vector_cache import memory_digests
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from services.memory.application import indexing
 from services.memory.config import MemorySettings
 from services.memory.main import memory_app
 from services.memory.replay import rebuild
+from services.memory.search import indexing
 from tests.integration.test_embedding_cache import cmd, count_models, digest
 
 pytestmark = pytest.mark.integration

@@ -19,13 +19,13 @@ import qdrant_edge as qe
 
 from contracts.envelope import CommandEnvelope
 from kit.events import typed
-from services.memory.application.indexing import point_for
-from services.memory.application.ports import FINGERPRINT_FIELD, VectorPoint
 from services.memory.config import MemorySettings
 from services.memory.domain import model
 from services.memory.domain.keywords import SparseVector
 from services.memory.main import memory_app
 from services.memory.replay import rebuild
+from services.memory.search.indexing import point_for
+from services.memory.search.ports import FINGERPRINT_FIELD, VectorPoint
 from tests.integration.test_embedding_cache import count_models
 
 pytestmark = pytest.mark.integration

@@ -18,15 +18,9 @@ from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.adapters.vectors_edge import EdgeVectorIndex, ShardLockedError
 from services.memory.adapters.vectors_qdrant import CollectionOwnedElsewhere, QdrantServerVectorIndex
-from services.memory.application.ports import (
-    FINGERPRINT_FIELD,
-    SearchFilter,
-    SearchHit,
-    VectorIndex,
-    VectorPoint,
-)
-from services.memory.application.recall import search
 from services.memory.domain.keywords import SparseVector, document_vector, query_vector
+from services.memory.search.ports import FINGERPRINT_FIELD, SearchFilter, SearchHit, VectorIndex, VectorPoint
+from services.memory.search.recall import search
 
 pytestmark = pytest.mark.integration
 
@@ -487,7 +481,7 @@ async def test_edge_survives_a_crash_without_close(tmp_path: Path) -> None:
     script = f"""
 import asyncio, os, uuid
 from pathlib import Path
-from services.memory.application.ports import VectorPoint
+from services.memory.search.ports import VectorPoint
 from services.memory.adapters.vectors_edge import EdgeVectorIndex
 from services.memory.domain.keywords import document_vector
 async def main():
@@ -581,8 +575,8 @@ async def test_edge_index_reports_when_an_optimisation_would_index(tmp_path) -> 
     import numpy as _np
 
     from services.memory.adapters.vectors_edge import INDEXING_THRESHOLD_KB, EdgeVectorIndex
-    from services.memory.application.ports import VectorPoint as _Point
     from services.memory.domain.keywords import document_vector as _doc
+    from services.memory.search.ports import VectorPoint as _Point
 
     index = EdgeVectorIndex(tmp_path / "shard", dim=8)
     await index.ensure()

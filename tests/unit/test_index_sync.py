@@ -8,8 +8,8 @@ from uuid import UUID
 import pytest
 
 from contracts.memory import MemoryState
-from services.memory.application import index_sync
-from services.memory.application.index_sync import ReplaySync, fingerprint, point_recipe
+from services.memory.search import index_sync
+from services.memory.search.index_sync import ReplaySync, fingerprint, point_recipe
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from contracts.memory import Category, MemoryState, MemoryStatus, MemoryView
-from services.memory.application.indexing import (
+from services.memory.domain.keywords import add_sparse, document_vector, query_vector
+from services.memory.search.indexing import (
     CONTEXT_WEIGHT,
     MAX_SENTENCES,
     RERANK_CONTEXT_CHARS,
@@ -31,7 +32,6 @@ from services.memory.application.indexing import (
     state_vector,
     view_of,
 )
-from services.memory.domain.keywords import add_sparse, document_vector, query_vector
 
 pytestmark = pytest.mark.unit
 
@@ -262,7 +262,7 @@ def test_the_reranker_reads_the_end_of_the_context_before_the_content() -> None:
 
 
 def test_bracketed_absolute_dates_are_indexed_as_keywords_but_not_embedded() -> None:
-    from services.memory.application.late import late_document
+    from services.memory.search.late import late_document
 
     dated = state("Caroline went to a support group yesterday (2023-05-07) and plans a trip next month "
                   "(June 2023), after last week (week of 2023-05-01) and the weekend (weekend of 2023-05-06).")

@@ -1,5 +1,5 @@
 """Keyword pseudo-relevance feedback in hybrid search (the recall pipeline's rule,
-``services.memory.application.recall.search``), over both vector-index adapters: the
+``services.memory.search.recall.search``), over both vector-index adapters: the
 second round's sparse query is ``expand_query`` over the first round's hits, and it lets a
 memory that shares the best hit's specific words (but not the query's) into the keyword leg.
 
@@ -17,9 +17,9 @@ from qdrant_client import AsyncQdrantClient
 
 from services.memory.adapters.vectors_edge import EdgeVectorIndex
 from services.memory.adapters.vectors_qdrant import QdrantServerVectorIndex
-from services.memory.application.ports import SearchFilter, VectorIndex, VectorPoint
-from services.memory.application.recall import search
 from services.memory.domain.keywords import FEEDBACK_MIN_HITS, document_vector, expand_query, query_vector
+from services.memory.search.ports import SearchFilter, VectorIndex, VectorPoint
+from services.memory.search.recall import search
 
 pytestmark = pytest.mark.unit
 

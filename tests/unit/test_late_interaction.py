@@ -13,7 +13,7 @@ from services.memory.adapters.late_encoder import (
     LateEncoder,
     build_late_encoder,
 )
-from services.memory.application.late import (
+from services.memory.search.late import (
     CONTEXT_TOKEN_WEIGHT,
     document_matrix,
     maxsim,

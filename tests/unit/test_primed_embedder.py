@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from services.memory.adapters.late_encoder import DocumentTokens, LateEncoder
-from services.memory.application.embedding import PrimedEmbedder, PrimedLateEncoder
+from services.memory.search.embedding import PrimedEmbedder, PrimedLateEncoder
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import pytest
 
 from contracts.memory import MemoryStatus, MemoryView, RecallHit
 from services.memory.adapters.reranker import RERANKER_KINDS, CrossEncoderReranker, Reranker, build_reranker
-from services.memory.application.indexing import rerank_order, reranked
+from services.memory.search.indexing import rerank_order, reranked
 
 pytestmark = pytest.mark.unit
 
@@ -63,8 +63,8 @@ def _hit(content: str, score: float) -> RecallHit:
 
 
 def test_reranked_fuses_the_cross_encoder_order_with_the_search_order() -> None:
-    from services.memory.application.indexing import RERANK_FUSION_K as K
-    from services.memory.application.indexing import RERANK_SEARCH_WEIGHT as W
+    from services.memory.search.indexing import RERANK_FUSION_K as K
+    from services.memory.search.indexing import RERANK_SEARCH_WEIGHT as W
 
     hits = [_hit("a", 0.9), _hit("b", 0.8), _hit("c", 0.7), _hit("d", 0.6)]
     out = reranked(hits, [0.2, 0.95, 0.2, 0.5])

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.memory.application import indexing, vector_cache
-from services.memory.application.vector_cache import pack_sparse, recipe_fingerprint, unpack_sparse
 from services.memory.domain.keywords import SparseVector, document_vector
+from services.memory.search import indexing, vector_cache
+from services.memory.search.vector_cache import pack_sparse, recipe_fingerprint, unpack_sparse
 
 
 def test_a_keyword_vector_round_trips_as_the_index_stores_it() -> None:

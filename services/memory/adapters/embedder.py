@@ -1,4 +1,4 @@
-"""Embedding adapters (the port: :class:`services.memory.application.ports.Embedder`).
+"""Embedding adapters (the port: :class:`services.memory.search.ports.Embedder`).
 
 * :class:`MiniLMEmbedder` - the offline default: all-MiniLM-L6-v2 (int8 ONNX,
   384 dimensions) run in-process with onnxruntime. Nothing is downloaded: the
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from services.memory.application.ports import Embedder
+from services.memory.search.ports import Embedder
 
 log = logging.getLogger("engram.memory.embedder")
 

@@ -1,4 +1,4 @@
-"""The embedding cache in Postgres (the port: :class:`services.memory.application.ports.EmbeddingCacheStore`).
+"""The embedding cache in Postgres (the port: :class:`services.memory.search.ports.EmbeddingCacheStore`).
 
 One table in the memory schema, ``embedding_cache (model, digest, value)`` (migration
 ``0008_embedding_cache.sql``), read with one indexed query per batch and written with one
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from services.memory.application.ports import EmbeddingCacheStore
+from services.memory.search.ports import EmbeddingCacheStore
 
 __all__ = ["PgEmbeddingCache"]
 

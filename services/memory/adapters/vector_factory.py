@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.memory.application.ports import VectorIndex
+from services.memory.search.ports import VectorIndex
 
 
 def build_vector_index(

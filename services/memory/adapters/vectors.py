@@ -1,7 +1,7 @@
 """What both vector-index adapters share: the collection's schema and the checks of a search.
 
-The port (:class:`services.memory.application.ports.VectorIndex`) and the types it speaks are the
-application's; :mod:`services.memory.adapters.vector_factory` picks an adapter from configuration.
+The port (:class:`services.memory.search.ports.VectorIndex`) and the types it speaks are the
+search engine's; :mod:`services.memory.adapters.vector_factory` picks an adapter from configuration.
 The index is a *projection*: Postgres holds the memories, the index holds, per
 memory, a dense embedding, a keyword (sparse) vector and a small payload used
 for filtering. It can always be dropped and rebuilt by replaying events.
@@ -24,7 +24,7 @@ Search semantics, identical in both adapters:
   filter) fused by Reciprocal Rank Fusion with ``k = RRF_K``; ``dense`` and
   ``sparse`` query one vector with the filter;
 * ``with_keywords`` returns each hit's stored keyword vector in a hybrid search (the recall
-  pipeline's keyword feedback reads them: :mod:`services.memory.application.recall`);
+  pipeline's keyword feedback reads them: :mod:`services.memory.search.recall`);
 * IDF statistics for the keyword vector are computed over the searching
   tenant's points only (``tenant_scoped_idf``, default on), so one tenant's
   vocabulary never shifts another tenant's scores;
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from services.memory.application.ports import TENANT_FIELD, SearchFilter, SparseVector, default_prefetch_limit
+from services.memory.search.ports import TENANT_FIELD, SearchFilter, SparseVector, default_prefetch_limit
 
 __all__ = [
     "DENSE_VECTOR",

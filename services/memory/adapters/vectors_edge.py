@@ -50,7 +50,7 @@ from services.memory.adapters.vectors import (
     default_prefetch_limit,
     validate_search,
 )
-from services.memory.application.ports import (
+from services.memory.search.ports import (
     FINGERPRINT_FIELD,
     SearchFilter,
     SearchHit,
@@ -87,7 +87,7 @@ INDEXING_THRESHOLD_KB = 10_000
 
 
 class EdgeVectorIndex(VectorIndex):
-    """:class:`~services.memory.application.ports.VectorIndex` on an embedded
+    """:class:`~services.memory.search.ports.VectorIndex` on an embedded
     Qdrant Edge shard stored in the directory ``path``.
 
     ``ensure()`` opens the shard (creating it if ``path`` holds none) and adds

@@ -38,7 +38,7 @@ from services.memory.adapters.vectors import (
     default_prefetch_limit,
     validate_search,
 )
-from services.memory.application.ports import (
+from services.memory.search.ports import (
     FINGERPRINT_FIELD,
     SearchFilter,
     SearchHit,
@@ -61,7 +61,7 @@ class CollectionOwnedElsewhere(RuntimeError):
 
 
 class QdrantServerVectorIndex(VectorIndex):
-    """:class:`~services.memory.application.ports.VectorIndex` on a Qdrant
+    """:class:`~services.memory.search.ports.VectorIndex` on a Qdrant
     collection reached through ``qdrant_client.AsyncQdrantClient``.
 
     The index owns ``client`` and closes it in :meth:`close`. ``ensure()``

@@ -39,9 +39,10 @@ from uuid import UUID
 from contracts.envelope import EventEnvelope
 from contracts.events import Event
 from contracts.memory import MemoryState, MemoryStatus
-from services.memory.application.indexing import embedding_texts, point_for
-from services.memory.application.ports import ReadModel, VectorIndex
+from services.memory.application.ports import ReadModel
 from services.memory.application.projection import MemoryProjection, latest_states, prime
+from services.memory.search.indexing import embedding_texts, point_for
+from services.memory.search.ports import VectorIndex
 
 __all__ = ["FOLLOW_WAIT_S", "IndexFollower", "ReadModelBehind"]
 

@@ -42,11 +42,13 @@ from contracts.subjects import Names
 from kit.bus import ConcurrencyConflict
 from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, MAX_RACES, Activity, memory_subject
-from services.memory.application.indexing import active_filter, content_vector, memory_passages
-from services.memory.application.ports import EventLog, Models, ReadModel, VectorIndex
+from services.memory.application.ports import EventLog, ReadModel
 from services.memory.application.projection import MemoryProjection, prime
 from services.memory.domain import model
 from services.memory.domain.errors import InvalidArgument, NotFound
+from services.memory.search.indexing import active_filter, content_vector, memory_passages
+from services.memory.search.models import Models
+from services.memory.search.ports import VectorIndex
 
 Content = tuple[str, str, str]  # (tenant, project, content hash)
 C = TypeVar("C", SaveMemory, UpdateMemory)
@@ -331,7 +333,7 @@ def _unchanged(current: MemoryState) -> SaveMemoryResult:
 
 
 class MemoryReads:
-    """The queries on memories (recall is :mod:`services.memory.application.recall`'s)."""
+    """The queries on memories (recall is :mod:`services.memory.search.recall`'s)."""
 
     def __init__(self, store: ReadModel, events: EventLog, names: Names, projection: MemoryProjection) -> None:
         self.store = store

@@ -51,13 +51,15 @@ from contracts.portability import (
 from contracts.subjects import MEMORY, Names
 from kit.bus import ConcurrencyConflict
 from kit.service import Call, CommandCall
-from services.memory.application.indexing import embedding_texts
-from services.memory.application.late import late_document
-from services.memory.application.ports import EventLog, Models, VectorIndex
+from services.memory.application.ports import EventLog
 from services.memory.application.projection import MemoryProjection, prime
 from services.memory.domain import model, shared
 from services.memory.domain.errors import Conflict
 from services.memory.domain.portability import Remap, portable
+from services.memory.search.indexing import embedding_texts
+from services.memory.search.late import late_document
+from services.memory.search.models import Models
+from services.memory.search.ports import VectorIndex
 
 _NS = UUID("2c7e9a41-5b3d-4e8f-a1c6-9d0e7f3b5a24")
 #: Memories a purge reads, uncaches and unindexes at a time.

@@ -30,13 +30,15 @@ from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
 from kit.command_log import OutcomeRecord
 from kit.events import typed
 from kit.projector import CheckpointedProjector
-from services.memory.application.index_sync import ReplaySync, fingerprint, point_recipe
-from services.memory.application.indexing import embedding_texts, keyword_vector, point_for, state_vector
-from services.memory.application.late import document_matrix, late_document, pack
-from services.memory.application.ports import LogRecord, Models, ReadModel, ReadModelTx, VectorIndex
-from services.memory.application.vector_cache import MemoryKeys, late_cache_model, memory_digests
+from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx
 from services.memory.domain import model, shared
 from services.memory.domain.keywords import SparseVector
+from services.memory.search.index_sync import ReplaySync, fingerprint, point_recipe
+from services.memory.search.indexing import embedding_texts, keyword_vector, point_for, state_vector
+from services.memory.search.late import document_matrix, late_document, pack
+from services.memory.search.models import Models
+from services.memory.search.ports import VectorIndex
+from services.memory.search.vector_cache import MemoryKeys, late_cache_model, memory_digests
 
 #: The projector consumer's checkpoint.
 PROJECTOR = "memory-projector"

@@ -1,17 +1,23 @@
-"""The memory application, composed: its handler families over its ports, and the handler tables
-kit's :class:`~kit.service.ServiceRuntime` dispatches through.
+"""The memory application, composed: its handler families over its ports and the search engine,
+and the handler tables kit's :class:`~kit.service.ServiceRuntime` dispatches through.
 
 =========================  =====================================================================
+``service.py``             this composition: :class:`MemoryService` and its handler tables
 ``memories.py``            save, update, forget (and their batch priming); reads of memories
 ``shared.py``              shared memories
 ``daily_logs.py``          daily logs: save, the lifecycle (claim, processed, failed, …), retention
 ``extraction.py``          extraction tasks and results
-``recall.py``              the ranking pipeline: hybrid search, keyword feedback, late
-                           interaction, rerank
+``portability.py``         export pages, restores, the purge of a user
 ``similar.py``             a memory's nearest neighbours (the graph's ``similar`` edges)
 ``projection.py``          events → Postgres rows and vectors, once per sequence (kit's projector)
-``ports.py``               what the application needs from adapters
+``index_follow.py``        a replica's own vector index, following the event log
+``common.py``              what the handler families share (activity clock, subjects, bounds)
+``ports.py``               what the application needs from adapters: the event log, the read model
 =========================  =====================================================================
+
+Recall — the ranking pipeline — and how a memory becomes points in the vector index are the
+search engine's (:mod:`services.memory.search`, with the ports of the index and the models),
+which the application uses and which never uses the application.
 """
 
 from __future__ import annotations
@@ -61,15 +67,16 @@ from kit.service import ServiceRuntime
 from services.memory.application.common import Activity
 from services.memory.application.daily_logs import DailyLogs
 from services.memory.application.extraction import Extraction
-from services.memory.application.late import LATE_CANDIDATES
 from services.memory.application.memories import Memories, MemoryReads
 from services.memory.application.portability import Portability, PortabilityStore
-from services.memory.application.ports import EventLog, Models, ReadModel, VectorIndex
+from services.memory.application.ports import EventLog, ReadModel
 from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S, MemoryProjection
-from services.memory.application.recall import RecallPipeline
 from services.memory.application.shared import SharedMemories
 from services.memory.application.similar import SimilarSearch
-from services.memory.application.vector_cache import forget_local_texts
+from services.memory.search.late import LATE_CANDIDATES
+from services.memory.search.models import Models, forget_local_texts
+from services.memory.search.ports import VectorIndex
+from services.memory.search.recall import RecallPipeline
 
 __all__ = ["PROJECTOR", "PROJECTOR_GRACE_S", "MemoryService"]
 

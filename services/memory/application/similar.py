@@ -13,9 +13,10 @@ from __future__ import annotations
 from contracts.graph import SimilarMemories, SimilarMemory, SimilarMemoryList
 from contracts.memory import MemoryStatus
 from kit.service import Call
-from services.memory.application.indexing import active_filter
-from services.memory.application.ports import ReadModel, VectorIndex
+from services.memory.application.ports import ReadModel
 from services.memory.application.projection import MemoryProjection
+from services.memory.search.indexing import active_filter
+from services.memory.search.ports import VectorIndex
 
 
 class SimilarSearch:

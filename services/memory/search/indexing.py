@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallHit, RecallMode
-from services.memory.application.ports import FINGERPRINT_FIELD, Embedder, SearchFilter, VectorPoint
 from services.memory.domain.keywords import SparseVector, add_sparse, document_vector, keyword_terms
+from services.memory.search.ports import FINGERPRINT_FIELD, Embedder, SearchFilter, VectorPoint
 
 SEARCH_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}
 

@@ -26,9 +26,9 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from contracts.memory import MemoryState
-from services.memory.application.indexing import point_for
-from services.memory.application.vector_cache import recipe_fingerprint
 from services.memory.domain.keywords import SparseVector
+from services.memory.search.indexing import point_for
+from services.memory.search.vector_cache import recipe_fingerprint
 
 __all__ = ["fingerprint", "point_recipe"]
 

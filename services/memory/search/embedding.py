@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from services.memory.application.ports import DocumentTokens, Embedder, LateEncoder
+from services.memory.search.ports import DocumentTokens, Embedder, LateEncoder
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

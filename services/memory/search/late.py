@@ -3,11 +3,11 @@
 Recall's default (hybrid) search finds candidates with one dense vector and one keyword vector
 per memory. It cannot tell "How long has Nate had his turtles?" answered by "I've had them for 3
 years now" from a dozen turns that mention turtles. A late-interaction encoder
-(:class:`services.memory.application.ports.LateEncoder`) keeps one vector per token: the question's
+(:class:`services.memory.search.ports.LateEncoder`) keeps one vector per token: the question's
 "how long" meets the answer's "3 years", its "turtles" meets the context's "turtles". The best
 :data:`LATE_CANDIDATES` hits of the hybrid search are scored by MaxSim (each query token takes
 its best match among the memory's tokens, summed) and that order is fused with the search's
-(:func:`services.memory.application.indexing.rerank_order`: ``1/(10 + late rank) + 0.5/(10 +
+(:func:`services.memory.search.indexing.rerank_order`: ``1/(10 + late rank) + 0.5/(10 +
 search rank)``). On LoCoMo R@5 / R@10 0.650 / 0.742 → ~0.72 / ~0.80 for ~2–4 ms
 (docs/recall-quality.md).
 
@@ -27,8 +27,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryView
-from services.memory.application.indexing import embedded_content
-from services.memory.application.ports import DocumentTokens
+from services.memory.search.indexing import embedded_content
+from services.memory.search.ports import DocumentTokens
 
 __all__ = [
     "CONTEXT_TOKEN_WEIGHT",

@@ -45,16 +45,16 @@ from uuid import UUID
 import numpy as np
 
 from contracts.memory import MemoryState
-from services.memory.application.indexing import (
+from services.memory.domain.keywords import SparseVector
+from services.memory.search.indexing import (
     embedding_texts,
     keyword_text,
     keyword_vector,
     memory_passages,
     state_vector,
 )
-from services.memory.application.late import CONTEXT_TOKEN_WEIGHT, document_matrix, late_document, pack
-from services.memory.application.ports import EmbeddingCacheStore, Models
-from services.memory.domain.keywords import SparseVector
+from services.memory.search.late import CONTEXT_TOKEN_WEIGHT, document_matrix, late_document, pack
+from services.memory.search.ports import EmbeddingCacheStore, Encoders
 
 log = logging.getLogger("engram.memory.cache")
 
@@ -64,6 +64,7 @@ __all__ = [
     "MemoryKeys",
     "VectorCache",
     "document_digest",
+    "forget_primed",
     "late_cache_model",
     "memory_digests",
     "pack_sparse",
@@ -161,22 +162,12 @@ def memory_digests(state: MemoryState) -> set[bytes]:
             | {MemoryKeys(state).keywords})
 
 
-def _forget_primed(model: object, keys: Iterable[Hashable] | None) -> None:
+def forget_primed(model: object, keys: Iterable[Hashable] | None) -> None:
     """Drop ``keys`` (None: all) from a model's primed vectors (the priming wrappers of
     :mod:`.embedding` have ``forget``); a model without priming holds nothing."""
     forget = getattr(model, "forget", None)
     if forget is not None:
         forget(keys)
-
-
-def forget_local_texts(models: Models) -> None:
-    """Drop every text this process holds vectors of (primed sentence and token vectors, packed
-    rows): after a purge, the texts of the user's replaced versions are in no row to find them by,
-    and these are caches (refilled from the embedding cache as texts are needed again)."""
-    _forget_primed(models.embedder, None)
-    _forget_primed(models.late_encoder, None)
-    if models.cache is not None:
-        models.cache.forget_packed()
 
 
 class VectorCache:
@@ -205,7 +196,7 @@ class VectorCache:
             return found
 
     def forget_packed(self) -> None:
-        """Drop every packed row this process holds (see :func:`forget_local_texts`)."""
+        """Drop every packed row this process holds (see :func:`.models.forget_local_texts`)."""
         with self._lock:
             self._packed.clear()
 
@@ -219,7 +210,7 @@ class VectorCache:
 
     # a batch --------------------------------------------------------------------------------
     async def load(
-        self, models: Models, texts: Sequence[str], documents: Sequence[Document],
+        self, models: Encoders, texts: Sequence[str], documents: Sequence[Document],
     ) -> tuple[list[str], list[Document]]:
         """Prime ``models`` with what the store has of ``texts`` and ``documents`` (one query);
         return the texts and documents still to be computed."""
@@ -258,7 +249,7 @@ class VectorCache:
         self.misses += len(missing_texts) + len(missing_documents)
         return missing_texts, missing_documents
 
-    async def store_computed(self, models: Models, texts: Sequence[str], documents: Sequence[Document]) -> None:
+    async def store_computed(self, models: Encoders, texts: Sequence[str], documents: Sequence[Document]) -> None:
         """Write to the store what was just computed for ``texts`` and ``documents`` (primed in
         ``models``); the packed rows are kept for :meth:`packed` too. One statement."""
         items: list[tuple[str, bytes, bytes]] = []
@@ -285,7 +276,7 @@ class VectorCache:
                         type(exc).__name__, exc)
 
     # a purge --------------------------------------------------------------------------------
-    async def forget_memories(self, models: Models, states: Sequence[MemoryState]) -> int:
+    async def forget_memories(self, models: Encoders, states: Sequence[MemoryState]) -> int:
         """Delete every entry derived from ``states``' texts (one statement; any model, any
         recipe) and drop those texts from this process's primed vectors and packed rows; how many
         entries were deleted. Unlike a lookup, a failure here is raised: a purge must not report
@@ -298,8 +289,8 @@ class VectorCache:
             texts |= more_texts
             documents |= more_documents
             digests |= memory_digests(state)
-        _forget_primed(models.embedder, texts)
-        _forget_primed(models.late_encoder, documents)
+        forget_primed(models.embedder, texts)
+        forget_primed(models.late_encoder, documents)
         with self._lock:
             for document in documents:
                 self._packed.pop(document, None)
@@ -311,13 +302,13 @@ class VectorCache:
 
     # what a replay derives: each memory's dense and keyword vectors -----------------------------
     @staticmethod
-    def derived_models(models: Models) -> tuple[str, str]:
+    def derived_models(models: Encoders) -> tuple[str, str]:
         """The cache's model ids of memories' dense vectors and keyword vectors."""
         recipe = recipe_fingerprint()
         return f"{models.embedder.model_id}|memory-dense|{recipe}", f"keywords|{recipe}"
 
     async def memory_vectors(
-        self, models: Models, keys: Sequence[MemoryKeys],
+        self, models: Encoders, keys: Sequence[MemoryKeys],
     ) -> list[tuple[np.ndarray, SparseVector] | None]:
         """Each memory's stored dense and keyword vectors (one query), None where either is missing."""
         if not keys:
@@ -343,7 +334,7 @@ class VectorCache:
         return out
 
     async def store_memory_vectors(
-        self, models: Models, items: Sequence[tuple[MemoryKeys, Sequence[float], SparseVector]],
+        self, models: Encoders, items: Sequence[tuple[MemoryKeys, Sequence[float], SparseVector]],
     ) -> None:
         """Keep computed dense and keyword vectors for the next replay (one statement)."""
         if not items:

@@ -13,7 +13,7 @@
 4. **rerank** (on request): the best ``max(limit, rerank_candidates)`` re-ordered by the
    cross-encoder.
 
-The vector index only runs queries (:class:`~services.memory.application.ports.VectorIndex`).
+The vector index only runs queries (:class:`~services.memory.search.ports.VectorIndex`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from uuid import UUID
 
 from contracts.memory import MAX_RECALL_LIMIT, GetProfile, Profile, Recall, RecallHit, RecallResult
 from kit.service import Call
-from services.memory.application.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
-from services.memory.application.late import (
+from services.memory.domain.errors import InvalidArgument
+from services.memory.domain.keywords import expand_query, query_vector
+from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
+from services.memory.search.late import (
     LATE_CANDIDATES,
     document_matrix,
     late_document,
@@ -35,9 +37,9 @@ from services.memory.application.late import (
     maxsim,
     maxsim_packed,
 )
-from services.memory.application.ports import (
-    Models,
-    ReadModel,
+from services.memory.search.models import Models
+from services.memory.search.ports import (
+    RecallReads,
     SearchFilter,
     SearchHit,
     SearchMode,
@@ -45,8 +47,6 @@ from services.memory.application.ports import (
     VectorIndex,
     default_prefetch_limit,
 )
-from services.memory.domain.errors import InvalidArgument
-from services.memory.domain.keywords import expand_query, query_vector
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,7 +88,7 @@ class RecallPipeline:
 
     def __init__(
         self,
-        store: ReadModel,
+        store: RecallReads,
         index: VectorIndex,
         models: Models,
         profile: Callable[[str, GetProfile], Awaitable[Profile]],
