@@ -45,7 +45,7 @@ from prometheus_client import (
 )
 
 if TYPE_CHECKING:
-    from kit.bus import Bus
+    from kit.bus.streams import Streams  # what the sampler reads of the bus: consumers, their state
 
 log = logging.getLogger("engram.metrics")
 
@@ -171,7 +171,7 @@ def exposition() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
-async def sample_bus(bus: Bus, stop: asyncio.Event, every_s: float = SAMPLE_EVERY_S) -> None:
+async def sample_bus(bus: Streams, stop: asyncio.Event, every_s: float = SAMPLE_EVERY_S) -> None:
     """Sample the lag of the consumers this process runs, and the dead-letter stream, until stop."""
     from nats.js.errors import NotFoundError
 
@@ -213,7 +213,7 @@ async def sample_every(stop: asyncio.Event, every_s: float, step: Callable[[], A
             pass
 
 
-def start(service: str, bus: Bus, stop: asyncio.Event, *, port: int | None = None,
+def start(service: str, bus: Streams, stop: asyncio.Event, *, port: int | None = None,
           host: str | None = None) -> list[asyncio.Task[None]]:
     """A service's metrics: its ``/metrics`` port (when configured) and the lag sampler."""
     serve(service, port, host)

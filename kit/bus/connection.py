@@ -1,0 +1,76 @@
+"""The bus's connection: one NATS connection with JetStream, bound to a namespace of names, and
+the publish every role of the bus goes through (retried with tenacity)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Self
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from pydantic import BaseModel
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from contracts.subjects import ConsumerSpec, Names
+from kit.pg import redact
+
+__all__ = ["BusUnavailable", "Connection", "Handler", "dumps"]
+
+
+class BusUnavailable(Exception):
+    """No service answered: the reason says what to start or check."""
+
+
+Handler = Callable[[Msg], Awaitable[None]]
+
+
+def dumps(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
+class Connection:
+    """One NATS connection with JetStream, bound to a namespace of names."""
+
+    def __init__(self, nc: NATS, names: Names) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.names = names
+        #: the durable consumers this process runs (for the lag sampler, kit.metrics.sample_bus)
+        self.consuming: dict[str, ConsumerSpec] = {}
+
+    @classmethod
+    async def connect(cls, url: str, names: Names, *, name: str = "engram") -> Self:
+        """Connect, retrying for a while so services can start before NATS is up."""
+        try:
+            nc = await nats.connect(
+                [u.strip() for u in url.split(",") if u.strip()],
+                name=name,
+                connect_timeout=3,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+            )
+        except Exception as exc:  # nats raises several unrelated types here
+            raise BusUnavailable(
+                f"cannot connect to NATS at {redact(url)}: {exc}. Start NATS (`engram up` does) "
+                "or set ENGRAM_NATS_URL to a running server with JetStream enabled."
+            ) from exc
+        return cls(nc, names)
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def _publish(self, subject: str, data: bytes, headers: dict[str, str], stream: str) -> api.PubAck:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((asyncio.TimeoutError, nats.errors.TimeoutError)),
+            stop=stop_after_attempt(4),
+            wait=wait_exponential(multiplier=0.1, max=2.0),
+            reraise=True,
+        ):
+            with attempt:
+                return await self.js.publish(subject, data, headers=dict(headers), stream=stream, timeout=5.0)
+        raise AssertionError("unreachable")
