@@ -108,92 +108,182 @@ def mcp_refusal(status: int, reason: str, body: ErrorBody, headers: dict[str, st
         "data": {"error": body.model_dump(mode="json")}}}, status_code=status, headers=headers)
 
 def create_app(settings: GatewaySettings) -> FastAPI:
-    verifier = LazyVerifier()
-    client = LazyClient()
+    """The gateway, assembled from its named parts: the MCP servers (one per pin × toolsets) behind
+    one endpoint, the REST API, the pages, the discovery documents, the probes, the error handlers
+    and the middleware stack. The bus connects in the lifespan; the verifier and the client exist
+    before it (routes are built first) and are bound then."""
+    verifier, client = LazyVerifier(), LazyClient()
     ops = Operations(client)
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=settings.host_allowlist(),
-        allowed_origins=[f"{scheme}://{h}" for h in settings.host_allowlist() for scheme in ("http", "https")],
+    mcp = McpServers(ops, verifier, settings)
+    state: dict[str, Any] = {}
+    app = FastAPI(
+        max_body_size=settings.max_body_bytes,
+        title="Engram",
+        version="0.1.0",
+        description="Long-term memory for AI assistants. MCP at /mcp; the same operations as REST under /v1.",
+        lifespan=gateway_lifespan(settings, verifier, client, mcp, state),
+        docs_url=None,  # /docs is served from the package, not a CDN (entrypoints/docs_page.py)
+        redoc_url=None,
     )
-    servers = {(pinned, sets): build_mcp(ops, verifier, settings, pinned=pinned, toolsets=sets,
-                                         extensions=graph_app(ops, pinned=pinned, toolsets=sets))
-               for pinned in (False, True) for sets in toolsets.COMBINATIONS}
-    apps = {
-        key: server.streamable_http_app(
-            streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security,
-            max_request_body_size=settings.max_body_bytes,
+    challenges = Challenges(settings)
+    app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", app.title))
+    app.include_router(build_router(ops, challenges.unauthorized))
+    app.router.routes.extend(graph_routes(settings.issuer))  # the web page /graph (entrypoints/graph_page.py)
+    endpoint = McpEndpoint(mcp, settings, challenges.unauthorized)
+    app.router.routes.append(Route("/mcp", endpoint=endpoint))  # every method: the endpoint answers 405
+    app.router.routes.append(Route("/", endpoint=RootEndpoint(about(app, settings, challenges.metadata_url), endpoint)))
+    app.router.routes.extend(mcp.sdk_routes(challenges.metadata_url))
+    add_discovery_routes(app, settings, challenges.metadata_url)
+    add_probe_routes(app, state)
+    add_error_handlers(app)
+    add_middleware(app, settings, verifier, mcp)
+    return app
+
+
+class McpServers:
+    """The MCP servers of one gateway: one per (pinned or not, toolsets), each an SDK app whose
+    ``/mcp`` endpoint :class:`McpEndpoint` picks per request."""
+
+    def __init__(self, ops: Operations, verifier: LazyVerifier, settings: GatewaySettings) -> None:
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=settings.host_allowlist(),
+            allowed_origins=[f"{scheme}://{h}" for h in settings.host_allowlist() for scheme in ("http", "https")],
         )
-        for key, server in servers.items()
-    }
-    endpoints = {key: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app for key, app in apps.items()}
+        self.servers = {(pinned, sets): build_mcp(ops, verifier, settings, pinned=pinned, toolsets=sets,
+                                                  extensions=graph_app(ops, pinned=pinned, toolsets=sets))
+                        for pinned in (False, True) for sets in toolsets.COMBINATIONS}
+        self.apps = {
+            key: server.streamable_http_app(
+                streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security,
+                max_request_body_size=settings.max_body_bytes,
+            )
+            for key, server in self.servers.items()
+        }
+        self.endpoints = {key: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app
+                          for key, app in self.apps.items()}
 
-    metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
-    default_scope = " ".join(s.value for s in DEFAULT_OAUTH_SCOPES)
+    def endpoint(self, pinned: bool, sets: frozenset[str]) -> ASGIApp:
+        return self.endpoints[(pinned, sets)]  # type: ignore[no-any-return]
 
-    def challenge(headers: Any) -> str:
+    def sdk_routes(self, metadata_url: str) -> list[Any]:
+        """The SDK app's other routes (its OAuth pieces), but ``/mcp`` and the protected-resource
+        metadata, which the gateway serves itself."""
+        prm_path = urlparse(metadata_url).path
+        return [r for r in self.apps[(False, toolsets.DEFAULT)].routes
+                if getattr(r, "path", None) not in ("/mcp", prm_path)]
+
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(t.name for server in self.servers.values() for t in server._tool_manager.list_tools())
+
+
+class Challenges:
+    """The OAuth challenge of a refused request (RFC 6750, RFC 9728's metadata URL)."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.metadata_url = str(build_resource_metadata_url(AnyHttpUrl(settings.mcp_url)))
+        self.default_scope = " ".join(s.value for s in DEFAULT_OAUTH_SCOPES)
+
+    def challenge(self, headers: Any) -> str:
         """No credentials: no error code (RFC 6750 §3.1); a bad, expired or foreign token: invalid_token."""
         if headers.get("authorization") is None:
-            return bearer_challenge(metadata_url, default_scope)
-        return bearer_challenge(metadata_url, default_scope, "invalid_token", "the access token is invalid, expired, "
-                                "revoked or issued for another resource")
+            return bearer_challenge(self.metadata_url, self.default_scope)
+        return bearer_challenge(self.metadata_url, self.default_scope, "invalid_token", "the access token is invalid, "
+                                "expired, revoked or issued for another resource")
 
-    local_install = is_loopback(settings.base_url)
+    def unauthorized(self, request: Request | None = None) -> ApiError:
+        return ApiError(
+            401,
+            ErrorBody(code=ErrorCode.UNAUTHENTICATED,
+                      message="a valid bearer token (API key or OAuth access token) is required"),
+            {"WWW-Authenticate": self.challenge(request.headers if request is not None else {"authorization": ""})},
+        )
 
-    class McpEndpoint:
-        """One /mcp URL: a pinned connection gets the tools without `containerTag`. Stateless: POST
-        only. No GET SSE stream (the spec's answer for a server that offers none is 405) and no
-        sessions to DELETE.
 
-        Who is calling (issue 18 item 3): the answer to ``initialize`` carries an ``Mcp-Session-Id``
-        holding the client's ``clientInfo`` (``principal.session_id_for``); the client sends it back
-        on every later request, and the tools read it from ``session_client``. No process memory: any
-        replica reads any session."""
+class McpEndpoint:
+    """One /mcp URL: a pinned connection gets the tools without `containerTag`. Stateless: POST
+    only. No GET SSE stream (the spec's answer for a server that offers none is 405) and no
+    sessions to DELETE.
 
-        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["method"] != "POST":
-                await JSONResponse(
-                    {"jsonrpc": "2.0", "id": None, "error": {
-                        "code": -32000, "message": "Method Not Allowed: this stateless MCP server answers POST only "
-                        "(no SSE stream on GET, no sessions to DELETE)"}},
-                    status_code=405, headers={"Allow": "POST"},
-                )(scope, receive, send)
-                return
-            if not isinstance(scope.get("user"), AuthenticatedUser):
-                refused = unauthorized(Request(scope))
-                await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
-                    "code": -32000, "message": f"Unauthorized: {refused.body.message}",
-                    "data": {"error": refused.body.model_dump(mode="json")}}},
-                    status_code=401, headers=refused.headers)(scope, receive, send)
-                return
-            request = Request(scope)
-            try:
-                sets = toolsets.requested(request.headers.get(toolsets.HEADER),
-                                          request.query_params.get(toolsets.QUERY_PARAMETER))
-                toolsets.require(Principal.from_token(scope["user"].access_token), sets)
-            except toolsets.UnknownToolset as exc:
-                body = ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=str(exc), field="X-Engram-Toolsets")
-                await mcp_refusal(400, "Bad Request", body)(scope, receive, send)
-                return
-            except AccessDenied as exc:
-                body = ErrorBody(code=ErrorCode.PERMISSION_DENIED, field="X-Engram-Toolsets",
-                                 message=f"the maintenance toolset needs the '{exc.scope}' scope: {exc}")
-                challenge = f'Bearer error="insufficient_scope", scope="{exc.scope}"'
-                await mcp_refusal(403, "Forbidden", body, {"WWW-Authenticate": challenge})(scope, receive, send)
-                return
-            if not local_install:  # a browser client on any origin (CORS is open): the bearer token is the credential
-                scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"origin"]}
-            body, receive = await _read_body(receive, settings.max_body_bytes)
-            named, initialize = client_from_message(body) if body is not None else (None, False)
-            token = session_client.set(named or client_from_session_id(request.headers.get("mcp-session-id")))
-            try:
-                if initialize and named is not None:
-                    send = _with_session_id(send, named)
-                await endpoints[(pinned_project.get() is not None, sets)](scope, receive, send)
-            finally:
-                session_client.reset(token)
+    Who is calling (issue 18 item 3): the answer to ``initialize`` carries an ``Mcp-Session-Id``
+    holding the client's ``clientInfo`` (``principal.session_id_for``); the client sends it back
+    on every later request, and the tools read it from ``session_client``. No process memory: any
+    replica reads any session."""
 
-    state: dict[str, Any] = {}
+    def __init__(self, mcp: McpServers, settings: GatewaySettings, unauthorized: Any) -> None:
+        self.mcp = mcp
+        self.max_body_bytes = settings.max_body_bytes
+        self.local_install = is_loopback(settings.base_url)
+        self.unauthorized = unauthorized
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await JSONResponse(
+                {"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32000, "message": "Method Not Allowed: this stateless MCP server answers POST only "
+                    "(no SSE stream on GET, no sessions to DELETE)"}},
+                status_code=405, headers={"Allow": "POST"},
+            )(scope, receive, send)
+            return
+        if not isinstance(scope.get("user"), AuthenticatedUser):
+            refused = self.unauthorized(Request(scope))
+            await mcp_refusal(401, "Unauthorized", refused.body, refused.headers)(scope, receive, send)
+            return
+        request = Request(scope)
+        try:
+            sets = toolsets.requested(request.headers.get(toolsets.HEADER),
+                                      request.query_params.get(toolsets.QUERY_PARAMETER))
+            toolsets.require(Principal.from_token(scope["user"].access_token), sets)
+        except toolsets.UnknownToolset as exc:
+            body = ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=str(exc), field="X-Engram-Toolsets")
+            await mcp_refusal(400, "Bad Request", body)(scope, receive, send)
+            return
+        except AccessDenied as exc:
+            body = ErrorBody(code=ErrorCode.PERMISSION_DENIED, field="X-Engram-Toolsets",
+                             message=f"the maintenance toolset needs the '{exc.scope}' scope: {exc}")
+            challenge = f'Bearer error="insufficient_scope", scope="{exc.scope}"'
+            await mcp_refusal(403, "Forbidden", body, {"WWW-Authenticate": challenge})(scope, receive, send)
+            return
+        if not self.local_install:  # a browser client on any origin (CORS is open): the bearer token is the credential
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"origin"]}
+        body, receive = await _read_body(receive, self.max_body_bytes)
+        named, initialize = client_from_message(body) if body is not None else (None, False)
+        token = session_client.set(named or client_from_session_id(request.headers.get("mcp-session-id")))
+        try:
+            if initialize and named is not None:
+                send = _with_session_id(send, named)
+            await self.mcp.endpoint(pinned_project.get() is not None, sets)(scope, receive, send)
+        finally:
+            session_client.reset(token)
+
+
+def about(app: FastAPI, settings: GatewaySettings, metadata_url: str) -> dict[str, str]:
+    """What ``GET /`` says of this server."""
+    return {"name": "Engram", "version": app.version, "description": "Long-term memory for AI assistants (MCP)",
+            "mcp": settings.mcp_url, "rest": settings.base_url + "/v1", "openapi": settings.base_url + "/openapi.json",
+            "docs": settings.base_url + "/docs", "health": settings.base_url + "/health",
+            "oauth_protected_resource": metadata_url}
+
+
+class RootEndpoint:
+    """``GET /``: a short self-description (the Supermemory design's); ``POST /``: the MCP endpoint
+    (the AI-memory design's clients post to the root)."""
+
+    def __init__(self, description: dict[str, str], mcp_endpoint: McpEndpoint) -> None:
+        self.description = description
+        self.mcp_endpoint = mcp_endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] in ("GET", "HEAD"):
+            await JSONResponse(self.description)(scope, receive, send)
+        else:
+            await self.mcp_endpoint(scope, receive, send)
+
+
+def gateway_lifespan(settings: GatewaySettings, verifier: LazyVerifier, client: LazyClient, mcp: McpServers,
+                     state: dict[str, Any]) -> Any:
+    """Connect the bus, bind the verifier and the client to it, run the MCP servers' session
+    managers and the stall watch; close everything on the way out."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -209,7 +299,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         freeze_startup_heap()
         try:
             async with AsyncExitStack() as running:
-                for server in servers.values():
+                for server in mcp.servers.values():
                     await running.enter_async_context(server.session_manager.run())
                 log.info("gateway ready: MCP at %s", settings.mcp_url)
                 yield
@@ -218,49 +308,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             await stalls
             await bus.close()
 
-    app = FastAPI(
-        max_body_size=settings.max_body_bytes,
-        title="Engram",
-        version="0.1.0",
-        description="Long-term memory for AI assistants. MCP at /mcp; the same operations as REST under /v1.",
-        lifespan=lifespan,
-        docs_url=None,  # /docs is served from the package, not a CDN (entrypoints/docs_page.py)
-        redoc_url=None,
-    )
-    app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", app.title))
+    return lifespan
 
-    def unauthorized(request: Request | None = None) -> ApiError:
-        return ApiError(
-            401,
-            ErrorBody(code=ErrorCode.UNAUTHENTICATED,
-                      message="a valid bearer token (API key or OAuth access token) is required"),
-            {"WWW-Authenticate": challenge(request.headers if request is not None else {"authorization": ""})},
-        )
 
-    app.include_router(build_router(ops, unauthorized))
-    app.router.routes.extend(graph_routes(settings.issuer))  # the web page /graph (entrypoints/graph_page.py)
-    mcp_endpoint = McpEndpoint()
-    app.router.routes.append(Route("/mcp", endpoint=mcp_endpoint))  # every method: the endpoint answers 405
-    about = {"name": "Engram", "version": app.version, "description": "Long-term memory for AI assistants (MCP)",
-             "mcp": settings.mcp_url, "rest": settings.base_url + "/v1", "openapi": settings.base_url + "/openapi.json",
-             "docs": settings.base_url + "/docs", "health": settings.base_url + "/health",
-             "oauth_protected_resource": metadata_url}
-
-    class RootEndpoint:
-        """``GET /``: a short self-description (the Supermemory design's); ``POST /``: the MCP endpoint
-        (the AI-memory design's clients post to the root)."""
-
-        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["method"] in ("GET", "HEAD"):
-                await JSONResponse(about)(scope, receive, send)
-            else:
-                await mcp_endpoint(scope, receive, send)
-
-    app.router.routes.append(Route("/", endpoint=RootEndpoint()))
-    prm_path = urlparse(metadata_url).path  # /.well-known/oauth-protected-resource/mcp: ours, not the SDK's
-    for route in apps[(False, toolsets.DEFAULT)].routes:
-        if getattr(route, "path", None) not in ("/mcp", prm_path):
-            app.router.routes.append(route)
+def add_discovery_routes(app: FastAPI, settings: GatewaySettings, metadata_url: str) -> None:
+    """The OAuth discovery documents: RFC 9728 (ours) and the auth service's RFC 8414 (re-served)."""
     resource_metadata = {
         "resource": settings.mcp_url,
         "authorization_servers": [settings.issuer],
@@ -269,6 +321,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         "resource_name": "Engram memory (MCP)",
     }
     metadata_headers = {"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Origin": "*"}
+    prm_path = urlparse(metadata_url).path  # /.well-known/oauth-protected-resource/mcp: ours, not the SDK's
 
     @app.get(prm_path, tags=["oauth"], include_in_schema=False)
     @app.get("/.well-known/oauth-protected-resource", tags=["oauth"], include_in_schema=False)
@@ -293,6 +346,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                                      "error_description": f"see {settings.issuer}/.well-known/oauth-authorization-server"},
                                     status_code=503)
         return JSONResponse(as_metadata["doc"], headers=metadata_headers)
+
+
+def add_probe_routes(app: FastAPI, state: dict[str, Any]) -> None:
+    """Metrics, liveness and readiness."""
 
     @app.get("/metrics", tags=["ops"], include_in_schema=False)
     async def prometheus_metrics() -> Response:
@@ -321,6 +378,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         status = "ready" if all(alive) else "degraded"
         return JSONResponse({"status": status, "nats": True, "services": services})
 
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every refusal has the documented error body (``{"error": {code, message, field}}``)."""
+
     @app.exception_handler(ApiError)
     async def on_api_error(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc)
@@ -336,6 +397,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5])
         return error_response(ApiError(status, ErrorBody(code=ErrorCode.INVALID_ARGUMENT, message=message, field=field)))
 
+
+def add_middleware(app: FastAPI, settings: GatewaySettings, verifier: LazyVerifier, mcp: McpServers) -> None:
+    """The stack, innermost first: the pin, the per-credential limit, the credential, the
+    per-address limit, the client's address, the Host check, the metrics, CORS (outermost)."""
     limits = RateLimits(settings.rate_limit_per_minute, settings.rate_limit_burst,
                         settings.anonymous_rate_limit_per_minute, settings.rate_limit_bytes_per_token)
     app.add_middleware(PinMiddleware)
@@ -347,11 +412,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     # DNS rebinding: every route answers its own Host names only (the SDK checked /mcp alone); the
     # probes an orchestrator sends to the pod's address pass
     app.add_middleware(HostCheckMiddleware, allowed=settings.host_allowlist(), exempt=PROBE_PATHS)
-    tool_names = frozenset(t.name for server in servers.values() for t in server._tool_manager.list_tools())
-    app.add_middleware(metrics.HttpMetricsMiddleware, tools=tool_names,  # outermost: 401/413/429 counted too
+    app.add_middleware(metrics.HttpMetricsMiddleware, tools=mcp.tool_names(),  # outermost: 401/413/429 counted too
                        routes=lambda: app.router.routes)
-    app.add_middleware(EdgeCors, local_install=local_install)  # outermost: a preflight needs no credential
-    return app
+    app.add_middleware(EdgeCors, local_install=is_loopback(settings.base_url))  # outermost: a preflight needs no credential
 
 
 #: liveness and readiness: answered whatever the Host (a kubelet sends the pod's IP); they tell nothing
