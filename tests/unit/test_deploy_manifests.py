@@ -627,6 +627,9 @@ def test_the_extractor_runs_everywhere_engram_runs(compose: dict[str, Any], base
     env = {e["name"]: e for e in container["env"]}
     assert env["ENGRAM_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "engram-db"
     assert env["ENGRAM_EXTRACTOR_ENGINE"]["value"] == "builtin"
+    # the extraction mode is the extractor's to read, set in both (auto | agent | handoff)
+    assert env["ENGRAM_EXTRACTION"]["value"] == "auto" and env["ENGRAM_EXTRACTION_HANDOFF_MINUTES"]["value"] == "30"
+    assert svc["environment"]["ENGRAM_EXTRACTION"] == "${ENGRAM_EXTRACTION:-auto}"
 
 
 def test_compose_gateway_and_auth_agree_on_one_public_origin(compose: dict[str, Any]) -> None:
