@@ -37,6 +37,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -503,9 +504,13 @@ class RecordExtractionTask(BaseModel):
     """Record (or update) the metadata of an extraction run: its id, the logs it covers, its status.
 
     Address an existing task by ``id`` or ``task_id``; with neither, a new task is recorded (its
-    task_id derived from the request's idempotency key). Fields omitted are kept."""
+    task_id derived from the request's idempotency key). Fields omitted are kept. A task recorded
+    ``success`` carries no ``error`` (stated in the schema too, so clients and fuzzers see it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [  # not success, or no error
+        {"properties": {"status": {"not": {"const": "success"}}}},
+        {"properties": {"error": {"type": "null"}}},
+    ]})
 
     id: UUID | None = None
     task_id: str | None = Field(None, pattern=TASK_ID_PATTERN)
@@ -519,6 +524,14 @@ class RecordExtractionTask(BaseModel):
     metrics: Metrics | None = Field(
         None, description="numbers of the run, e.g. prompt_tokens, completion_tokens, cost_usd"
     )
+
+    @field_validator("error")
+    @classmethod
+    def _success_has_no_error(cls, error: str | None, info: ValidationInfo) -> str | None:
+        if error is not None and info.data.get("status") is TaskStatus.SUCCESS:
+            raise ValueError("a successful extraction task carries no error: record it failed with its error, "
+                             "or success without one")
+        return error
 
 
 class RecordExtractionTaskResult(BaseModel):

@@ -13,7 +13,9 @@ What the run leaves out, and why:
 - ``max_response_time`` (opt-in, not set): no timing assertions on a shared 2-core machine;
 - no key that existed before the run is revoked (``DELETE /v1/keys/{id}``): the fuzzer finds every
   key id through ``GET /v1/keys`` and would revoke its own (the rest of the run: 401s) and the
-  other tests' keys (the stack is shared by the session). Keys it made itself it may revoke;
+  other tests' keys (the stack is shared by the session). Keys it made itself it may revoke; nor is
+  a user who held a key before the run purged (``POST /v1/users/{id}/purge``): it draws user ids it
+  has seen in answers, and a purge of the session's shared users broke every later test;
 - a valid ``Idempotency-Key`` is made unique per request: schemathesis draws the same few keys
   over and over, and a key reused with another body is refused (``422 idempotency_key_reused``) by
   design, which ``positive_data_acceptance`` would report. The refusal has its own tests
@@ -69,10 +71,12 @@ class FuzzReport:
 
 
 def existing_key_ids(base_url: str, admin_token: str) -> set[str]:
-    """Every API key of the install: the fuzz (an admin) must not revoke the other tests' keys."""
+    """Every API key of the install and every user holding one: the fuzz (an admin) must not revoke
+    the other tests' keys, nor purge their users (or its own): it draws user ids it has seen in
+    answers (a purge of the session's shared users broke every later test on some seeds)."""
     listed = httpx.get(base_url + "/v1/keys", headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
     assert listed.status_code == 200, listed.text
-    return {k["key_id"] for k in listed.json()["keys"]}
+    return {k["key_id"] for k in listed.json()["keys"]} | {k["user_id"] for k in listed.json()["keys"]}
 
 
 _YEAR = re.compile(r"^(\d{4})-")
@@ -111,13 +115,15 @@ def fuzz(base_url: str, token: str, *, protected: set[str]) -> FuzzReport:
 
     @schema.hook("filter_path_parameters")
     def keep_own_key(_: Any, parameters: dict[str, Any] | None) -> bool:
-        return not parameters or str(parameters.get("key_id")) not in protected
+        return not parameters or not {str(parameters.get("key_id")), str(parameters.get("user_id"))} & protected
 
     valid_key = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
     def before_call(_: Any, case: Any, kwargs: dict[str, Any]) -> None:
         if case.path_parameters and str(case.path_parameters.get("key_id")) in protected:
             case.path_parameters["key_id"] = str(uuid.uuid4())  # the coverage phase skips filter hooks
+        if case.path_parameters and str(case.path_parameters.get("user_id")) in protected:
+            case.path_parameters["user_id"] = "u" + uuid.uuid4().hex  # a user nobody has
         body = case.body
         if isinstance(body, dict) and isinstance(body.get("log_date"), str):
             try:

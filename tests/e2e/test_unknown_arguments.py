@@ -41,3 +41,5 @@ def test_an_unknown_query_parameter_is_refused_naming_it(running) -> None:  # ty
         error = listed.json()["error"]
         assert error["field"] == "as_of" and "limit" in error["message"], error
         assert rest.get("/memories", params={"limit": 5}).status_code == 200
+        twice = rest.get("/memories", params=[("limit", 5), ("limit", 6)])
+        assert twice.status_code == 422 and twice.json()["error"]["field"] == "limit", twice.text

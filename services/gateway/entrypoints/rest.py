@@ -233,12 +233,20 @@ class MethodNotAllowed:
                            headers={"Allow": self.allow})(scope, receive, send)
 
 
-def _query_names(dependant: Any) -> set[str]:
-    """The query parameters a route declares, its dependencies' included."""
-    names = {p.alias for p in dependant.query_params}
+def _query_names(dependant: Any) -> dict[str, bool]:
+    """The query parameters a route declares, its dependencies' included: name → whether it takes
+    several values (a list)."""
+    names = {p.alias: _takes_list(p.field_info.annotation) for p in dependant.query_params}
     for sub_dependant in dependant.dependencies:
         names |= _query_names(sub_dependant)
     return names
+
+
+def _takes_list(annotation: Any) -> bool:
+    origin = get_origin(annotation)
+    if origin in (list, tuple, set, frozenset):
+        return True
+    return origin in (Union, types.UnionType) and any(_takes_list(a) for a in get_args(annotation))
 
 
 class RestRoute(APIRoute):
@@ -257,6 +265,12 @@ class RestRoute(APIRoute):
                 raise ApiError(422, ErrorBody(
                     code=ErrorCode.INVALID_ARGUMENT, field=unknown[0][:64],
                     message=f"unknown query parameter {unknown[0][:64]!r}: this route takes {takes}"))
+            repeated = sorted(k for k in set(request.query_params.keys())
+                              if not declared[k] and len(request.query_params.getlist(k)) > 1)
+            if repeated:  # one value is meant: FastAPI would take the last one without a word
+                raise ApiError(422, ErrorBody(
+                    code=ErrorCode.INVALID_ARGUMENT, field=repeated[0],
+                    message=f"query parameter {repeated[0]!r} is given more than once; it takes one value"))
             try:
                 return await handler(request)
             except HTTPException as exc:
