@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 INSPECTOR := tools/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: run test test-unit test-integration faults lint bench clean llm test-llm
+.PHONY: run test test-unit test-integration faults fuzz lint bench clean llm test-llm
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
@@ -34,6 +34,12 @@ test-unit: $(STAMP)
 
 test-integration: $(STAMP) $(INSPECTOR)
 	$(BIN)/python -m pytest -q -m "integration or e2e"
+
+# The REST and MCP fuzzers alone, each run with a fresh seed (printed; ENGRAM_FUZZ_SEED=<n> reproduces
+# one): FUZZ_RUNS runs in a row (~3 min each on 2 cores)
+FUZZ_RUNS ?= 3
+fuzz: $(STAMP)
+	@for i in $$(seq $(FUZZ_RUNS)); do $(BIN)/python -m pytest -q -s tests/e2e/test_fuzz_rest.py tests/e2e/test_fuzz_mcp.py || exit 1; done
 
 # The fault suite (~20 min on 2 cores): kill -9 of every service mid-ingest, a 3-node NATS cluster
 # losing a node, Postgres stopped and started, a poison message (docs/reliability.md). Each
