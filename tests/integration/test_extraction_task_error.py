@@ -58,9 +58,10 @@ async def test_commands_fail_then_succeed_and_the_error_is_gone(app: MemoryApp) 
     assert task["metrics"] == {"retry_count": 2, "facts": 3} and task["engine"] == "llm"
 
     reply = await send(app, "record_extraction_task", {"task_id": "run-1", "error": "afterthought"})
-    assert not reply.ok and reply.error.code == "invalid_argument" and reply.error.field == "error"
+    # a valid request against a successful task's state: a conflict naming the field (409 over REST)
+    assert not reply.ok and reply.error.code == "conflict" and reply.error.field == "error"
     reply = await send(app, "record_extraction_task", {"task_id": "run-2", "status": "success", "error": "partly"})
-    assert not reply.ok and reply.error.field == "error"
+    assert not reply.ok and reply.error.code == "invalid_argument" and reply.error.field == "error"  # the contract's
     assert (await listed(app, "run-1")) == task  # nothing was written
 
     await rebuild(app)  # the new events replay to the same states

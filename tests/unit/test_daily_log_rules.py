@@ -319,7 +319,7 @@ def test_a_task_that_succeeds_after_a_failure_has_no_error() -> None:
     with pytest.raises(ValidationError) as invalid:
         RecordExtractionTask(task_id="pipe-1", status=TaskStatus.SUCCESS, error="partly")
     assert invalid.value.errors()[0]["loc"] == ("error",)
-    with pytest.raises(InvalidArgument) as err:
+    with pytest.raises(Conflict) as err:  # a valid request against the task's state: a conflict
         record(done, error="partly")
     assert err.value.field == "error"
 

@@ -283,8 +283,10 @@ def record_task(
     status = given.get("status", current.status if current is not None else TaskStatus.PENDING)
     if status is TaskStatus.SUCCESS:
         if "error" in given:
-            raise InvalidArgument("a successful extraction task carries no error: record it failed with its error, "
-                                  "or success without one", "error")
+            # the request itself is valid (a success with an error is refused by the contract): it
+            # conflicts with the task's state, a success — 409, not 422
+            raise Conflict(f"extraction task {current.task_id if current else task_id!r} succeeded, and a successful "
+                           "task carries no error: record it failed with its error (status: failed)", "error")
         given["error"] = None
     if current is None:
         assert task_id is not None
