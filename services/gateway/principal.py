@@ -50,7 +50,7 @@ class Principal:
         )
 
     def acting_for(self, user_id: str) -> Principal:
-        """This credential acting for ``user_id`` (the ``user_id`` argument of seed 2's tools,
+        """This credential acting for ``user_id`` (the ``user_id`` argument of the AI-memory design's tools,
         docs/design.md §3): its own user as is; another user only with ``memory:act-as``, every rule
         then applying to that user as if they had called (the key's project restriction included),
         and the credential's user kept as the actor."""

@@ -191,7 +191,7 @@ def build_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], st
 
 
 def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], str, str, ToolAnnotations, str]]:
-    """The memory tools of both source designs, seed 1 and seed 2 (the assistant toolset;
+    """The memory tools of both source designs, the Supermemory-style and the AI-memory one (the assistant toolset;
     docs/design.md §3)."""
 
     @tool_errors
