@@ -259,14 +259,16 @@ class RestRoute(APIRoute):
         declared = _query_names(self.dependant)
 
         async def handle(request: Request) -> Any:
-            unknown = sorted(k for k in request.query_params if k not in declared)
+            # an unauthenticated request is answered 401 by the route's credential first
+            signed_in = isinstance(request.scope.get("user"), AuthenticatedUser)
+            unknown = sorted(k for k in request.query_params if k not in declared) if signed_in else []
             if unknown:
                 takes = ", ".join(sorted(declared)) or "none"
                 raise ApiError(422, ErrorBody(
                     code=ErrorCode.INVALID_ARGUMENT, field=unknown[0][:64],
                     message=f"unknown query parameter {unknown[0][:64]!r}: this route takes {takes}"))
-            repeated = sorted(k for k in set(request.query_params.keys())
-                              if not declared[k] and len(request.query_params.getlist(k)) > 1)
+            repeated = sorted(k for k in set(request.query_params.keys()) if signed_in
+                              and not declared[k] and len(request.query_params.getlist(k)) > 1)
             if repeated:  # one value is meant: FastAPI would take the last one without a word
                 raise ApiError(422, ErrorBody(
                     code=ErrorCode.INVALID_ARGUMENT, field=repeated[0],
