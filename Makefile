@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 INSPECTOR := tools/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: run test test-unit test-integration faults fuzz lint bench clean llm test-llm
+.PHONY: run test test-unit test-integration faults fuzz lint bench clean llm test-llm compose-test
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
@@ -56,6 +56,14 @@ llm: $(STAMP)
 
 test-llm: llm
 	$(BIN)/python -m pytest -q -s -m llm_local tests/integration/test_extractor_llm_local.py
+
+# The compose deployment run for real in podman containers (docs/deployment.md, "podman"): every
+# image built here from Debian and PyPI packages (cached, keyed on its inputs), the stack brought up
+# with podman-compose from deploy/compose/, checked through its published port, then removed.
+# Needs podman, runc and debootstrap (apt-get install podman runc debootstrap). Not in `make test`.
+compose-test: $(STAMP)
+	@$(BIN)/podman-compose --version >/dev/null 2>&1 || $(BIN)/pip install --quiet podman-compose==1.6.0
+	ENGRAM_COMPOSE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/compose
 
 lint: $(STAMP)
 	$(BIN)/lint-imports
