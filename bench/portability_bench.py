@@ -37,7 +37,7 @@ from mcp_bench import contents, preload, steady_rate
 
 from contracts.portability import ExportHeader, MemoryRecord
 from contracts.subjects import Names
-from deploy.portability import export_user, import_file
+from deploy.export_import import export_user, import_file
 from deploy.stack import Stack
 from kit.bus import Bus
 from kit.export import jsonl

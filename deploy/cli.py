@@ -16,7 +16,7 @@ from rich.table import Table
 
 from contracts.auth import Scope
 from deploy.dlq import app as dlq_app
-from deploy.portability import register as register_portability
+from deploy.export_import import register as register_portability
 from kit.config import default_home
 
 app = typer.Typer(help="Engram: long-term memory for AI assistants, served over MCP.", no_args_is_help=True)
@@ -476,7 +476,7 @@ def graph_command(
             console.print("(no browser found here: open the URL yourself)")
 
 
-register_portability(app)  # engram export | import | purge (deploy/portability.py)
+register_portability(app)  # engram export | import | purge (deploy/export_import.py)
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ contract model, run its handler exactly once per (tenant, operation, idempotency
 key reused with another request, record the outcome in one place, reply to the waiting caller,
 answer the outcome query for callers whose reply was lost, and dead-letter what can never be
 handled. Handlers receive a :class:`Call` (who asks, within which project) and the model, and
-return the contract's result model or raise :class:`contracts.errors.ServiceError`.
+return the contract's result model or raise :class:`contracts.errors.ServiceError`. A handler that
+changes an event-sourced aggregate does it through :mod:`kit.aggregates`, which records the outcome
+in the transaction of the effect (the runtime then records nothing more).
 """
 
 from __future__ import annotations
@@ -75,13 +77,18 @@ class CommandCall(Call):
     fingerprint: str = ""
     #: kept for retries instead of the result, when the result holds something shown once (a secret)
     stored_result: BaseModel | None = None
-    #: set by a handler that recorded the outcome itself, in the transaction of its effect
-    recorded: bool = False
+    #: the outcome recorded in the transaction of the command's effect (kit's write path,
+    #: :mod:`kit.aggregates`): the runtime then records none
+    _kept: OutcomeRecord | None = field(default=None, init=False, repr=False)
 
     def outcome(self, result: BaseModel) -> OutcomeRecord:
-        """The record of a successful outcome, for a handler recording it in its own transaction
-        (it then sets ``recorded``)."""
+        """The record of a successful outcome, to be recorded in the transaction of the effect."""
         return self._record(Reply.success(result.model_dump(mode="json")))
+
+    def kept(self, outcome: OutcomeRecord) -> None:
+        """Note that ``outcome`` was recorded with the effect (kit's write path says so, once its
+        transaction committed)."""
+        self._kept = outcome
 
     def _record(self, reply: Reply[Any]) -> OutcomeRecord:
         return OutcomeRecord(self.command_id, self.tenant, self.operation, self.key, self.fingerprint, reply)
@@ -139,6 +146,9 @@ class ServiceRuntime:
     _fresh: set[str] = field(init=False, default_factory=set)
     #: commands parsed while their batch was prepared, by stream sequence (a redelivery has the same)
     _parsed: dict[Hashable, _Parsed | ServiceError | ValidationError] = field(init=False, default_factory=dict)
+    #: event-loop time when a handler last ran a command (queries and answers of a stored outcome
+    #: do not count): a service can tell when writes pause
+    last_command: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self._commands = self._table(self.commands, "command")
@@ -195,6 +205,7 @@ class ServiceRuntime:
                     return key_reused(call.operation, call.key, stored)
                 return stored.reply
         handler = self._commands[call.operation][1]
+        self.last_command = asyncio.get_running_loop().time()
         try:
             result = await handler(call, model)
             reply = Reply.success(result.model_dump(mode="json"))
@@ -206,7 +217,7 @@ class ServiceRuntime:
         except ValidationError as exc:
             reply = validation_reply(exc)
             kept = call._record(reply)
-        if not call.recorded:
+        if call._kept is None:
             await self.command_log.record(kept)
         return reply
 

@@ -30,7 +30,7 @@ from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.replay import ReplayReport, ServiceRunning, ensure_service_stopped, rebuild
 from services.memory.search.embedding import PrimedEmbedder, PrimedLateEncoder
-from services.memory.search.models import Models
+from services.memory.search.encoders import Encoders
 from services.memory.search.ports import Embedder, VectorIndex
 from services.memory.search.vector_cache import VectorCache
 
@@ -97,14 +97,14 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
             await ensure_service_stopped(bus)  # never drop the index under a running service
             await index.drop()
         await index.ensure()
-        models = Models(
+        encoders = Encoders(
             embedder=embedder, late_encoder=await asyncio.to_thread(make_late_encoder, settings),
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
             cache=VectorCache(PgEmbeddingCache(pool, settings.memory_schema)),
         )
-        metrics.track_embedding_cache(models.cache)  # engram_embedding_cache_total{result=hit|miss}
+        metrics.track_embedding_cache(encoders.cache)  # engram_embedding_cache_total{result=hit|miss}
         service = MemoryService(
-            store, index, models, bus, settings.names, rerank_candidates=settings.rerank_candidates,
+            store, index, encoders, bus, settings.names, rerank_candidates=settings.rerank_candidates,
             late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
             log_retention_days=settings.log_retention_days,
             portability=PgPortability(pool, settings.memory_schema),
@@ -166,7 +166,7 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         await nats_entry.serve_queries(app.bus, app.service)
         freeze_startup_heap()
         log.info("memory service ready (namespace %s, embedder %s, late interaction %s, reranker %s)",
-                 settings.namespace, app.service.models.embedder.model_id, settings.late_interaction, settings.reranker)
+                 settings.namespace, app.service.encoders.embedder.model_id, settings.late_interaction, settings.reranker)
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -92,7 +92,7 @@ async def test_a_retried_save_after_its_memory_was_forgotten_makes_no_second_mem
     second memory and bringing back what the user forgot."""
     try:
         async with memory_app(settings) as app:
-            projection = app.service.memories.projection
+            projection = app.service.projection
             real_apply = projection.apply
 
             async def crash(*args: Any, **kwargs: Any) -> bool:

@@ -354,7 +354,7 @@ async def test_projector_skips_what_commands_already_projected(app: MemoryApp) -
     """Events the command path projected inline cost the projector no embedding and no write."""
     for text in ("Skipped one", "Skipped two", "Skipped three"):
         await app.service.handle_command(cmd("save_memory", {"content": text}))
-    inner = app.service.models.embedder.inner  # type: ignore[attr-defined]
+    inner = app.service.encoders.embedder.inner  # type: ignore[attr-defined]
     calls: list[int] = []
     original = inner.embed
 
@@ -380,7 +380,7 @@ async def test_projector_skips_what_commands_already_projected(app: MemoryApp) -
 async def test_a_batch_of_contents_already_saved_embeds_nothing(app: MemoryApp) -> None:
     """Re-importing what is already there is answered 'unchanged' without embedding it again."""
     await app.service.handle_command(cmd("save_memory", {"content": "Imported once. Then again."}))
-    inner = app.service.models.embedder.inner  # type: ignore[attr-defined]
+    inner = app.service.encoders.embedder.inner  # type: ignore[attr-defined]
     calls: list[list[str]] = []
     original = inner.embed
     inner.embed = lambda texts: calls.append(list(texts)) or original(texts)
@@ -417,8 +417,8 @@ async def test_rerank_reorders_the_candidates_by_the_cross_encoder(app: MemoryAp
     # the cross-encoder puts the answer first by a wide margin, so the fusion with the search's order
     # (exact rule: tests/unit/test_reranker.py) keeps it first; the search's own order of these
     # short turns varies between calls (RRF ties), so the exact scores are not compared here
-    assert app.service.models.reranker is not None
-    relevance = app.service.models.reranker.score(question, [h.memory.content for h in plain.hits]).tolist()
+    assert app.service.encoders.reranker is not None
+    relevance = app.service.encoders.reranker.score(question, [h.memory.content for h in plain.hits]).tolist()
     assert plain.hits[max(range(len(relevance)), key=relevance.__getitem__)].memory.content == ranked.hits[0].memory.content
     again = await app.service.recall("alice", Recall(query=question, limit=2, rerank=True))
     assert again == ranked  # deterministic
@@ -436,13 +436,13 @@ async def test_rerank_reads_each_memory_after_its_context(app: MemoryApp) -> Non
         assert [h.memory.content for h in ranked.hits][0] == answer
         assert ranked.hits[0].memory.context is not None
     # the contents alone would put the same answer first for both questions
-    assert app.service.models.reranker is not None
-    firsts = {int(app.service.models.reranker.score(q, [c for c, _ in saves]).argmax()) for q, _ in questions}
+    assert app.service.encoders.reranker is not None
+    firsts = {int(app.service.encoders.reranker.score(q, [c for c, _ in saves]).argmax()) for q, _ in questions}
     assert len(firsts) == 1
 
 
 async def test_rerank_without_a_reranker_is_a_clear_error(app: MemoryApp) -> None:
-    app.service.models.reranker = None
+    app.service.encoders.reranker = None
     reply = await app.service.handle_query(
         QueryEnvelope(type="recall", tenant="alice", payload={"query": "tea", "rerank": True})
     )
@@ -454,17 +454,17 @@ async def test_hybrid_recall_reorders_its_candidates_by_late_interaction(app: Me
     for content in TURTLE_TURNS:
         assert (await app.service.handle_command(cmd("save_memory", {"content": content}))).ok
     question = "For how long has Nate had his turtles?"
-    encoder = app.service.models.late_encoder
+    encoder = app.service.encoders.late_encoder
     assert encoder is not None
     ranked = await app.service.recall("alice", Recall(query=question, limit=2))
     assert ranked.hits[0].memory.content == "Nate: I've had my turtles for 3 years now, they are so calm."
     assert 0 < ranked.hits[1].score < ranked.hits[0].score <= 1  # fused rank scores, not RRF sums
     # exactly: the hybrid search's candidates, fused with MaxSim over the tokens stored at save
-    app.service.models.late_encoder = None
+    app.service.encoders.late_encoder = None
     try:
         plain = await app.service.recall("alice", Recall(query=question, limit=50))
     finally:
-        app.service.models.late_encoder = encoder
+        app.service.encoders.late_encoder = encoder
     stored = await app.store.late_tokens("alice", [h.memory.id for h in plain.hits])
     matrices = [unpack(stored[h.memory.id], encoder.dim) for h in plain.hits]
     assert all(m is not None and len(m) for m in matrices)
@@ -477,15 +477,15 @@ async def test_hybrid_recall_reorders_its_candidates_by_late_interaction(app: Me
 
 
 async def test_memories_saved_without_tokens_are_encoded_per_recall(app: MemoryApp, caplog) -> None:  # type: ignore[no-untyped-def]
-    encoder = app.service.models.late_encoder
-    app.service.models.late_encoder = None  # as a server with ENGRAM_LATE_INTERACTION=none writes them
+    encoder = app.service.encoders.late_encoder
+    app.service.encoders.late_encoder = None  # as a server with ENGRAM_LATE_INTERACTION=none writes them
     try:
         for content, context in (("Nate: Every Saturday morning.", "Joanna: When do you feed your turtles?"),
                                  ("Nate: Every Sunday morning.", "Joanna: When do you go to the gym?")):
             payload = {"content": content, "context": context}
             assert (await app.service.handle_command(cmd("save_memory", payload))).ok
     finally:
-        app.service.models.late_encoder = encoder
+        app.service.encoders.late_encoder = encoder
     rows = await app.store.pool.fetch(f"SELECT late_tokens FROM {app.store.s}.memories")
     assert [r["late_tokens"] for r in rows] == [None, None]
     with caplog.at_level("WARNING", logger="engram.memory"):

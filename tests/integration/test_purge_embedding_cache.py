@@ -62,7 +62,7 @@ async def cached(app: Any, memories: Iterable[MemoryState]) -> int:
 
 def primed(app: Any, memory: MemoryState) -> bool:
     """Whether this process still holds a vector of the memory's texts."""
-    models = app.service.models
+    models = app.service.encoders
     document = late_document(memory)
     return (any(models.embedder.cached([t]) is not None for t in embedding_texts(memory))
             or models.late_encoder.cached([document]) is not None or models.cache.packed(document) is not None)

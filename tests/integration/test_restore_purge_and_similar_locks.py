@@ -81,7 +81,7 @@ async def test_a_purge_drops_the_texts_held_by_the_embedders_own_single_text_cac
             assert saved.ok, saved.error
             from contracts.memory import Recall
             await app.service.recall("alice", Recall(query=query, limit=5))
-            caches = single_text_caches(app.service.models)
+            caches = single_text_caches(app.service.encoders)
             assert caches, "no single-text cache under the embedder (test set-up)"
             held_before = {t for c in caches for t in c if "Elm Street" in t or "alice live" in t}
             assert held_before, held_before

@@ -24,7 +24,7 @@ from deploy.import_formats import (
 )
 from services.gateway.portability import item_key
 from services.memory.domain.model import keyed_memory_id
-from services.memory.domain.portability import Remap
+from services.memory.domain.remap import Remap
 
 pytestmark = pytest.mark.unit
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "portability"

@@ -11,7 +11,7 @@ from uuid import UUID, uuid4
 from contracts.daily_logs import daily_log_id, extraction_result_id
 from contracts.portability import ExtractionResultRecord, MemoryRecord, SharedMemoryRecord
 from services.memory.domain.model import keyed_memory_id
-from services.memory.domain.portability import Remap
+from services.memory.domain.remap import Remap
 from services.memory.domain.shared import shared_id
 
 NOW = "2025-01-01T00:00:00Z"

@@ -22,14 +22,14 @@ class AuthPurge:
         self.store = store
         self.events = events
 
-    async def purge(self, env: CommandCall, cmd: PurgeAuthUser) -> PurgeResult:
+    async def purge(self, call: CommandCall, cmd: PurgeAuthUser) -> PurgeResult:
         """Remove the user, their API keys, OAuth grants and tokens, codes and sessions.
         Idempotent: a second purge removes nothing (and `engram keys create --user` then makes the
         user anew). The event announcing it is purged from the event stream with the user's others."""
         await self.events.user_deactivated(
-            cmd.user_id, env.command_id, event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}:{cmd.user_id}"))
+            cmd.user_id, call.command_id, event_id=uuid5(NAMESPACE_URL, f"engram:event:{call.command_id}:{cmd.user_id}"))
         return PurgeResult(service=AUTH, removed=await self.store.purge(cmd.user_id))
 
-    async def restore_user(self, env: CommandCall, cmd: RestoreAuthUser) -> RestoredUser:
+    async def restore_user(self, call: CommandCall, cmd: RestoreAuthUser) -> RestoredUser:
         """Make sure the user exists (an import after a purge brings them back); idempotent."""
         return RestoredUser(user_id=cmd.user_id, created=await self.store.ensure_user(cmd.user_id))

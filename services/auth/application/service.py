@@ -68,40 +68,40 @@ class AuthService:
     def query_handlers(self) -> dict[type[BaseModel], Any]:
         return {IntrospectToken: self.introspect_query, ListApiKeys: self.list_keys, ListUsers: self.list_users}
 
-    async def create_key(self, env: CommandCall, cmd: CreateApiKey) -> CreatedApiKey:
+    async def create_key(self, call: CommandCall, cmd: CreateApiKey) -> CreatedApiKey:
         """Create an API key (and its user when no user_id is given); the secret is in this result only."""
         if cmd.user_id is not None and not await self.store.user_exists(cmd.user_id):
             raise ServiceError(f"no user {cmd.user_id}; omit user_id to create one", "user_id", code=ErrorCode.NOT_FOUND)
         new = keys.generate_key()
-        key_id = uuid5(NAMESPACE_URL, f"engram:apikey:{env.command_id}")
-        user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{env.command_id}").hex
+        key_id = uuid5(NAMESPACE_URL, f"engram:apikey:{call.command_id}")
+        user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{call.command_id}").hex
         now = utcnow()
         created, inserted = await self.store.create_key(
             user_id=user_id, user_name=cmd.user_name, create_user=cmd.user_id is None, key_id=key_id,
             name=cmd.name, prefix=new.display_prefix, key_hash=new.hash, scopes=[s.value for s in cmd.scopes],
             project=cmd.project, expires_at=keys.expiry(now, cmd.expires_in_days),
         )
-        await self._emit(env, created, AuthEventType.API_KEY_CREATED, now)
+        await self._emit(call, created, AuthEventType.API_KEY_CREATED, now)
         # The secret is in the first reply only; the stored outcome (for retries) never holds it.
-        env.stored_result = CreatedApiKey(key=None, view=created)
+        call.stored_result = CreatedApiKey(key=None, view=created)
         return CreatedApiKey(key=new.secret if inserted else None, view=created)
 
-    async def revoke_key(self, env: CommandCall, cmd: RevokeApiKey) -> ApiKeyView:
+    async def revoke_key(self, call: CommandCall, cmd: RevokeApiKey) -> ApiKeyView:
         """Revoke an API key: every gateway refuses it at once."""
         revoked = await self.store.revoke_key(cmd.key_id)
         if revoked is None:
             raise ServiceError(f"no API key {cmd.key_id}", "key_id", code=ErrorCode.NOT_FOUND)
-        await self._emit(env, revoked, AuthEventType.API_KEY_REVOKED, utcnow())
+        await self._emit(call, revoked, AuthEventType.API_KEY_REVOKED, utcnow())
         return revoked
 
-    async def create_user(self, env: CommandCall, cmd: CreateUser) -> UserView:
+    async def create_user(self, call: CommandCall, cmd: CreateUser) -> UserView:
         """Create a user who signs in with a password, or give an existing user a login."""
         if not passwords.is_valid_hash(cmd.password_hash):
             raise ServiceError("unsupported password hash parameters", "password_hash")
         existing = cmd.user_id is not None
         if existing and not await self.store.user_exists(cmd.user_id or ""):
             raise ServiceError(f"no user {cmd.user_id}", "user_id", code=ErrorCode.NOT_FOUND)
-        user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{env.command_id}").hex
+        user_id = cmd.user_id or "u" + uuid5(NAMESPACE_URL, f"engram:user:{call.command_id}").hex
         user = await self.oauth.create_login(
             user_id=user_id, username=cmd.username, password_hash=cmd.password_hash,
             display_name=cmd.display_name, existing=existing,
@@ -111,23 +111,23 @@ class AuthService:
         log.info("user %s can now sign in as %s", user.user_id, user.username)
         return user
 
-    async def disable_user(self, env: CommandCall, cmd: DisableUser) -> UserView:
+    async def disable_user(self, call: CommandCall, cmd: DisableUser) -> UserView:
         """Disable a user: every API key and OAuth token of theirs stops working at once."""
         done = await self.oauth.disable_user(cmd.user_id)
         if done is None:
             raise ServiceError(f"no user {cmd.user_id}", "user_id", code=ErrorCode.NOT_FOUND)
         user, grants = done
         await self.auth_events.user_deactivated(
-            user.user_id, env.command_id, event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}")
+            user.user_id, call.command_id, event_id=uuid5(NAMESPACE_URL, f"engram:event:{call.command_id}")
         )
         log.info("user %s disabled; %d OAuth grants revoked", user.user_id, len(grants))
         return user
 
-    async def _emit(self, env: CommandCall, key: ApiKeyView, type_: AuthEventType, now: datetime) -> None:
+    async def _emit(self, call: CommandCall, key: ApiKeyView, type_: AuthEventType, now: datetime) -> None:
         event = EventEnvelope(
-            event_id=uuid5(NAMESPACE_URL, f"engram:event:{env.command_id}"),
+            event_id=uuid5(NAMESPACE_URL, f"engram:event:{call.command_id}"),
             type=type_.value, occurred_at=now, tenant=key.user_id, aggregate=API_KEY_AGGREGATE,
-            aggregate_id=str(key.key_id), correlation_id=env.correlation_id, causation_id=env.command_id,
+            aggregate_id=str(key.key_id), correlation_id=call.correlation_id, causation_id=call.command_id,
             data=key.model_dump(mode="json"),
         )
         await self.events.append_event(

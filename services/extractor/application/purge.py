@@ -17,6 +17,6 @@ class ExtractorPurge:
     def __init__(self, store: PurgeStore) -> None:
         self.store = store
 
-    async def purge(self, env: CommandCall, cmd: PurgeExtractorUser) -> PurgeResult:
+    async def purge(self, call: CommandCall, cmd: PurgeExtractorUser) -> PurgeResult:
         """Delete the user's task-ledger rows and tenant entry. Idempotent."""
         return PurgeResult(service=EXTRACTOR, removed=await self.store.purge(cmd.user_id))

@@ -19,6 +19,6 @@ class GraphPurge:
     def __init__(self, store: PurgeStore) -> None:
         self.store = store
 
-    async def purge(self, env: CommandCall, cmd: PurgeGraphUser) -> PurgeResult:
+    async def purge(self, call: CommandCall, cmd: PurgeGraphUser) -> PurgeResult:
         """Delete every row of the user in the graph's schema. Idempotent."""
         return PurgeResult(service=GRAPH, removed=await self.store.purge(cmd.user_id))

@@ -31,11 +31,10 @@ from contracts.daily_logs import (
 )
 from contracts.envelope import utcnow
 from contracts.subjects import Names
+from kit.aggregates import WritePath
 from kit.service import Call, CommandCall
-from services.memory.application.common import Activity
 from services.memory.application.daily_logs import Records
 from services.memory.application.ports import EventLog, ReadModel
-from services.memory.application.projection import MemoryProjection
 from services.memory.domain import daily_logs as rules
 from services.memory.domain.errors import NotFound
 
@@ -44,16 +43,15 @@ class Extraction:
     """The commands and queries of extraction tasks and results."""
 
     def __init__(
-        self, store: ReadModel, events: EventLog, names: Names, projection: MemoryProjection, activity: Activity,
+        self, store: ReadModel, events: EventLog, names: Names, writes: WritePath,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
-        self.logs: Records[DailyLogState] = Records(events, names, projection, DAILY_LOG_AGGREGATE, DailyLogState)
+        self.logs: Records[DailyLogState] = Records(events, names, writes, DAILY_LOG_AGGREGATE, DailyLogState)
         self.tasks: Records[ExtractionTaskState] = Records(
-            events, names, projection, EXTRACTION_TASK_AGGREGATE, ExtractionTaskState)
+            events, names, writes, EXTRACTION_TASK_AGGREGATE, ExtractionTaskState)
         self.results: Records[ExtractionResultState] = Records(
-            events, names, projection, EXTRACTION_RESULT_AGGREGATE, ExtractionResultState)
-        self.activity = activity
+            events, names, writes, EXTRACTION_RESULT_AGGREGATE, ExtractionResultState)
         self.clock = clock
 
     async def _visible_log(self, call: Call, log_id: UUID, field: str) -> DailyLogState:
@@ -65,21 +63,20 @@ class Extraction:
         return state
 
     # tasks --------------------------------------------------------------------------------
-    async def record_task(self, env: CommandCall, cmd: RecordExtractionTask) -> RecordExtractionTaskResult:
+    async def record_task(self, call: CommandCall, cmd: RecordExtractionTask) -> RecordExtractionTaskResult:
         """Record or update a task's metadata (never the extracted text)."""
-        self.activity.touch()
-        task_uuid, task_id = rules.task_identity(env.tenant, cmd, env.command_id)
+        task_uuid, task_id = rules.task_identity(call.tenant, cmd, call.command_id)
         if cmd.project is not None:
-            env.require_project(cmd.project)
-        elif env.project_scope is not None:
-            cmd = cmd.model_copy(update={"project": env.project_scope})
+            call.require_project(cmd.project)
+        elif call.project_scope is not None:
+            cmd = cmd.model_copy(update={"project": call.project_scope})
         for log_id in dict.fromkeys(cmd.log_ids or []):
-            log = await self._visible_log(env, log_id, "log_ids")
+            log = await self._visible_log(call, log_id, "log_ids")
             if cmd.project is not None and log.project != cmd.project:
                 raise NotFound(f"daily log {log_id} is not in project {cmd.project!r}", "log_ids")
-        current, _, _ = await self.tasks.load(env.tenant, task_uuid)
-        if current is not None and (not env.sees(current.project) if current.project is not None
-                                    else env.project_scope is not None):
+        current, _, _ = await self.tasks.load(call.tenant, task_uuid)
+        if current is not None and (not call.sees(current.project) if current.project is not None
+                                    else call.project_scope is not None):
             raise NotFound(f"no extraction task with id {task_uuid}", "id")
 
         def answer(state: ExtractionTaskState, created: bool, changed: bool) -> RecordExtractionTaskResult:
@@ -87,8 +84,8 @@ class Extraction:
                                               updated=changed and not created)
 
         return await self.tasks.upsert(
-            env, task_uuid, lambda current: rules.record_task(current, env.tenant, task_id, task_uuid, cmd, self.clock()),
-            lambda state, _: rules.task_event(state, command_id=env.command_id, correlation_id=env.correlation_id),
+            call, task_uuid, lambda current: rules.record_task(current, call.tenant, task_id, task_uuid, cmd, self.clock()),
+            lambda state, _: rules.task_event(state, command_id=call.command_id, correlation_id=call.correlation_id),
             answer,
         )
 
@@ -98,21 +95,20 @@ class Extraction:
         return ExtractionTaskList(tasks=[rules.task_view(t) for t in found])
 
     # results ------------------------------------------------------------------------------
-    async def record_result(self, env: CommandCall, cmd: RecordExtractionResult) -> RecordExtractionResultResult:
+    async def record_result(self, call: CommandCall, cmd: RecordExtractionResult) -> RecordExtractionResultResult:
         """Link a log to the memories a task produced: one result per (log_id, task_id), replaced
         on a repeat; the memories named must be the user's."""
-        self.activity.touch()
-        log = await self._visible_log(env, cmd.log_id, "log_id")
-        await self._require_known(env, cmd)
+        log = await self._visible_log(call, cmd.log_id, "log_id")
+        await self._require_known(call, cmd)
 
         def answer(state: ExtractionResultState, created: bool, changed: bool) -> RecordExtractionResultResult:
             return RecordExtractionResultResult(result=rules.result_view(state), created=created,
                                                 replaced=changed and not created)
 
         return await self.results.upsert(
-            env, extraction_result_id(env.tenant, cmd.log_id, cmd.task_id),
-            lambda current: rules.record_result(current, env.tenant, log.project, cmd, self.clock()),
-            lambda state, _: rules.result_event(state, command_id=env.command_id, correlation_id=env.correlation_id),
+            call, extraction_result_id(call.tenant, cmd.log_id, cmd.task_id),
+            lambda current: rules.record_result(current, call.tenant, log.project, cmd, self.clock()),
+            lambda state, _: rules.result_event(state, command_id=call.command_id, correlation_id=call.correlation_id),
             answer,
         )
 

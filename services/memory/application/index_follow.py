@@ -95,7 +95,7 @@ class IndexFollower:
         stored = await self.index.fingerprints(ids + gone)
         todo = [i for i, (pid, fp) in enumerate(zip(ids, fingerprints, strict=True)) if stored.get(pid, "") != fp]
         changed = [active[i] for i in todo]
-        await prime(self.projection.models, [t for st in changed for t in embedding_texts(st)], [])
+        await prime(self.projection.encoders, [t for st in changed for t in embedding_texts(st)], [])
         points = [point_for(st, await self.projection.memory_vector(st), fingerprint=fingerprints[i])
                   for i, st in zip(todo, changed, strict=True)]
         await self.index.upsert(points)

@@ -1,9 +1,10 @@
 """Memories: save, update and forget (commands, with their batch priming), and the reads of
 memories by key, list, history, project and profile.
 
-A command appends an event (optimistic concurrency on the memory's subject) and projects it
-inline before replying, recording its outcome in the projection's transaction, so the caller
-reads its own write at once and the effect and its outcome commit together.
+A command writes through kit's write path (:mod:`kit.aggregates`): it appends an event
+(optimistic concurrency on the memory's subject) and projects it inline before replying, its
+outcome recorded in the projection's transaction, so the caller reads its own write at once and
+the effect and its outcome commit together.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
 
-from contracts.envelope import utcnow
+from contracts.envelope import EventEnvelope, utcnow
+from contracts.events import Event
 from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
@@ -39,35 +41,35 @@ from contracts.memory import (
     UpdateMemory,
 )
 from contracts.subjects import Names
-from kit.bus import ConcurrencyConflict
+from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
-from services.memory.application.common import HINTS_MAX, MAX_RACES, Activity, memory_subject
+from services.memory.application.common import HINTS_MAX, memory_subject
 from services.memory.application.ports import EventLog, ReadModel
 from services.memory.application.projection import MemoryProjection, prime
 from services.memory.domain import model
 from services.memory.domain.errors import InvalidArgument, NotFound
+from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import active_filter, content_vector, memory_passages
-from services.memory.search.models import Models
 from services.memory.search.ports import VectorIndex
 
 Content = tuple[str, str, str]  # (tenant, project, content hash)
 C = TypeVar("C", SaveMemory, UpdateMemory)
+R = TypeVar("R")
 
 
 class Memories:
     """The commands on memories."""
 
     def __init__(
-        self, store: ReadModel, index: VectorIndex, models: Models, events: EventLog, names: Names,
-        projection: MemoryProjection, activity: Activity, clock: Callable[[], datetime] = utcnow,
+        self, store: ReadModel, index: VectorIndex, encoders: Encoders, events: EventLog, names: Names,
+        writes: WritePath, clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.index = index
-        self.models = models
+        self.encoders = encoders
         self.events = events
         self.names = names
-        self.projection = projection
-        self.activity = activity
+        self.writes = writes
         self.clock = clock
         self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
         # Read once per fetched command batch (prime_saves) instead of once per command: contents
@@ -76,67 +78,66 @@ class Memories:
         self._content_writes = 0  # counts writes of memory contents, see prime_saves
         self._content_written: dict[Content, int] = {}
 
-    async def save(self, env: CommandCall, cmd: SaveMemory) -> SaveMemoryResult:
+    async def save(self, call: CommandCall, cmd: SaveMemory) -> SaveMemoryResult:
         """Save a memory: by content (the same content again is not duplicated) or by memory_key."""
-        self.activity.touch()
-        env.require_project(cmd.project)
-        cmd = await self._with_provenance(env, cmd)
+        call.require_project(cmd.project)
+        cmd = await self._with_provenance(call, cmd)
         key = model.resolve_key(cmd)
         if key is not None:
-            return await self._save_keyed(env, cmd, key)
+            return await self._save_keyed(call, cmd, key)
         digest = model.content_hash(cmd.content)
         lock = self._content_locks[int(digest[:8], 16) % len(self._content_locks)]
         async with lock:  # identical contents saved concurrently here still make one memory
-            content = (env.tenant, cmd.project, digest)
+            content = (call.tenant, cmd.project, digest)
             if content in self._absent_contents:
                 self._absent_contents.discard(content)
                 existing = None
             else:
-                existing = await self.store.find_active_by_hash(env.tenant, cmd.project, digest)
+                existing = await self.store.find_active_by_hash(call.tenant, cmd.project, digest)
             if existing is not None:
                 return _unchanged(existing)
-            return await self._save_new_content(env, cmd, digest)
+            return await self._save_new_content(call, cmd, digest)
 
-    async def _save_new_content(self, env: CommandCall, cmd: SaveMemory, digest: str) -> SaveMemoryResult:
+    async def _save_new_content(self, call: CommandCall, cmd: SaveMemory, digest: str) -> SaveMemoryResult:
         """A memory of a content no active memory holds, on its content's first free identity
         (:func:`model.content_memory_id`): a replica saving the same content at the same instant
         appends to the same aggregate, one of the two first events wins, and the other command
         answers with the winner's memory (projected here too, so its caller reads it at once). A
         generation already used by a memory since forgotten or changed is passed over — unless
         this very command created it (a retry after the log's duplicate window, its first
-        attempt's outcome lost): then it answers what it did, and creates nothing more."""
-        generation, races = 0, 0
+        attempt's outcome lost): then it answers what it did, and creates nothing more. A memory
+        purged meanwhile frees its identity again (the write path's retry appends anew)."""
+        generation = 0
         while True:
-            state = model.new_memory(env.tenant, cmd, self.clock(), generation=generation)
-            subject = memory_subject(self.names, env.tenant, state.id)
-            try:
-                return await self._write(env, state, MemoryEventType.SAVED, expected_last_seq=0, created=True)
-            except ConcurrencyConflict:
-                loaded = await self.events.last_event(subject)
-            if loaded is None:  # purged meanwhile: the identity is free again
-                races += 1
-                if races >= MAX_RACES:
-                    raise ConcurrencyConflict(f"memory {state.id} kept changing while being saved; retry")
-                continue
-            current = model.state_of(loaded[0])
-            if model.same_content_active(current, digest):
-                async with self.projection.projecting_inline(current.id):
-                    await self.projection.apply(*loaded)  # (a no-op when the winner's row is there)
-                return _unchanged(current)
+            state = model.new_memory(call.tenant, cmd, self.clock(), generation=generation)
+            event = _event(call, state, MemoryEventType.SAVED)
+
+            def decide(loaded: Loaded, state: MemoryState = state, event: EventEnvelope = event,
+                       ) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult] | None:
+                if loaded is None:  # (a new identity; or purged meanwhile: free again)
+                    return Write(event, lambda stored: _saved(model.state_of(stored), created=True))
+                current = model.state_of(loaded[0])
+                if model.same_content_active(current, digest):
+                    return Answer(_unchanged(current), project=loaded)  # (a no-op when its row is there)
+                return None  # another memory's since: the next generation, unless it was ours
+
+            reply = await self._write(call, state, decide, new=True)
+            if reply is not None:
+                return reply
+            subject = memory_subject(self.names, call.tenant, state.id)
             first = await self.events.first_event(subject)
-            mine = model.event_id_for(env.tenant, env.command_id, state.id, state.version)
-            if first is not None and first[0].event_id == mine:
+            if first is not None and first[0].event_id == event.event_id:
                 return _saved(model.state_of(first[0]), created=True)
             generation += 1
 
-    async def _with_provenance(self, env: CommandCall, cmd: C) -> C:
+    async def _with_provenance(self, call: CommandCall, cmd: C) -> C:
         """The command with its provenance's log date filled in; a provenance naming a log the
         caller cannot see (unknown, another user's, deleted) or turns it does not have is refused."""
         prov = cmd.provenance
         if prov is None:
             return cmd
-        log = await self.store.get_log(env.tenant, prov.log_id)
-        if log is None or not env.sees(log.project):
+        log = await self.store.get_log(call.tenant, prov.log_id)
+        if log is None or not call.sees(log.project):
             raise NotFound(f"no daily log with id {prov.log_id}", "provenance.log_id")
         beyond = [i for i in prov.turns if i >= len(log.turns or [])]
         if beyond:
@@ -144,83 +145,93 @@ class Memories:
                                   "provenance.turns")
         return cmd.model_copy(update={"provenance": prov.model_copy(update={"log_date": log.log_date})})
 
-    async def _save_keyed(self, env: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
+    async def _save_keyed(self, call: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
         """Save by memory_key: the first save creates, every later save writes a new version."""
-        memory_id = model.keyed_memory_id(env.tenant, cmd.project, key)
-        for _ in range(MAX_RACES):
-            loaded = await self.events.last_event(memory_subject(self.names, env.tenant, memory_id))
+        memory_id = model.keyed_memory_id(call.tenant, cmd.project, key)
+
+        def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             now = self.clock()
             if loaded is None:
-                state = model.new_memory(env.tenant, cmd, now, memory_key=key)
-                event_type, expected, created = MemoryEventType.SAVED, 0, True
-            else:
-                current = model.state_of(loaded[0])
-                new_state = model.save_over(current, cmd, now)
-                if new_state is None:
-                    return _unchanged(current)
-                state, event_type, expected, created = new_state, MemoryEventType.UPDATED, loaded[1], False
-            try:
-                return await self._write(env, state, event_type, expected_last_seq=expected, created=created)
-            except ConcurrencyConflict:
-                continue
-        raise ConcurrencyConflict(f"memory_key {key} kept changing while being saved; retry")
+                return self._decided(call, model.new_memory(call.tenant, cmd, now, memory_key=key),
+                                     MemoryEventType.SAVED, created=True)
+            current = model.state_of(loaded[0])
+            new_state = model.save_over(current, cmd, now)
+            if new_state is None:
+                return Answer(_unchanged(current))
+            return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
-    async def update(self, env: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
+        reply = await self._write(call, memory_id, decide, what=f"memory_key {key}")
+        assert reply is not None
+        return reply
+
+    async def update(self, call: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
         """A new version of an existing memory, addressed by id or memory_key."""
-        self.activity.touch()
-        cmd = await self._with_provenance(env, cmd)
+        cmd = await self._with_provenance(call, cmd)
         if cmd.id is not None:
-            found = await self.store.get(env.tenant, cmd.id)
-            if found is None or not env.sees(found.project):
+            found = await self.store.get(call.tenant, cmd.id)
+            if found is None or not call.sees(found.project):
                 raise NotFound(f"no memory with id {cmd.id}", "id")
             memory_id = found.id
         else:
             assert cmd.memory_key is not None
-            env.require_project(cmd.project)
-            memory_id = model.keyed_memory_id(env.tenant, cmd.project, cmd.memory_key)
-        for _ in range(MAX_RACES):
-            loaded = await self.events.last_event(memory_subject(self.names, env.tenant, memory_id))
+            call.require_project(cmd.project)
+            memory_id = model.keyed_memory_id(call.tenant, cmd.project, cmd.memory_key)
+
+        def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
                 raise NotFound(f"no memory with memory_key {cmd.memory_key} in project {cmd.project}", "memory_key")
             current = model.state_of(loaded[0])
             new_state = model.update(current, cmd, self.clock())
             if new_state is None:
-                return _unchanged(current)
-            try:
-                return await self._write(env, new_state, MemoryEventType.UPDATED, expected_last_seq=loaded[1])
-            except ConcurrencyConflict:
-                continue
-        raise ConcurrencyConflict(f"memory {memory_id} kept changing while being updated; retry")
+                return Answer(_unchanged(current))
+            return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
-    async def _write(
-        self, env: CommandCall, state: MemoryState, event_type: MemoryEventType, *,
-        expected_last_seq: int, created: bool = False,
-    ) -> SaveMemoryResult:
-        """Append the event, project it, record and return the outcome."""
-        event = model.event_for(
-            state, event_type, command_id=env.command_id, correlation_id=env.correlation_id, now=state.updated_at
-        )
-        async with self.projection.projecting_inline(state.id):
-            seq, event = await self.events.append_event_once(
-                memory_subject(self.names, state.tenant, state.id), event, expected_last_seq=expected_last_seq
-            )
-            state = model.state_of(event)  # a retry's first attempt's state, when it had appended it
-            reply = _saved(state, created)
-            await self.projection.apply(event, seq, outcome=env.outcome(reply))
-            env.recorded = True
-        self._content_writes += 1
-        content = (state.tenant, state.project, model.content_hash(state.content))
-        self._content_written[content] = self._content_writes
-        self._absent_contents.discard(content)
+        reply = await self._write(call, memory_id, decide)
+        assert reply is not None
         return reply
 
-    async def forget(self, env: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
+    @staticmethod
+    def _decided(call: CommandCall, state: MemoryState, event_type: MemoryEventType, *,
+                 created: bool) -> Write[SaveMemoryResult]:
+        """Append ``state`` as ``event_type``; the reply says what the log holds (a retry's first
+        attempt's state, when it had appended it)."""
+        return Write(_event(call, state, event_type), lambda stored: _saved(model.state_of(stored), created))
+
+    async def _write(self, call: CommandCall, memory: MemoryState | UUID, decide: Decide[R], *,
+                     new: bool = False, what: str | None = None) -> R | None:
+        """Kit's write path on one memory; a content written is noted for ``prime_saves`` once its
+        projection committed."""
+        memory_id = memory.id if isinstance(memory, MemoryState) else memory
+        written: list[MemoryState] = []
+
+        def noted(loaded: Loaded) -> Write[R] | Answer[R] | None:
+            decided = decide(loaded)
+            if not isinstance(decided, Write):
+                return decided
+            reply_of = decided.reply
+
+            def reply(stored: Event[Any]) -> R:
+                written[:] = [model.state_of(stored)]
+                return reply_of(stored)
+
+            return Write(decided.event, reply)
+
+        reply = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), noted, new=new,
+                                        what=what or f"memory {memory_id}")
+        if written:  # (appended, and projected: write returned)
+            state = written[0]
+            self._content_writes += 1
+            content = (state.tenant, state.project, model.content_hash(state.content))
+            self._content_written[content] = self._content_writes
+            self._absent_contents.discard(content)
+        return reply
+
+    async def forget(self, call: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
         """Forget by id, or by content: an exact match first, then the closest memory above the
         semantic threshold; says so when nothing matches."""
-        self.activity.touch()
         if (cmd.memory_id is None) == (cmd.content is None):
             raise InvalidArgument("give exactly one of memory_id or content", "content")
-        found = await self._find_to_forget(env, cmd)
+        found = await self._find_to_forget(call, cmd)
         if found is None:
             return ForgetMemoryResult(
                 forgotten=False,
@@ -228,36 +239,29 @@ class Memories:
                 "Recall first to see what is stored, then forget with the exact text.",
             )
         target, match, similarity = found
-        subject = memory_subject(self.names, target.tenant, target.id)
-        for _ in range(MAX_RACES):
-            loaded = await self.events.last_event(subject)
+
+        def decide(loaded: Loaded) -> Write[ForgetMemoryResult] | Answer[ForgetMemoryResult]:
             if loaded is None:
                 raise NotFound(f"memory {target.id} has no history", "memory_id")
-            current, last_seq = model.state_of(loaded[0]), loaded[1]
+            current = model.state_of(loaded[0])
             if current.status is MemoryStatus.FORGOTTEN:
-                return ForgetMemoryResult(
+                return Answer(ForgetMemoryResult(
                     forgotten=False, match=match, memory_id=current.id, content=current.content,
                     message="That memory was already forgotten.",
-                )
+                ))
             now = self.clock()
             new_state = model.forget(current, cmd.reason, now, cmd.client)
-            event = model.event_for(
-                new_state, MemoryEventType.FORGOTTEN, command_id=env.command_id,
-                correlation_id=env.correlation_id, now=now,
-            )
-            async with self.projection.projecting_inline(new_state.id):
-                try:
-                    seq, event = await self.events.append_event_once(subject, event, expected_last_seq=last_seq)
-                except ConcurrencyConflict:
-                    continue
-                result = ForgetMemoryResult(
-                    forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
-                    content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
-                )
-                await self.projection.apply(event, seq, outcome=env.outcome(result))
-                env.recorded = True
-                return result
-        raise ConcurrencyConflict(f"memory {target.id} kept changing while being forgotten; retry")
+            event = model.event_for(new_state, MemoryEventType.FORGOTTEN, command_id=call.command_id,
+                                    correlation_id=call.correlation_id, now=now)
+            return Write(event, lambda _: ForgetMemoryResult(
+                forgotten=True, match=match, similarity=similarity, memory_id=new_state.id,
+                content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
+            ))
+
+        reply = await self.writes.write(call, memory_subject(self.names, target.tenant, target.id), decide,
+                                        what=f"memory {target.id}")
+        assert reply is not None
+        return reply
 
     async def _find_to_forget(
         self, call: CommandCall, cmd: ForgetMemory
@@ -274,7 +278,7 @@ class Memories:
         if exact is not None:
             return exact, "exact", 1.0
         # compared the way memories are embedded (sentence by sentence), not as one text
-        dense = await asyncio.to_thread(content_vector, self.models.embedder, model.normalize_content(cmd.content))
+        dense = await asyncio.to_thread(content_vector, self.encoders.embedder, model.normalize_content(cmd.content))
         hits = await self.index.search(
             dense=dense, sparse=None, mode="dense", limit=3,
             filter=active_filter(tenant, cmd.project),
@@ -314,8 +318,13 @@ class Memories:
             c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
         )
         # a content already saved is answered "unchanged" without embedding (idempotent re-imports)
-        await prime(self.models, [t for content, texts in to_embed if content not in present for t in texts],
+        await prime(self.encoders, [t for content, texts in to_embed if content not in present for t in texts],
                     [d for content, d in documents if content not in present])
+
+
+def _event(call: CommandCall, state: MemoryState, event_type: MemoryEventType) -> EventEnvelope:
+    return model.event_for(state, event_type, command_id=call.command_id, correlation_id=call.correlation_id,
+                           now=state.updated_at)
 
 
 def _saved(state: MemoryState, created: bool) -> SaveMemoryResult:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 from uuid import UUID
 
@@ -33,10 +33,10 @@ from kit.projector import CheckpointedProjector
 from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx
 from services.memory.domain import model, shared
 from services.memory.domain.keywords import SparseVector
+from services.memory.search.encoders import Encoders
 from services.memory.search.index_sync import ReplaySync, fingerprint, point_recipe
 from services.memory.search.indexing import embedding_texts, keyword_vector, point_for, state_vector
 from services.memory.search.late import document_matrix, late_document, pack
-from services.memory.search.models import Models
 from services.memory.search.ports import VectorIndex
 from services.memory.search.vector_cache import MemoryKeys, late_cache_model, memory_digests
 
@@ -49,29 +49,29 @@ PROJECTOR = "memory-projector"
 PROJECTOR_GRACE_S = 5.0
 
 
-async def prime(models: Models, texts: list[str], documents: list[tuple[str | None, str]]) -> None:
+async def prime(encoders: Encoders, texts: list[str], documents: list[tuple[str | None, str]]) -> None:
     """Embed a batch's texts and encode its late-interaction documents, each in one call and both
     at once (each one's last, part-filled chunk leaves a core to the other); a single one is left
-    to its own use. With an embedding cache (``models.cache``) what it holds is loaded first (one
+    to its own use. With an embedding cache (``encoders.cache``) what it holds is loaded first (one
     query), only the rest is computed, and that is stored (one statement)."""
-    cache = models.cache
+    cache = encoders.cache
     least = 1
     if cache is not None:
-        texts, documents = await cache.load(models, texts, documents)
+        texts, documents = await cache.load(encoders, texts, documents)
         least = 0  # even a single one is computed here, so that it can be stored
 
     async def embed() -> None:
         if len(texts) > least:
-            await asyncio.to_thread(models.embedder.prime, texts)
+            await asyncio.to_thread(encoders.embedder.prime, texts)
 
     async def encode() -> None:
-        encoder = models.late_encoder
+        encoder = encoders.late_encoder
         if encoder is not None and len(documents) > least:
             await asyncio.to_thread(encoder.prime, documents)
 
     await asyncio.gather(embed(), encode())
     if cache is not None:
-        await cache.store_computed(models, texts, documents)
+        await cache.store_computed(encoders, texts, documents)
 
 
 def owned_by(state: MemoryState) -> list[tuple[str, bytes]]:
@@ -107,10 +107,10 @@ def latest_states(
 class MemoryProjection:
     """Applies memory and shared-memory events to the read model and the vector index."""
 
-    def __init__(self, store: ReadModel, index: VectorIndex, models: Models) -> None:
+    def __init__(self, store: ReadModel, index: VectorIndex, encoders: Encoders) -> None:
         self.store = store
         self.index = index
-        self.models = models
+        self.encoders = encoders
         self.projector: CheckpointedProjector[ReadModelTx] = CheckpointedProjector(store, prepare=self.prepare)
         self.projector.route(model.AGGREGATE, self._apply_routed)
         self.projector.route(shared.AGGREGATE, self._apply_shared_routed)
@@ -153,7 +153,7 @@ class MemoryProjection:
             await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
             if vector is not None:
                 await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
-                if self.models.cache is not None:  # what the cache now holds of this version's text
+                if self.encoders.cache is not None:  # what the cache now holds of this version's text
                     await tx.note_cache_owners(owned_by(state))
             else:
                 await self.index.delete([str(state.id)])
@@ -246,7 +246,7 @@ class MemoryProjection:
         self.projector.note_applied(applied)
         fresh = [st for mid, (st, seq) in states.items()
                  if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq]
-        await prime(self.models, [text for st in fresh for text in embedding_texts(st)],
+        await prime(self.encoders, [text for st in fresh for text in embedding_texts(st)],
                     [late_document(st) for st in fresh])
 
     def begin_replay(self, *, keep_index: bool) -> ReplaySync:
@@ -257,7 +257,7 @@ class MemoryProjection:
 
     def fingerprint(self, state: MemoryState) -> str:
         """The fingerprint of ``state``'s point (:mod:`.index_sync`)."""
-        return fingerprint(point_recipe(self.models.embedder.model_id), state)
+        return fingerprint(point_recipe(self.encoders.embedder.model_id), state)
 
     async def replay_batch(self, batch: Sequence[tuple[AnyEvent, int]], checkpoint: str) -> int:
         """A replay's batch in bulk (:func:`kit.replay.rebuild`): the read model was emptied and
@@ -279,13 +279,13 @@ class MemoryProjection:
         stored = await self.index.fingerprints(ids) if sync.keep else {}
         todo = sync.to_write(ids, fingerprints, stored)
         changed = [active[i] for i in todo]
-        cache, encoder = self.models.cache, self.models.late_encoder
+        cache, encoder = self.encoders.cache, self.encoders.late_encoder
         keys = [MemoryKeys(st) for st in active] if cache is not None else []
         late: dict[UUID, bytes | None] = {}
         digests: dict[UUID, bytes] = {}
         owned: list[tuple[str, bytes]] = []  # what this batch puts in the cache, by user (see apply)
         if cache is None:  # everything computed: both models at once, as a live batch
-            await prime(self.models, [text for st in changed for text in embedding_texts(st)],
+            await prime(self.encoders, [text for st in changed for text in embedding_texts(st)],
                         [late_document(st) for st in active])
             vectors = [(await self.memory_vector(st), None) for st in changed]
             late = {st.id: await self.late_tokens(st) for st in active}
@@ -314,7 +314,7 @@ class MemoryProjection:
                 # not in the cache: computed (and stored there) now, outside any transaction, since
                 # computing reads and fills the cache through the pool; the checkpoint moves with them
                 states = [last[mid][0] for mid in unfilled]
-                await prime(self.models, [], [late_document(st) for st in states])
+                await prime(self.encoders, [], [late_document(st) for st in states])
                 tokens = [(st.id, packed) for st in states if (packed := await self.late_tokens(st)) is not None]
                 async with self.store.transaction() as tx:
                     await tx.set_late_tokens(tokens)
@@ -354,23 +354,39 @@ class MemoryProjection:
         """Each memory's dense and keyword vectors: from the embedding cache (one query), else
         computed from its sentence vectors (primed through the cache, one query) and stored there
         for the next replay; and the memories whose vectors were computed (and stored)."""
-        cache = self.models.cache
+        cache = self.encoders.cache
         assert cache is not None
-        found: list[tuple[Sequence[float], SparseVector] | None] = list(await cache.memory_vectors(self.models, keys))
+        found: list[tuple[Sequence[float], SparseVector] | None] = list(await cache.memory_vectors(self.encoders, keys))
         todo = [i for i, f in enumerate(found) if f is None]
         if todo:
-            await prime(self.models, [text for i in todo for text in embedding_texts(states[i])], [])
+            await prime(self.encoders, [text for i in todo for text in embedding_texts(states[i])], [])
             computed = []
             for i in todo:
                 dense, sparse = await self.memory_vector(states[i]), keyword_vector(states[i])
                 found[i] = (dense, sparse)
                 computed.append((keys[i], dense, sparse))
-            await cache.store_memory_vectors(self.models, computed)
+            await cache.store_memory_vectors(self.encoders, computed)
         return [f for f in found if f is not None], [states[i] for i in todo]
 
     async def flush_checkpoints(self) -> None:
         """Record how far the projector got through events that needed no write."""
         await self.projector.flush_checkpoints()
+
+    async def project_inline(self, event: AnyEvent, seq: int, outcome: OutcomeRecord | None) -> bool:
+        """A command's own event (any aggregate of the service), projected before the command
+        replies, with the command's outcome in the same transaction (kit's write path)."""
+        if event.aggregate == model.AGGREGATE:
+            return await self.apply(event, seq, outcome=outcome)
+        if event.aggregate == shared.AGGREGATE:
+            return await self.apply_shared(event, seq, outcome=outcome)
+        return await self.apply_record(event, seq, outcome=outcome)
+
+    def inline(self, event: AnyEvent) -> AbstractAsyncContextManager[None]:
+        """Held by kit's write path from before an append until its projection committed: a
+        memory's event marks the memory (:meth:`projecting_inline`); the others need no mark."""
+        if event.aggregate == model.AGGREGATE:
+            return self.projecting_inline(UUID(event.aggregate_id))
+        return nullcontext()
 
     @asynccontextmanager
     async def projecting_inline(self, memory_id: UUID) -> AsyncIterator[None]:
@@ -388,10 +404,10 @@ class MemoryProjection:
         """The memory's dense vector; from primed sentence vectors without leaving the event loop
         when the batch was primed, else embedded in a worker thread."""
         texts = embedding_texts(state)
-        embedder = self.models.embedder
+        embedder = self.encoders.embedder
         vectors = embedder.cached(texts)
-        if vectors is None and self.models.cache is not None:  # not primed: through the cache
-            await prime(self.models, texts, [])
+        if vectors is None and self.encoders.cache is not None:  # not primed: through the cache
+            await prime(self.encoders, texts, [])
             vectors = embedder.cached(texts)
         if vectors is None:
             vectors = await asyncio.to_thread(embedder.embed, texts)
@@ -399,14 +415,14 @@ class MemoryProjection:
 
     async def late_tokens(self, state: MemoryState) -> bytes | None:
         """The memory's packed late-interaction token vectors (None without an encoder)."""
-        encoder = self.models.late_encoder
+        encoder = self.encoders.late_encoder
         if encoder is None:
             return None
         document = late_document(state)
-        cache = self.models.cache
+        cache = self.encoders.cache
         if cache is not None:
             if cache.packed(document) is None and encoder.cached([document]) is None:
-                await prime(self.models, [], [document])  # not primed: through the cache
+                await prime(self.encoders, [], [document])  # not primed: through the cache
             stored = cache.packed(document)
             if stored is not None:
                 return stored  # the bytes computed when this text was first written

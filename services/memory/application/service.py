@@ -7,16 +7,16 @@ and the handler tables kit's :class:`~kit.service.ServiceRuntime` dispatches thr
 ``shared.py``              shared memories
 ``daily_logs.py``          daily logs: save, the lifecycle (claim, processed, failed, …), retention
 ``extraction.py``          extraction tasks and results
-``portability.py``         export pages, restores, the purge of a user
+``user_records.py``        a user's records: export pages, restores, the purge
 ``similar.py``             a memory's nearest neighbours (the graph's ``similar`` edges)
 ``projection.py``          events → Postgres rows and vectors, once per sequence (kit's projector)
 ``index_follow.py``        a replica's own vector index, following the event log
-``common.py``              what the handler families share (activity clock, subjects, bounds)
+``common.py``              what the handler families share (subjects, bounds)
 ``ports.py``               what the application needs from adapters: the event log, the read model
 =========================  =====================================================================
 
 Recall — the ranking pipeline — and how a memory becomes points in the vector index are the
-search engine's (:mod:`services.memory.search`, with the ports of the index and the models),
+search engine's (:mod:`services.memory.search`, with the ports of the index and the encoders),
 which the application uses and which never uses the application.
 """
 
@@ -62,19 +62,19 @@ from contracts.memory import (
 )
 from contracts.portability import ExportPage, PurgeMemoryUser, RestoreRecords
 from contracts.subjects import Names
+from kit.aggregates import WritePath
 from kit.events import EventWriter, TypedEventLog
 from kit.service import ServiceRuntime
-from services.memory.application.common import Activity
 from services.memory.application.daily_logs import DailyLogs
 from services.memory.application.extraction import Extraction
 from services.memory.application.memories import Memories, MemoryReads
-from services.memory.application.portability import Portability, PortabilityStore
 from services.memory.application.ports import EventLog, ReadModel
 from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S, MemoryProjection
 from services.memory.application.shared import SharedMemories
 from services.memory.application.similar import SimilarSearch
+from services.memory.application.user_records import UserRecords, UserRecordsStore
+from services.memory.search.encoders import Encoders, forget_local_texts
 from services.memory.search.late import LATE_CANDIDATES
-from services.memory.search.models import Models, forget_local_texts
 from services.memory.search.ports import VectorIndex
 from services.memory.search.recall import RecallPipeline
 
@@ -88,7 +88,7 @@ class MemoryService:
         self,
         store: ReadModel,
         index: VectorIndex,
-        models: Models,
+        encoders: Encoders,
         events: EventWriter,
         names: Names,
         *,
@@ -97,26 +97,26 @@ class MemoryService:
         late_candidates: int = LATE_CANDIDATES,
         keyword_feedback: bool = False,
         log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS,
-        portability: PortabilityStore | None = None,
+        portability: UserRecordsStore | None = None,
     ) -> None:
         typed_events: EventLog = TypedEventLog(events)  # events read back reach the application typed (kit.events)
-        self.models = models
-        self.activity = Activity()
-        self.projection = MemoryProjection(store, index, models)
-        self.memories = Memories(store, index, models, typed_events, names, self.projection, self.activity, clock)
-        self.shared = SharedMemories(store, typed_events, names, self.projection, self.activity, clock)
+        self.encoders = encoders
+        self.projection = MemoryProjection(store, index, encoders)
+        #: every command's write of an aggregate (kit.aggregates): appended, projected inline with its outcome
+        writes = WritePath(typed_events, self.projection.project_inline, self.projection.inline)
+        self.memories = Memories(store, index, encoders, typed_events, names, writes, clock)
+        self.shared = SharedMemories(store, names, writes, clock)
         self.reads = MemoryReads(store, typed_events, names, self.projection)
-        self.daily_logs = DailyLogs(store, typed_events, names, self.projection, self.activity, clock,
-                                    retention_days=log_retention_days)
-        self.extraction = Extraction(store, typed_events, names, self.projection, self.activity, clock)
+        self.daily_logs = DailyLogs(store, typed_events, names, writes, clock, retention_days=log_retention_days)
+        self.extraction = Extraction(store, typed_events, names, writes, clock)
         self.recall_pipeline = RecallPipeline(
-            store, index, models, self.reads.cached_profile, rerank_candidates=rerank_candidates,
+            store, index, encoders, self.reads.cached_profile, rerank_candidates=rerank_candidates,
             late_candidates=late_candidates, keyword_feedback=keyword_feedback,
         )
         self.recall = self.recall_pipeline.recall
         self.similar = SimilarSearch(store, index, self.projection)
-        self.portability = Portability(portability, index, models, typed_events, names, self.projection, self.forget_caches) \
-            if portability is not None else None
+        self.portability = UserRecords(portability, index, encoders, typed_events, names, self.projection,
+                                       self.forget_caches) if portability is not None else None
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {SaveMemory: self.memories.save, UpdateMemory: self.memories.update,
@@ -148,7 +148,7 @@ class MemoryService:
         self.memories._absent_contents = {c for c in self.memories._absent_contents if c[0] != tenant}
         self.memories._content_written = {c: n for c, n in self.memories._content_written.items() if c[0] != tenant}
         self.projection.tenant_writes[tenant] += 1
-        forget_local_texts(self.models)
+        forget_local_texts(self.encoders)
 
     def bind(self, runtime: ServiceRuntime) -> None:
         """Attach kit's runtime built over :meth:`command_handlers` / :meth:`query_handlers`."""
@@ -156,12 +156,12 @@ class MemoryService:
 
     @property
     def last_activity(self) -> float:
-        """Event-loop time of the last command (reads do not count)."""
-        return self.activity.last
+        """Event-loop time of the last command handled (reads do not count): kit's runtime notes it."""
+        runtime = getattr(self, "runtime", None)
+        return runtime.last_command if runtime is not None else 0.0
 
     async def handle_command(self, env: CommandEnvelope) -> Reply[Any]:
         """Run one command exactly once per (tenant, operation, idempotency key) (kit's skeleton)."""
-        self.activity.touch()
         return await self.runtime.handle_command(env)
 
     async def handle_query(self, query: QueryEnvelope) -> Reply[Any]:

@@ -14,11 +14,9 @@ from contracts.memory import (
     SharedMemoryState,
 )
 from contracts.subjects import Names
-from kit.bus import ConcurrencyConflict
+from kit.aggregates import Answer, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
-from services.memory.application.common import MAX_RACES, Activity
-from services.memory.application.ports import EventLog, ReadModel
-from services.memory.application.projection import MemoryProjection
+from services.memory.application.ports import ReadModel
 from services.memory.domain import model, shared
 from services.memory.domain.errors import PermissionDenied
 
@@ -26,55 +24,47 @@ from services.memory.domain.errors import PermissionDenied
 class SharedMemories:
     """The command and the query of shared memories."""
 
-    def __init__(
-        self, store: ReadModel, events: EventLog, names: Names, projection: MemoryProjection, activity: Activity,
-        clock: Callable[[], datetime] = utcnow,
-    ) -> None:
+    def __init__(self, store: ReadModel, names: Names, writes: WritePath, clock: Callable[[], datetime] = utcnow,
+                 ) -> None:
         self.store = store
-        self.events = events
         self.names = names
-        self.projection = projection
-        self.activity = activity
+        self.writes = writes
         self.clock = clock
 
-    async def save(self, env: CommandCall, cmd: SaveSharedMemory) -> SaveSharedMemoryResult:
+    async def save(self, call: CommandCall, cmd: SaveSharedMemory) -> SaveSharedMemoryResult:
         """Save a shared experience; the same title again writes a new version, never a duplicate."""
-        self.activity.touch()
-        tenant_wide(env)
-        sid = shared.shared_id(env.tenant, cmd.title)
-        subject = self.names.event(env.tenant, shared.AGGREGATE, str(sid))
-        for _ in range(MAX_RACES):
-            loaded = await self.events.last_event(subject)
+        tenant_wide(call)
+        sid = shared.shared_id(call.tenant, cmd.title)
+
+        def decide(loaded: Loaded) -> Write[SaveSharedMemoryResult] | Answer[SaveSharedMemoryResult]:
             current: SharedMemoryState | None = loaded[0].data if loaded else None
-            state = shared.save(current, env.tenant, cmd, self.clock())
+            state = shared.save(current, call.tenant, cmd, self.clock())
             if state is None:
                 assert current is not None
-                return SaveSharedMemoryResult(
+                return Answer(SaveSharedMemoryResult(
                     shared_memory_id=current.id, title=current.title, version=current.version,
                     created=False, updated=False,
-                )
+                ))
             event = shared.event_for(
-                state, command_id=env.command_id, correlation_id=env.correlation_id,
-                event_id=model.event_id_for(env.tenant, env.command_id, state.id, state.version),
+                state, command_id=call.command_id, correlation_id=call.correlation_id,
+                event_id=model.event_id_for(call.tenant, call.command_id, state.id, state.version),
             )
-            try:
-                seq, event = await self.events.append_event_once(subject, event,
-                                                                 expected_last_seq=loaded[1] if loaded else 0)
-            except ConcurrencyConflict:
-                continue
-            result = SaveSharedMemoryResult(
-                shared_memory_id=state.id, title=state.title, version=state.version,
-                created=state.version == 1, updated=state.version > 1,
-            )
-            await self.projection.apply_shared(event, seq, outcome=env.outcome(result))
-            env.recorded = True
-            return result
-        raise ConcurrencyConflict(f"shared memory {cmd.title!r} kept changing while being saved; retry")
+            return Write(event, lambda stored: _saved(stored.data))
+
+        reply = await self.writes.write(call, self.names.event(call.tenant, shared.AGGREGATE, str(sid)), decide,
+                                        what=f"shared memory {cmd.title!r}")
+        assert reply is not None
+        return reply
 
     async def list(self, call: Call, gq: GetSharedMemories) -> SharedMemoryList:
         tenant_wide(call)
         title = shared.normalize_title(gq.title) if gq.title else None
         return SharedMemoryList(shared_memories=await self.store.shared_memories(call.tenant, title, gq.keyword, gq.limit))
+
+
+def _saved(state: SharedMemoryState) -> SaveSharedMemoryResult:
+    return SaveSharedMemoryResult(shared_memory_id=state.id, title=state.title, version=state.version,
+                                  created=state.version == 1, updated=state.version > 1)
 
 
 def tenant_wide(call: Call) -> None:

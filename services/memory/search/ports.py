@@ -9,7 +9,7 @@ them.
 * :class:`VectorIndex` — the memories' dense and keyword vectors (a projection, rebuilt by
   replay). Schema and search semantics: :mod:`services.memory.adapters.vectors`.
 * :class:`Embedder`, :class:`LateEncoder`, :class:`Reranker` — the models (bundled as
-  :class:`services.memory.search.models.Models`); :class:`Encoders` — the two of them a cache primes.
+  :class:`services.memory.search.encoders.Encoders`); :class:`CachedEncoders` — the two of them a cache primes.
 * :class:`EmbeddingCacheStore` — durable storage of what the models made of a text.
 * :class:`RecallReads` — what a recall reads of the memories' read model (the application's
   ``ReadModel`` has it).
@@ -31,10 +31,10 @@ from services.memory.domain.keywords import SparseVector
 __all__ = [
     "FINGERPRINT_FIELD",
     "TENANT_FIELD",
+    "CachedEncoders",
     "DocumentTokens",
     "Embedder",
     "EmbeddingCacheStore",
-    "Encoders",
     "LateEncoder",
     "RecallReads",
     "Reranker",
@@ -273,8 +273,8 @@ class EmbeddingCacheStore(Protocol):
         ...
 
 
-class Encoders(Protocol):
-    """The models whose outputs the embedding cache primes and stores (``Models`` has them)."""
+class CachedEncoders(Protocol):
+    """The encoders whose outputs the embedding cache primes and stores (``Encoders`` has them)."""
 
     @property
     def embedder(self) -> Embedder: ...

@@ -28,6 +28,7 @@ from contracts.memory import MAX_RECALL_LIMIT, GetProfile, Profile, Recall, Reca
 from kit.service import Call
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
+from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
 from services.memory.search.late import (
     LATE_CANDIDATES,
@@ -37,7 +38,6 @@ from services.memory.search.late import (
     maxsim,
     maxsim_packed,
 )
-from services.memory.search.models import Models
 from services.memory.search.ports import (
     RecallReads,
     SearchFilter,
@@ -90,7 +90,7 @@ class RecallPipeline:
         self,
         store: RecallReads,
         index: VectorIndex,
-        models: Models,
+        models: Encoders,
         profile: Callable[[str, GetProfile], Awaitable[Profile]],
         *,
         rerank_candidates: int = 30,

@@ -54,7 +54,7 @@ from services.memory.search.indexing import (
     state_vector,
 )
 from services.memory.search.late import CONTEXT_TOKEN_WEIGHT, document_matrix, late_document, pack
-from services.memory.search.ports import EmbeddingCacheStore, Encoders
+from services.memory.search.ports import CachedEncoders, EmbeddingCacheStore
 
 log = logging.getLogger("engram.memory.cache")
 
@@ -210,7 +210,7 @@ class VectorCache:
 
     # a batch --------------------------------------------------------------------------------
     async def load(
-        self, models: Encoders, texts: Sequence[str], documents: Sequence[Document],
+        self, models: CachedEncoders, texts: Sequence[str], documents: Sequence[Document],
     ) -> tuple[list[str], list[Document]]:
         """Prime ``models`` with what the store has of ``texts`` and ``documents`` (one query);
         return the texts and documents still to be computed."""
@@ -249,7 +249,7 @@ class VectorCache:
         self.misses += len(missing_texts) + len(missing_documents)
         return missing_texts, missing_documents
 
-    async def store_computed(self, models: Encoders, texts: Sequence[str], documents: Sequence[Document]) -> None:
+    async def store_computed(self, models: CachedEncoders, texts: Sequence[str], documents: Sequence[Document]) -> None:
         """Write to the store what was just computed for ``texts`` and ``documents`` (primed in
         ``models``); the packed rows are kept for :meth:`packed` too. One statement."""
         items: list[tuple[str, bytes, bytes]] = []
@@ -276,7 +276,7 @@ class VectorCache:
                         type(exc).__name__, exc)
 
     # a purge --------------------------------------------------------------------------------
-    async def forget_memories(self, models: Encoders, states: Sequence[MemoryState]) -> int:
+    async def forget_memories(self, models: CachedEncoders, states: Sequence[MemoryState]) -> int:
         """Delete every entry derived from ``states``' texts (one statement; any model, any
         recipe) and drop those texts from this process's primed vectors and packed rows; how many
         entries were deleted. Unlike a lookup, a failure here is raised: a purge must not report
@@ -302,13 +302,13 @@ class VectorCache:
 
     # what a replay derives: each memory's dense and keyword vectors -----------------------------
     @staticmethod
-    def derived_models(models: Encoders) -> tuple[str, str]:
+    def derived_models(models: CachedEncoders) -> tuple[str, str]:
         """The cache's model ids of memories' dense vectors and keyword vectors."""
         recipe = recipe_fingerprint()
         return f"{models.embedder.model_id}|memory-dense|{recipe}", f"keywords|{recipe}"
 
     async def memory_vectors(
-        self, models: Encoders, keys: Sequence[MemoryKeys],
+        self, models: CachedEncoders, keys: Sequence[MemoryKeys],
     ) -> list[tuple[np.ndarray, SparseVector] | None]:
         """Each memory's stored dense and keyword vectors (one query), None where either is missing."""
         if not keys:
@@ -334,7 +334,7 @@ class VectorCache:
         return out
 
     async def store_memory_vectors(
-        self, models: Encoders, items: Sequence[tuple[MemoryKeys, Sequence[float], SparseVector]],
+        self, models: CachedEncoders, items: Sequence[tuple[MemoryKeys, Sequence[float], SparseVector]],
     ) -> None:
         """Keep computed dense and keyword vectors for the next replay (one statement)."""
         if not items:

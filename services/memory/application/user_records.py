@@ -1,4 +1,5 @@
-"""Export pages, restores and the purge of a user: the memory service's part of portability.
+"""A user's records in the memory service: exported page by page, restored, purged (its part of
+portability, :mod:`contracts.portability`).
 
 * ``export_page`` (query): a page of the user's records of one kind in id order, from the read
   model's ids; each record's state comes from the event log (a memory's every version, the
@@ -55,10 +56,10 @@ from services.memory.application.ports import EventLog
 from services.memory.application.projection import MemoryProjection, prime
 from services.memory.domain import model, shared
 from services.memory.domain.errors import Conflict
-from services.memory.domain.portability import Remap, portable
+from services.memory.domain.remap import Remap, portable
+from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import embedding_texts
 from services.memory.search.late import late_document
-from services.memory.search.models import Models
 from services.memory.search.ports import VectorIndex
 
 _NS = UUID("2c7e9a41-5b3d-4e8f-a1c6-9d0e7f3b5a24")
@@ -70,8 +71,8 @@ _AGGREGATE: dict[RecordKind, str] = {
 }
 
 
-class PortabilityStore(Protocol):
-    """What portability needs from the read model beyond the usual reads."""
+class UserRecordsStore(Protocol):
+    """What the export, the restore and the purge need from the read model beyond the usual reads."""
 
     async def page_ids(self, kind: RecordKind, tenant: str, project: str | None, after: UUID | None,
                        limit: int) -> list[UUID]:
@@ -104,14 +105,14 @@ class PortabilityStore(Protocol):
         ...
 
 
-class Portability:
+class UserRecords:
     """The handlers of export pages, restores and the purge."""
 
-    def __init__(self, port: PortabilityStore, index: VectorIndex, models: Models, events: EventLog, names: Names,
+    def __init__(self, port: UserRecordsStore, index: VectorIndex, encoders: Encoders, events: EventLog, names: Names,
                  projection: MemoryProjection, forget_caches: Callable[[str], None]) -> None:
         self.port = port
         self.index = index
-        self.models = models
+        self.encoders = encoders
         self.events = events
         self.names = names
         self.projection = projection
@@ -191,16 +192,16 @@ class Portability:
         return ExtractionResultRecord.model_validate({**base, "log_date": found[1] if found else None})
 
     # restore -----------------------------------------------------------------------------
-    async def restore(self, env: CommandCall, cmd: RestoreRecords) -> RestoreResult:
+    async def restore(self, call: CommandCall, cmd: RestoreRecords) -> RestoreResult:
         """Append exported records back to the event log and project them; a record whose
         subject already holds its version is a duplicate."""
-        remap = Remap(cmd.source_user, env.tenant)
+        remap = Remap(cmd.source_user, call.tenant)
         await self._prime(remap, cmd)
-        await self._learn_names(remap, env.tenant, cmd)
+        await self._learn_names(remap, call.tenant, cmd)
         items = []
         for i, record in enumerate(cmd.records):
             try:
-                items.append(await self._restore_one(env, remap, i, record))
+                items.append(await self._restore_one(call, remap, i, record))
             except ServiceError as exc:
                 items.append(RestoreItem(index=i, status=RestoreStatus.ERROR,
                                          error=ErrorBody(code=exc.code, message=exc.message,
@@ -214,7 +215,7 @@ class Portability:
         applied = await self.projection.store.applied_sequences([s.id for s in active])
         fresh = [s for s in active if s.id not in applied]
         if fresh:
-            await prime(self.models, [t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
+            await prime(self.encoders, [t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
 
     async def _learn_names(self, remap: Remap, tenant: str, cmd: RestoreRecords) -> None:
         """Before results are restored: into the same user, which of their memories were restored
@@ -242,9 +243,9 @@ class Portability:
             for title in await self.port.shared_titles(tenant):
                 remap.know_shared(title)
 
-    async def _restore_one(self, env: CommandCall, remap: Remap, index: int, record: Any) -> RestoreItem:
+    async def _restore_one(self, call: CommandCall, remap: Remap, index: int, record: Any) -> RestoreItem:
         if isinstance(record, MemoryRecord):
-            return await self._restore_memory(env, remap, index, record)
+            return await self._restore_memory(call, remap, index, record)
         if isinstance(record, SharedMemoryRecord):
             state: Any = remap.shared_state(record)
             kind: RecordKind = "shared_memory"
@@ -254,12 +255,12 @@ class Portability:
             state, kind = remap.task_state(record), "extraction_task"
         else:
             state, kind = remap.result_state(record), "extraction_result"
-        await self._refuse_foreign(kind, env.tenant, state.id)
-        subject = self._subject(kind, env.tenant, state.id)
+        await self._refuse_foreign(kind, call.tenant, state.id)
+        subject = self._subject(kind, call.tenant, state.id)
         loaded = await self.events.last_event(subject)
         if loaded is not None and loaded[0].data.version >= state.version:
             return RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=state.id)
-        event = self._event(env, _AGGREGATE[kind], state.id, state.version, record.event, record.occurred_at,
+        event = self._event(call, _AGGREGATE[kind], state.id, state.version, record.event, record.occurred_at,
                             state.model_dump(mode="json"))
         seq = await self._append(subject, event, loaded[1] if loaded else 0)
         if kind == "shared_memory":
@@ -268,18 +269,18 @@ class Portability:
             await self.projection.apply_record(event, seq)
         return RestoreItem(index=index, status=RestoreStatus.RESTORED, id=state.id)
 
-    async def _restore_memory(self, env: CommandCall, remap: Remap, index: int, record: MemoryRecord) -> RestoreItem:
+    async def _restore_memory(self, call: CommandCall, remap: Remap, index: int, record: MemoryRecord) -> RestoreItem:
         versions = remap.memory_states(record)
         memory_id = versions[-1][2].id
-        subject = self._subject("memory", env.tenant, memory_id)
+        subject = self._subject("memory", call.tenant, memory_id)
         history = await self.events.history(subject)
         if (history and versions[-1][2].memory_key is None  # (a key's memory is the key's, whoever made it)
                 and model.state_of(history[0][0]).created_at != versions[-1][2].created_at):
             versions = remap.beside(record.id, versions)  # another memory holds the id (see there)
             memory_id = versions[-1][2].id
-            subject = self._subject("memory", env.tenant, memory_id)
+            subject = self._subject("memory", call.tenant, memory_id)
             history = await self.events.history(subject)
-        await self._refuse_foreign("memory", env.tenant, memory_id)  # (before anything of it is written)
+        await self._refuse_foreign("memory", call.tenant, memory_id)  # (before anything of it is written)
         # (a save landing on the id after this read fails the first append's expected sequence)
         async with self.projection.projecting_inline(memory_id):
             present = {model.state_of(e).version for e, _ in history}
@@ -290,7 +291,7 @@ class Portability:
             expected = history[-1][1] if history else 0
             event = None
             for event_type, occurred_at, state in missing:
-                event = self._event(env, model.AGGREGATE, memory_id, state.version, event_type, occurred_at,
+                event = self._event(call, model.AGGREGATE, memory_id, state.version, event_type, occurred_at,
                                     state.model_dump(mode="json"))
                 expected = await self._append(subject, event, expected)
             assert event is not None
@@ -298,12 +299,12 @@ class Portability:
         return RestoreItem(index=index, status=RestoreStatus.RESTORED, id=memory_id)
 
     @staticmethod
-    def _event(env: CommandCall, aggregate: str, record_id: UUID, version: int, event_type: str, occurred_at: Any,
+    def _event(call: CommandCall, aggregate: str, record_id: UUID, version: int, event_type: str, occurred_at: Any,
                data: dict[str, Any]) -> EventEnvelope:
         return EventEnvelope(
-            event_id=uuid5(_NS, f"restore:{env.tenant}:{aggregate}:{record_id}:{version}"), type=event_type,
-            occurred_at=occurred_at, tenant=env.tenant, aggregate=aggregate, aggregate_id=str(record_id),
-            correlation_id=env.correlation_id, causation_id=env.command_id, data=data,
+            event_id=uuid5(_NS, f"restore:{call.tenant}:{aggregate}:{record_id}:{version}"), type=event_type,
+            occurred_at=occurred_at, tenant=call.tenant, aggregate=aggregate, aggregate_id=str(record_id),
+            correlation_id=call.correlation_id, causation_id=call.command_id, data=data,
         )
 
     async def _append(self, subject: str, event: EventEnvelope, expected: int) -> int:
@@ -314,7 +315,7 @@ class Portability:
                                code=ErrorCode.CONFLICT) from exc
 
     # purge -------------------------------------------------------------------------------
-    async def purge(self, env: CommandCall, cmd: PurgeMemoryUser) -> PurgeResult:
+    async def purge(self, call: CommandCall, cmd: PurgeMemoryUser) -> PurgeResult:
         """Delete every row of the user in this service's schema, their vectors and cached
         content. Idempotent: a second purge removes nothing. The user's events are purged from
         the event stream by the caller (kit/purge.py), before and after this command.
@@ -327,14 +328,14 @@ class Portability:
         interrupted anywhere and run again finds them from the rows still there. Another user's
         memory of the same text loses its entries too: a cache, it is recomputed when needed."""
         user = cmd.user_id
-        cache = self.models.cache
+        cache = self.encoders.cache
         vectors = cached = 0
         after: UUID | None = None
         if cache is not None:  # texts of versions since replaced: no row holds them any more
             cached += await cache.forget_digests(await self.port.cache_owned(user))
         while page := await self.port.memory_states(user, after, _PURGE_PAGE):
             if cache is not None:
-                cached += await cache.forget_memories(self.models, page)
+                cached += await cache.forget_memories(self.encoders, page)
             await self.index.delete([str(s.id) for s in page])
             vectors += len(page)
             after = page[-1].id
