@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from contracts.envelope import EventEnvelope
 from contracts.events import Event
@@ -39,10 +39,12 @@ Loaded = tuple[Event[Any], int] | None
 
 @dataclass(frozen=True)
 class Write(Generic[R]):
-    """Append ``event``; the command answers ``reply(the event as the log holds it)``."""
+    """Append ``event``; the command answers ``reply(the event as the log holds it)``. ``before``:
+    events appended first, in order (a restore's earlier versions); ``event``, the last, is projected."""
 
     event: EventEnvelope
     reply: Callable[[Event[Any]], R]
+    before: tuple[EventEnvelope, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,18 +87,22 @@ class WritePath:
         self.inline = inline
 
     async def write(
-        self, call: CommandCall, subject: str, decide: Decide[R], *, outcome: bool = True, new: bool = False,
-        what: str | None = None,
+        self, call: CommandCall, subject: str, decide: Decide[R], *, outcome: bool = True,
+        loaded: Loaded | Literal["load"] = "load", attempts: int = MAX_RACES, what: str | None = None,
     ) -> R | None:
         """Run ``decide`` on the aggregate of ``subject`` and carry it out; the reply.
 
         ``outcome``: the reply is the command's result, recorded in the projection's transaction
         (False for one aggregate of a command that writes several: kit's runtime records the
-        command's result after it). ``new``: decide first without loading (a new aggregate expected;
-        a lost race loads it). ``decide`` returning None means the aggregate is not this command's:
-        ``write`` returns None and the caller chooses another (a content's next identity)."""
-        loaded: Loaded = None if new else await self.events.last_event(subject)
-        for _ in range(MAX_RACES):
+        command's result after it). ``loaded``: what the caller already read of the aggregate (None:
+        a new aggregate expected), decided on without loading it again; a lost race loads it.
+        ``attempts``: 1 when a lost race must reach the caller (ConcurrencyConflict), because what it
+        decided before calling (e.g. on the aggregate's first event) may no longer hold. ``decide``
+        returning None means the aggregate is not this command's: ``write`` returns None and the
+        caller chooses another (a content's next identity)."""
+        if loaded == "load":
+            loaded = await self.events.last_event(subject)
+        for attempt in range(1, attempts + 1):
             decided = decide(loaded)
             if decided is None:
                 return None
@@ -107,9 +113,12 @@ class WritePath:
                         await self.project(event, seq, None)
                 return decided.reply
             async with self.inline(decided.event):
+                expected = loaded[1] if loaded is not None else 0
                 try:
-                    seq, stored = await self.events.append_event_once(
-                        subject, decided.event, expected_last_seq=loaded[1] if loaded is not None else 0)
+                    for earlier in decided.before:
+                        expected, _ = await self.events.append_event_once(subject, earlier, expected_last_seq=expected)
+                    seq, stored = await self.events.append_event_once(subject, decided.event,
+                                                                      expected_last_seq=expected)
                 except ConcurrencyConflict:
                     stored = None
                 if stored is not None:
@@ -119,5 +128,6 @@ class WritePath:
                     if kept is not None:
                         call.kept(kept)
                     return reply
-            loaded = await self.events.last_event(subject)
+            if attempt < attempts:
+                loaded = await self.events.last_event(subject)
         raise ConcurrencyConflict(f"{what or subject} kept changing while being written; retry")

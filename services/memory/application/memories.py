@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -121,7 +121,7 @@ class Memories:
                     return Answer(_unchanged(current), project=loaded)  # (a no-op when its row is there)
                 return None  # another memory's since: the next generation, unless it was ours
 
-            reply = await self._write(call, state, decide, new=True)
+            reply = await self._write(call, state, decide, loaded=None)
             if reply is not None:
                 return reply
             subject = memory_subject(self.names, call.tenant, state.id)
@@ -198,7 +198,7 @@ class Memories:
         return Write(_event(call, state, event_type), lambda stored: _saved(model.state_of(stored), created))
 
     async def _write(self, call: CommandCall, memory: MemoryState | UUID, decide: Decide[R], *,
-                     new: bool = False, what: str | None = None) -> R | None:
+                     loaded: Loaded | Literal["load"] = "load", what: str | None = None) -> R | None:
         """Kit's write path on one memory; a content written is noted for ``prime_saves`` once its
         projection committed."""
         memory_id = memory.id if isinstance(memory, MemoryState) else memory
@@ -216,7 +216,7 @@ class Memories:
 
             return Write(decided.event, reply)
 
-        reply = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), noted, new=new,
+        reply = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), noted, loaded=loaded,
                                         what=what or f"memory {memory_id}")
         if written:  # (appended, and projected: write returned)
             state = written[0]

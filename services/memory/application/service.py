@@ -115,7 +115,7 @@ class MemoryService:
         )
         self.recall = self.recall_pipeline.recall
         self.similar = SimilarSearch(store, index, self.projection)
-        self.portability = UserRecords(portability, index, encoders, typed_events, names, self.projection,
+        self.portability = UserRecords(portability, index, encoders, typed_events, names, self.projection, writes,
                                        self.forget_caches) if portability is not None else None
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:

@@ -50,6 +50,7 @@ from contracts.portability import (
     SharedMemoryRecord,
 )
 from contracts.subjects import MEMORY, Names
+from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.bus import ConcurrencyConflict
 from kit.service import Call, CommandCall
 from services.memory.application.ports import EventLog
@@ -109,8 +110,9 @@ class UserRecords:
     """The handlers of export pages, restores and the purge."""
 
     def __init__(self, port: UserRecordsStore, index: VectorIndex, encoders: Encoders, events: EventLog, names: Names,
-                 projection: MemoryProjection, forget_caches: Callable[[str], None]) -> None:
+                 projection: MemoryProjection, writes: WritePath, forget_caches: Callable[[str], None]) -> None:
         self.port = port
+        self.writes = writes
         self.index = index
         self.encoders = encoders
         self.events = events
@@ -257,17 +259,15 @@ class UserRecords:
             state, kind = remap.result_state(record), "extraction_result"
         await self._refuse_foreign(kind, call.tenant, state.id)
         subject = self._subject(kind, call.tenant, state.id)
-        loaded = await self.events.last_event(subject)
-        if loaded is not None and loaded[0].data.version >= state.version:
-            return RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=state.id)
-        event = self._event(call, _AGGREGATE[kind], state.id, state.version, record.event, record.occurred_at,
-                            state.model_dump(mode="json"))
-        seq = await self._append(subject, event, loaded[1] if loaded else 0)
-        if kind == "shared_memory":
-            await self.projection.apply_shared(event, seq)
-        else:
-            await self.projection.apply_record(event, seq)
-        return RestoreItem(index=index, status=RestoreStatus.RESTORED, id=state.id)
+        restored = RestoreItem(index=index, status=RestoreStatus.RESTORED, id=state.id)
+
+        def decide(loaded: Loaded) -> Write[RestoreItem] | Answer[RestoreItem]:
+            if loaded is not None and loaded[0].data.version >= state.version:
+                return Answer(RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=state.id))
+            return Write(self._event(call, _AGGREGATE[kind], state.id, state.version, record.event,
+                                     record.occurred_at, state.model_dump(mode="json")), lambda _: restored)
+
+        return await self._write(call, subject, decide, await self.events.last_event(subject))
 
     async def _restore_memory(self, call: CommandCall, remap: Remap, index: int, record: MemoryRecord) -> RestoreItem:
         versions = remap.memory_states(record)
@@ -281,22 +281,35 @@ class UserRecords:
             subject = self._subject("memory", call.tenant, memory_id)
             history = await self.events.history(subject)
         await self._refuse_foreign("memory", call.tenant, memory_id)  # (before anything of it is written)
-        # (a save landing on the id after this read fails the first append's expected sequence)
-        async with self.projection.projecting_inline(memory_id):
-            present = {model.state_of(e).version for e, _ in history}
-            newest = max(present, default=0)
-            missing = [v for v in versions if v[2].version > newest and v[2].version not in present]
+
+        def decide(loaded: Loaded) -> Write[RestoreItem] | Answer[RestoreItem]:
+            newest = model.state_of(loaded[0]).version if loaded is not None else 0
+            missing = [self._event(call, model.AGGREGATE, memory_id, state.version, event_type, occurred_at,
+                                   state.model_dump(mode="json"))
+                       for event_type, occurred_at, state in versions if state.version > newest]
             if not missing:
-                return RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=memory_id)
-            expected = history[-1][1] if history else 0
-            event = None
-            for event_type, occurred_at, state in missing:
-                event = self._event(call, model.AGGREGATE, memory_id, state.version, event_type, occurred_at,
-                                    state.model_dump(mode="json"))
-                expected = await self._append(subject, event, expected)
-            assert event is not None
-            await self.projection.apply(event, expected)
-        return RestoreItem(index=index, status=RestoreStatus.RESTORED, id=memory_id)
+                return Answer(RestoreItem(index=index, status=RestoreStatus.DUPLICATE, id=memory_id))
+            # every missing version appended in order; the last one projected
+            return Write(missing[-1], lambda _: RestoreItem(index=index, status=RestoreStatus.RESTORED, id=memory_id),
+                         before=tuple(missing[:-1]))
+
+        # decided on the history read above: a save landing on the id after that read fails the
+        # append (its expected sequence), and the item asks for the import again (never a retry
+        # here, which would put the record's versions onto the newcomer instead of beside it)
+        return await self._write(call, subject, decide, history[-1] if history else None)
+
+    async def _write(self, call: CommandCall, subject: str, decide: Decide[RestoreItem], loaded: Loaded,
+                     ) -> RestoreItem:
+        """Kit's write path for one record, on what was read of it, in one attempt; the restore's
+        result is recorded once, after its last record. A record changed meanwhile is that item's
+        error (import again)."""
+        try:
+            item = await self.writes.write(call, subject, decide, outcome=False, loaded=loaded, attempts=1)
+        except ConcurrencyConflict as exc:
+            raise ServiceError(f"{subject} changed while being restored; import again", None,
+                               code=ErrorCode.CONFLICT) from exc
+        assert item is not None
+        return item
 
     @staticmethod
     def _event(call: CommandCall, aggregate: str, record_id: UUID, version: int, event_type: str, occurred_at: Any,
@@ -306,13 +319,6 @@ class UserRecords:
             occurred_at=occurred_at, tenant=call.tenant, aggregate=aggregate, aggregate_id=str(record_id),
             correlation_id=call.correlation_id, causation_id=call.command_id, data=data,
         )
-
-    async def _append(self, subject: str, event: EventEnvelope, expected: int) -> int:
-        try:
-            return await self.events.append_event(subject, event, expected_last_seq=expected)
-        except ConcurrencyConflict as exc:
-            raise ServiceError(f"{subject} changed while being restored; import again", None,
-                               code=ErrorCode.CONFLICT) from exc
 
     # purge -------------------------------------------------------------------------------
     async def purge(self, call: CommandCall, cmd: PurgeMemoryUser) -> PurgeResult:
