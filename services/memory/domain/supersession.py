@@ -70,6 +70,9 @@ class Thresholds:
 #: The thresholds in use: fitted by ``bench/truth_rules.py --fit`` on the fit split (2026-12-04:
 #: rule_gate 0.1, duplicate 0.88, uncertain 0.65).
 DEFAULT_THRESHOLDS = Thresholds()
+#: Share of the shorter text's words two texts the rules cannot read (another language) must share
+#: to be flagged even when the encoder, trained on English, finds them apart.
+FOREIGN_SHARED_WORDS = 0.5
 #: Share of content words two texts must share (of the larger set) to be the same sentence when
 #: the rules read no fact in them.
 SAME_WORDS = 0.6
@@ -323,6 +326,10 @@ CHANGE_MARKERS = re.compile(
     r"cancelled|canceled|postponed|rescheduled|moved to|broke up|divorced|sold|renamed)\b",
     re.IGNORECASE,
 )
+#: A sentence about a moment: the same words on two days are two events.
+_MOMENT = re.compile(r"\b(?:today|tonight|this (?:morning|afternoon|evening)|yesterday|last night|right now)\b",
+                     re.IGNORECASE)
+_PRONOUNS = frozenset({"he", "she", "they"})
 _NEGATION = re.compile(r"\b(?:not|no longer|never|n't|don't|doesn't|didn't|isn't|aren't|wasn't|stopped|quit)\b",
                        re.IGNORECASE)
 _WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?", re.UNICODE)
@@ -549,7 +556,10 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
     def out(verdict: Verdict, reason: str, confidence: float,
             facts: tuple[Fact | None, Fact | None] = (None, None)) -> Decision:
         gated = verdict in (Verdict.SUPERSEDES, Verdict.DUPLICATE) and candidate.similarity < thresholds.rule_gate
-        if gated:
+        if verdict is Verdict.SUPERSEDES and any(f is not None and f.subject in _PRONOUNS for f in facts):
+            reason = f"{reason}; but 'he', 'she' or 'they' may be two people"
+            verdict, confidence = Verdict.UNCERTAIN, 0.4
+        elif gated:
             reason = f"{reason}; but the texts are far apart (similarity {candidate.similarity:.2f})"
             verdict, confidence = Verdict.UNCERTAIN, 0.4
         return Decision(verdict, reason, round(confidence, 2), candidate,
@@ -557,6 +567,10 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
 
     if new.project != candidate.project:
         return Decision(Verdict.UNRELATED, "another project", 1.0, candidate)
+    if (_MOMENT.search(new.content) and _MOMENT.search(candidate.content)
+            and new.created_at.date() != candidate.created_at.date()):
+        # "I ran 5 km today" on Monday and "I ran 8 km today" on Friday: two events, not a change
+        return Decision(Verdict.UNRELATED, "events of different days", 0.8, candidate)
     a, b = normalize(new.content).casefold(), normalize(candidate.content).casefold()
     if a == b:
         return Decision(Verdict.DUPLICATE, "the same text", 1.0, candidate)
@@ -625,11 +639,13 @@ def _by_similarity(
             and not negation_differs and readable and not (facts_new or facts_old)):
         return Decision(Verdict.DUPLICATE, f"the same words and meaning (similarity {sim:.2f})", round(sim * 0.9, 2),
                         candidate)
-    if sim >= thresholds.uncertain:
+    if not readable:
+        shared = len(words_new & words_old) / max(min(len(words_new), len(words_old)), 1)
+        if sim >= thresholds.uncertain or shared >= FOREIGN_SHARED_WORDS:
+            return Decision(Verdict.UNCERTAIN, f"close (similarity {sim:.2f}, {shared:.0%} of the words shared) in "
+                            "words the rules cannot read", 0.5, candidate)
+    elif sim >= thresholds.uncertain:
         marker = CHANGE_MARKERS.search(new.content) or CHANGE_MARKERS.search(candidate.content)
-        if not readable:
-            return Decision(Verdict.UNCERTAIN, f"close in meaning (similarity {sim:.2f}) in words the rules "
-                            "cannot read", 0.5, candidate)
         if marker or negation_differs or sim >= thresholds.duplicate:
             why = f"'{marker.group(0)}'" if marker else ("a negation" if negation_differs else "nearly the same")
             return Decision(Verdict.UNCERTAIN, f"close in meaning (similarity {sim:.2f}) and {why}, but no "

@@ -1,0 +1,208 @@
+"""The rules that decide whether a new memory supersedes, repeats or leaves alone one already held
+(services/memory/domain/supersession.py), on real sentences with the real local encoder's
+similarity (the memory service's offline default), as the memory service will call them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from services.memory.adapters.embedder import MiniLMEmbedder
+from services.memory.domain.supersession import (
+    DEFAULT_THRESHOLDS,
+    Candidate,
+    Fact,
+    Statement,
+    Thresholds,
+    Verdict,
+    decide,
+    decide_all,
+    numbers_of,
+    read_facts,
+    template_of,
+)
+
+EARLIER = datetime(2025, 3, 1, 9, 0)
+LATER = EARLIER + timedelta(days=60)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
+
+
+def verdict_of(embedder: MiniLMEmbedder, new: str, old: str, *, new_at: datetime = LATER,
+               old_at: datetime = EARLIER, key: str | None = None, old_key: str | None = None,
+               project: str = "default", thresholds: Thresholds = DEFAULT_THRESHOLDS):
+    vectors = np.asarray(embedder.embed([new, old]))
+    similarity = float(vectors[0] @ vectors[1])
+    return decide(Statement(new, new_at, memory_key=key),
+                  Candidate(old, old_at, memory_key=old_key, project=project, similarity=similarity, ref="m1"),
+                  thresholds)
+
+
+# --- supersession: same subject and attribute, another value --------------------------------
+@pytest.mark.parametrize(("new", "old"), [
+    ("I moved to Berlin last month", "I live in Lisbon"),
+    ("I'm now living in Porto", "I've been living in Madrid for 3 years"),
+    ("My sister moved to Porto", "My sister lives in Lisbon"),
+    ("I started a new job at Spotify", "I work at Google"),
+    ("I left Google", "I work at Google"),
+    ("I became a nurse", "I work as a teacher"),
+    ("I got engaged", "I'm single"),
+    ("I broke up with Sam", "I'm dating Sam"),
+    ("My favourite colour is now green", "My favorite colour is blue"),
+    ("I don't like coffee anymore", "I love coffee"),
+    ("I switched from coffee to tea", "I drink coffee every morning"),
+    ("I'm no longer vegetarian", "I'm vegetarian"),
+    ("I have 3 kids now", "I have 2 kids"),
+    ("I turned 31", "I'm 30 years old"),
+    ("My rent went up to 1400 euros a month", "My rent is 1200 euros a month"),
+    ("My trip to Japan is now in June", "My trip to Japan is in May"),
+    ("We moved the wedding to June 14", "Our wedding is on June 7"),
+    ("I cancelled my trip to Peru", "I'm planning to visit Peru in July"),
+    ("I lost my dog Rex", "I have a dog named Rex"),
+    ("I'm no longer allergic to cats", "I'm allergic to cats"),
+    ("I stopped taking ibuprofen", "I take ibuprofen every day"),
+    ("I recovered from asthma", "I was diagnosed with asthma"),
+])
+def test_a_changed_fact_supersedes_the_old_one(embedder: MiniLMEmbedder, new: str, old: str) -> None:
+    d = verdict_of(embedder, new, old)
+    assert d.verdict is Verdict.SUPERSEDES, d.reason
+    assert d.stale == "candidate" and d.new_supersedes
+    assert d.candidate.ref == "m1"
+    assert 0.0 < d.confidence <= 1.0 and d.reason
+
+
+def test_the_later_statement_stays_current_whatever_order_they_arrive_in(embedder: MiniLMEmbedder) -> None:
+    """A fact extracted late from an older log never overrides what was said after it."""
+    d = verdict_of(embedder, "I live in Lisbon", "I moved to Berlin last month", new_at=EARLIER, old_at=LATER)
+    assert d.verdict is Verdict.SUPERSEDES
+    assert d.stale == "new" and not d.new_supersedes
+
+
+def test_same_key_another_content_supersedes_same_content_merges(embedder: MiniLMEmbedder) -> None:
+    changed = verdict_of(embedder, "Prefers dark roast", "Prefers light roast",
+                         key="preference.coffee", old_key="preference.coffee")
+    assert changed.verdict is Verdict.SUPERSEDES and "same key" in changed.reason
+    same = verdict_of(embedder, "Prefers dark roast.", "prefers  dark roast",
+                      key="preference.coffee", old_key="preference.coffee")
+    assert same.verdict is Verdict.DUPLICATE
+
+
+# --- duplicates: same meaning -----------------------------------------------------------------
+@pytest.mark.parametrize(("new", "old"), [
+    ("I live in Lisbon", "I live in Lisbon"),
+    ("I'm based in Lisbon", "I live in Lisbon"),
+    ("Actually, I still live in Lisbon.", "I live in Lisbon"),
+    ("I'm employed by Siemens", "I work at Siemens"),
+    ("Dune is my favorite book", "My favourite book is Dune"),
+    ("I really love hiking in the mountains", "I love hiking in the mountains"),
+    ("I go climbing on Saturdays.", "I go climbing on Saturdays"),
+])
+def test_the_same_meaning_is_a_duplicate(embedder: MiniLMEmbedder, new: str, old: str) -> None:
+    d = verdict_of(embedder, new, old)
+    assert d.verdict is Verdict.DUPLICATE, d.reason
+    assert d.stale is None
+
+
+# --- hard negatives: similar, distinct --------------------------------------------------------
+@pytest.mark.parametrize(("new", "old"), [
+    ("My sister lives in Lisbon", "I live in Lisbon"),
+    ("My brother works at Google", "I work at Google"),
+    ("I love tea", "I love coffee"),
+    ("I'm allergic to peanuts", "I'm allergic to shellfish"),
+    ("I speak German", "I speak Spanish"),
+    ("I have 2 dogs", "I have 2 cats"),
+    ("My sister has 3 kids", "I have 2 kids"),
+    ("My trip to Peru is in May", "My trip to Japan is in May"),
+    ("My favorite band is Queen", "My favorite food is sushi"),
+    ("My sister's name is Ana", "My name is Maria"),
+    ("I grew up in Porto", "I live in Berlin"),
+    ("My mom lives in Paris", "My dad lives in Rome"),
+    ("I take vitamin D every day", "I take melatonin every day"),
+])
+def test_similar_but_distinct_facts_neither_merge_nor_supersede(embedder: MiniLMEmbedder, new: str, old: str) -> None:
+    d = verdict_of(embedder, new, old)
+    assert d.verdict not in (Verdict.DUPLICATE, Verdict.SUPERSEDES), d.reason
+
+
+def test_another_subject_is_unrelated_even_when_the_embeddings_are_close(embedder: MiniLMEmbedder) -> None:
+    d = verdict_of(embedder, "My sister lives in Lisbon", "I live in Lisbon")
+    assert d.candidate.similarity > 0.75  # the encoder alone would call these the same
+    assert d.verdict is Verdict.UNRELATED and "subject" in d.reason
+
+
+# --- uncertain: flagged, never resolved silently ----------------------------------------------
+@pytest.mark.parametrize(("new", "old"), [
+    ("Ich wohne jetzt in Berlin", "Ich wohne in Lissabon"),  # German: the rules cannot read it
+    ("Eu moro agora em Berlim", "Eu moro em Lisboa"),  # Portuguese
+    ("J'habite maintenant à Berlin", "J'habite à Lisbonne"),  # French
+    ("I have a dog named Max", "I have a dog named Rex"),  # a second dog, or the same one renamed?
+])
+def test_what_the_rules_cannot_settle_is_uncertain_not_wrong(embedder: MiniLMEmbedder, new: str, old: str) -> None:
+    d = verdict_of(embedder, new, old)
+    assert d.verdict is Verdict.UNCERTAIN, d.reason
+    assert d.stale is None and d.confidence <= 0.5
+
+
+def test_a_rule_on_texts_far_apart_is_only_uncertain(embedder: MiniLMEmbedder) -> None:
+    strict = Thresholds(rule_gate=0.9, duplicate=DEFAULT_THRESHOLDS.duplicate, uncertain=DEFAULT_THRESHOLDS.uncertain)
+    d = verdict_of(embedder, "I moved to Berlin last month", "I live in Lisbon", thresholds=strict)
+    assert d.verdict is Verdict.UNCERTAIN and "far apart" in d.reason
+
+
+def test_unrelated_memories_stay_unrelated(embedder: MiniLMEmbedder) -> None:
+    d = verdict_of(embedder, "I moved to Berlin last month", "I'm learning to play the cello")
+    assert d.verdict is Verdict.UNRELATED
+
+
+def test_another_project_is_never_touched(embedder: MiniLMEmbedder) -> None:
+    d = verdict_of(embedder, "I moved to Berlin", "I live in Lisbon", project="work")
+    assert d.verdict is Verdict.UNRELATED and d.reason == "another project"
+
+
+def test_decide_all_answers_every_candidate_most_similar_first() -> None:
+    new = Statement("I moved to Berlin", LATER)
+    candidates = [Candidate("I love tea", EARLIER, similarity=0.1, ref="a"),
+                  Candidate("I live in Lisbon", EARLIER, similarity=0.4, ref="b"),
+                  Candidate("I'm based in Berlin", EARLIER, similarity=0.8, ref="c")]
+    decisions = decide_all(new, candidates)
+    assert [d.candidate.ref for d in decisions] == ["c", "b", "a"]
+    assert [d.verdict for d in decisions] == [Verdict.DUPLICATE, Verdict.SUPERSEDES, Verdict.UNRELATED]
+
+
+# --- reading ----------------------------------------------------------------------------------
+def test_read_facts_subject_attribute_value() -> None:
+    assert read_facts("I moved to Berlin last month") == (Fact("user", "location", "berlin"),)
+    assert read_facts("My older sister lives in Lisbon, Portugal") == (Fact("sister", "location", "lisbon"),)
+    assert read_facts("I left Google") == (Fact("user", "employer", "google", negated=True),)
+    assert read_facts("I switched from coffee to tea") == (Fact("user", "*", "tea", replaces="coffee"),)
+    assert read_facts("My favourite band is Arctic Monkeys") == (Fact("user", "favorite:band", "arctic monkeys"),)
+    assert read_facts("My trip to Japan moved to March") == (Fact("user", "when:trip_to_japan", "march"),)
+    assert read_facts("We pushed the Japan trip to March") == (Fact("user", "when:trip_to_japan", "march"),)
+    assert read_facts("Je vais bien") == ()
+
+
+def test_numbers_and_templates() -> None:
+    assert numbers_of("I have two kids and 3 cats since March 2024") == ["2", "3", "march", "2024"]
+    assert template_of("We have 3 kids now") == template_of("I have 2 kids")
+    assert template_of("I have 2 dogs") != template_of("I have 2 cats")
+
+
+def test_events_of_different_days_are_neither_a_change_nor_a_repeat(embedder: MiniLMEmbedder) -> None:
+    other_day = verdict_of(embedder, "I ran 8 km today", "I ran 5 km today")
+    assert other_day.verdict is Verdict.UNRELATED and "different days" in other_day.reason
+    again = verdict_of(embedder, "I went to the gym today", "I went to the gym today")
+    assert again.verdict is Verdict.UNRELATED
+    same_day = verdict_of(embedder, "I ran 8 km today", "I ran 5 km today", new_at=EARLIER + timedelta(hours=2))
+    assert same_day.verdict is Verdict.SUPERSEDES  # a correction on the day
+
+
+def test_a_pronoun_subject_is_never_resolved_as_a_change(embedder: MiniLMEmbedder) -> None:
+    d = verdict_of(embedder, "He lives in London", "He lives in Paris")
+    assert d.verdict is Verdict.UNCERTAIN and "two people" in d.reason
+    named = verdict_of(embedder, "Sam moved to London", "Sam lives in Paris")
+    assert named.verdict is Verdict.SUPERSEDES
