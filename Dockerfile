@@ -3,7 +3,12 @@
 # One image for every Engram service; the command picks the service:
 #   docker run engram serve gateway|auth|memory
 # Configuration is ENGRAM_* environment variables (see docs/deployment.md).
-FROM python:3.11-slim
+#
+# BASE_IMAGE: any Debian-like image with Python 3.11 and pip. `make compose-test` builds one from
+# Debian's packages where no registry is reachable (deploy/images/build.py); Docker users keep the
+# default.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -146,8 +146,25 @@ def yaml_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in (".yml", ".yaml") and p.is_file())
 
 
+class ComposeLoader(yaml.SafeLoader):
+    """YAML with Compose's merge tags: `!override X` is X (it replaces what the file below set),
+    `!reset` is None (it removes it)."""
+
+
+def _override(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+ComposeLoader.add_constructor("!override", _override)
+ComposeLoader.add_constructor("!reset", lambda loader, node: None)
+
+
 def load_all(path: Path) -> list[Any]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    return [doc for doc in yaml.load_all(path.read_text(), Loader=ComposeLoader) if doc is not None]  # noqa: S506
 
 
 @pytest.fixture(scope="module")
@@ -174,8 +191,27 @@ def engram_compose_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]
     return {
         name: svc
         for name, svc in compose["services"].items()
-        if "build" in svc or str(svc.get("image", "")).split(":")[0] == "engram"
+        if "build" in svc or image_of(svc).split(":")[0] == "engram"
     }
+
+
+def image_of(svc: dict[str, Any]) -> str:
+    """The image a Docker user runs: `${IMAGE_X:-default}` is its default (make compose-test sets
+    IMAGE_X to a stand-in built here, deploy/images/)."""
+    image = str(svc.get("image", ""))
+    found = re.fullmatch(r"\$\{(IMAGE_[A-Z]+):-([^}]+)\}", image)
+    return found.group(2) if found else image
+
+
+def mounted_file(svc: dict[str, Any], target: str) -> str:
+    """The text of the file next to docker-compose.yml that a service mounts read-only at target."""
+    (source,) = [v.split(":")[0] for v in svc["volumes"] if v.split(":")[1:] == [target, "ro"]]
+    assert source.startswith("./"), source
+    return (COMPOSE_DIR / source).read_text()
+
+
+def compose_proxy_conf(compose: dict[str, Any]) -> str:
+    return mounted_file(compose["services"]["proxy"], "/etc/nginx/templates/default.conf.template")
 
 
 def container_env(container: dict[str, Any], config: dict[str, str]) -> dict[str, str | None]:
@@ -246,7 +282,6 @@ def oauth_paths() -> set[str]:
 def nginx_routes(conf: str) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
     """(variables set, {(modifier, path): upstream URL, or ``return <status>``}) of the compose
     proxy's nginx server."""
-    conf = conf.replace("$$", "$")  # compose's escape for a literal $
     variables = dict(re.findall(r"^\s*set \$(\w+) (\S+);", conf, re.MULTILINE))
     routes: dict[tuple[str, str], str] = {}
     for modifier, path, body in re.findall(r"location\s+(=\s+)?(\S+)\s*\{([^}]*)\}", conf):
@@ -385,7 +420,9 @@ def test_env_example_keys_are_used_by_compose() -> None:
 
 def test_dockerfile_runs_engram_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim\b", text, re.MULTILINE)
+    # python:3.11-slim unless BASE_IMAGE names another (make compose-test: deploy/images/build.py)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.MULTILINE)
+    assert re.findall(r"^FROM (.+)$", text, re.MULTILINE) == ["${BASE_IMAGE}"]
     assert 'ENTRYPOINT ["engram"]' in text
     assert 'CMD ["serve", "gateway"]' in text
     assert re.search(r"^EXPOSE 8080$", text, re.MULTILINE)
@@ -424,7 +461,10 @@ def test_compose_engram_services_each_run_one_service(compose: dict[str, Any]) -
 
 
 def compose_nats_conf(compose: dict[str, Any]) -> str:
-    return str(compose["configs"]["nats-conf"]["content"]).replace("$$", "$")
+    confs = {mounted_file(s, "/etc/nats/nats.conf") for s in compose["services"].values()
+             if image_of(s).startswith("nats:")}
+    (conf,) = confs  # one configuration for the three nodes
+    return conf
 
 
 def nats_conf_routes(conf: str) -> list[str]:
@@ -445,14 +485,13 @@ def check_nats_conf(conf: str) -> None:
 
 
 def test_compose_nats_is_a_three_node_jetstream_cluster(compose: dict[str, Any]) -> None:
-    nodes = {n: s for n, s in compose["services"].items() if str(s.get("image", "")).startswith("nats:")}
+    nodes = {n: s for n, s in compose["services"].items() if image_of(s).startswith("nats:")}
     assert len(nodes) == 3
     conf = compose_nats_conf(compose)
     check_nats_conf(conf)
     routes = nats_conf_routes(conf)
     for name, svc in nodes.items():
-        (config,) = svc["configs"]
-        assert svc["command"] == ["-c", config["target"]] and config["source"] == "nats-conf", name
+        assert svc["command"] == ["-c", "/etc/nats/nats.conf"], name
         env = svc["environment"]
         assert env["NATS_SERVER_NAME"] == name and "server_name: $NATS_SERVER_NAME" in conf
         urls = {urlparse(env[r.lstrip("$")]) for r in routes}
@@ -467,7 +506,7 @@ def test_compose_nats_and_qdrant_require_their_secrets(compose: dict[str, Any]) 
     """Issue 29 L7: NATS without authentication (anyone on the network could mint admin keys) and
     Qdrant without an API key (every memory's payload): neither starts without its secret now."""
     for name, svc in compose["services"].items():
-        if not str(svc.get("image", "")).startswith("nats:"):
+        if not image_of(svc).startswith("nats:"):
             continue
         env = svc["environment"]
         for var in ("NATS_PASSWORD", "NATS_CLUSTER_PASSWORD"):
@@ -505,7 +544,7 @@ def test_compose_networks_keep_the_proxy_off_the_databases_and_trust_only_it(com
 
 
 def test_compose_engram_env_matches_the_cluster(compose: dict[str, Any]) -> None:
-    nats_nodes = {n for n, s in compose["services"].items() if str(s.get("image", "")).startswith("nats:")}
+    nats_nodes = {n for n, s in compose["services"].items() if image_of(s).startswith("nats:")}
     for name, svc in engram_compose_services(compose).items():
         env = svc["environment"]
         assert str(env["ENGRAM_STREAM_REPLICAS"]) == str(len(nats_nodes)) == "3", name
@@ -530,12 +569,12 @@ def test_compose_memory_replicas_use_the_qdrant_server(compose: dict[str, Any]) 
         "several replicas need a Qdrant server"
     )
     assert "qdrant" in memory["depends_on"]
-    assert compose["services"]["qdrant"]["image"].startswith("qdrant/qdrant:")
+    assert image_of(compose["services"]["qdrant"]).startswith("qdrant/qdrant:")
 
 
 def test_compose_postgres_and_gateway_health(compose: dict[str, Any]) -> None:
     pg = compose["services"]["postgres"]
-    assert pg["image"].startswith("postgres:16")
+    assert image_of(pg).startswith("postgres:16")
     assert pg["environment"]["POSTGRES_DB"] == "engram"
     assert "pg_isready" in pg["healthcheck"]["test"]
     gateway = compose["services"]["gateway"]
@@ -545,7 +584,7 @@ def test_compose_postgres_and_gateway_health(compose: dict[str, Any]) -> None:
     published = [n for n, s in compose["services"].items() if s.get("ports")]
     assert published == ["proxy"]
     assert compose["services"]["proxy"]["depends_on"]["gateway"]["condition"] == "service_healthy"
-    assert "gateway:8080" in compose["configs"]["proxy-conf"]["content"]
+    assert "gateway:8080" in compose_proxy_conf(compose)
     auth = compose["services"]["auth"]
     assert "ports" not in auth and str(AUTH_PORT) in [str(p) for p in auth["expose"]]
     assert auth["healthcheck"]["test"] == ["CMD", "python", "-m", "deploy.probe", "auth", "--http",
@@ -651,7 +690,7 @@ def test_compose_gateway_and_auth_agree_on_one_public_origin(compose: dict[str, 
 def test_compose_proxy_routes_oauth_to_auth_and_the_rest_to_the_gateway(
     compose: dict[str, Any], oauth_paths: set[str]
 ) -> None:
-    conf = compose["configs"]["proxy-conf"]["content"]
+    conf = compose_proxy_conf(compose)
     variables, routes = nginx_routes(conf)
     assert variables["auth"] == f"http://auth:{AUTH_PORT}" and variables["gateway"] == "http://gateway:8080"
     to_auth = {path for (modifier, path), upstream in routes.items() if upstream == variables["auth"]}
@@ -660,13 +699,13 @@ def test_compose_proxy_routes_oauth_to_auth_and_the_rest_to_the_gateway(
     for path in gateway_routes() - GATEWAY_INTERNAL - oauth_paths:
         assert nginx_destination(routes, path) == variables["gateway"], f"{path} must reach the gateway"
     # the client address the services trust is the one nginx saw, never one the client sent
-    assert "proxy_set_header X-Forwarded-For $$remote_addr;" in conf
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf
 
 
 def test_compose_metrics_stay_inside_each_container(compose: dict[str, Any]) -> None:
     """Issue 29 L7: the gateway's /metrics (and /healthz, /readyz) are not proxied, and every
     service's metrics port listens on its container's loopback only."""
-    variables, routes = nginx_routes(compose["configs"]["proxy-conf"]["content"])
+    variables, routes = nginx_routes(compose_proxy_conf(compose))
     for path in GATEWAY_INTERNAL | {"/metrics/", "/metrics/x", "/nonesuch"}:
         assert nginx_destination(routes, path) == "return 404", path
     assert routes[("", "/")] == "return 404", "nothing is proxied unless listed"
