@@ -42,6 +42,7 @@ from services.gateway.adapters.token_verifier import (
     bearer_credential,
 )
 from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints.console_page import console_routes
 from services.gateway.entrypoints.docs_page import docs_routes
 from services.gateway.entrypoints.graph_page import graph_routes
 from services.gateway.entrypoints.graph_tools import graph_app
@@ -129,6 +130,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     app.router.routes.extend(docs_routes(app.openapi_url or "/openapi.json", app.title))
     app.include_router(build_router(ops, challenges.unauthorized))
     app.router.routes.extend(graph_routes(settings.issuer))  # the web page /graph (entrypoints/graph_page.py)
+    app.router.routes.extend(console_routes(settings.issuer))  # the web console /console (entrypoints/console_page.py)
     endpoint = McpEndpoint(mcp, settings, challenges.unauthorized)
     app.router.routes.append(Route("/mcp", endpoint=endpoint))  # every method: the endpoint answers 405
     app.router.routes.append(Route("/", endpoint=RootEndpoint(about(app, settings, challenges.metadata_url), endpoint)))
