@@ -160,7 +160,7 @@ async def replay_and_compare(
         cache = PgEmbeddingCache(app.store.pool, app.store.s)
         if not use_cache:
             await cache.clear()
-            app.service.models.cache = None
+            app.service.encoders.cache = None
         entries = await cache.count()
         memories = await app.store.pool.fetchval(f"SELECT count(*) FROM {app.store.s}.memories")
         digest_before = await read_model_digest(app)
@@ -207,7 +207,7 @@ async def replay_and_compare(
         index_after = index_digest(app)
         after = await recall_ids(app, tenant, questions)
         exact_after = await recall_ids(app, tenant, questions, exact=True)
-        hits = app.service.models.cache.hits if app.service.models.cache else 0
+        hits = app.service.encoders.cache.hits if app.service.encoders.cache else 0
     out: dict[str, Any] = dict(rate=report.rate, events=report.events, seconds=report.seconds,
                                identical=digest_before == digest_after, recall=compare(before, after),
                                exact=compare(exact_before, exact_after), upserting=upserting[0], build_cpu=build_cpu[0],

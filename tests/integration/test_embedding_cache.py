@@ -55,9 +55,9 @@ async def digest(app: Any) -> tuple[list[Any], list[list[str]]]:
 
 
 def count_models(app: Any) -> tuple[Counting, Counting]:
-    models = app.service.models
-    models.embedder.inner = embedder = Counting(models.embedder.inner)
-    models.late_encoder.inner = late = Counting(models.late_encoder.inner)
+    encoders = app.service.encoders
+    encoders.embedder.inner = embedder = Counting(encoders.embedder.inner)
+    encoders.late_encoder.inner = late = Counting(encoders.late_encoder.inner)
     return embedder, late
 
 
@@ -82,7 +82,7 @@ async def test_replay_in_a_new_process_embeds_nothing_and_rebuilds_the_same(infr
             report = await rebuild(app, rebuild_index=True)  # every point written: vectors from the cache
             assert report.events == len(contents)
             assert (embedder.texts, late.texts) == (0, 0)
-            assert app.service.models.cache.hits >= 2 * len(contents)
+            assert app.service.encoders.cache.hits >= 2 * len(contents)
             assert await digest(app) == before
             # a cache: emptied, the replay computes everything again, and gets the same
             await PgEmbeddingCache(app.store.pool, app.store.s).clear()

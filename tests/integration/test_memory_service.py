@@ -72,7 +72,7 @@ async def test_recall_answers_from_payloads_and_old_points_from_postgres(app: Me
     fresh = await app.service.recall("alice", Recall(query="What instrument does Dana play?"))
     state = await app.store.get("alice", UUID(first.result["memory_id"]))
     assert state is not None
-    old_style = point_for(state, await app.service.projection.memory_vector(state))
+    old_style = point_for(state, await app.service.encoders.memory_vector(state))
     for field in ("content", "confidence", "source", "version", "updated_at"):
         old_style.payload.pop(field)
     await app.index.upsert([old_style])

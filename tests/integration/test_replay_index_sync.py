@@ -96,7 +96,7 @@ async def test_a_replay_keeps_the_right_points_and_repairs_the_rest(settings: Me
         bike = states[ids[3]]
         older = bike.model_copy(update={"content": "Bought a blue bike", "version": bike.version - 1 or 1})
         await app.index.upsert([point_for(older, [0.0, 1.0] + [0.0] * (app.index.dim - 2),
-                                          fingerprint=s.projection.fingerprint(older))])
+                                          fingerprint=s.encoders.fingerprint(older))])
         stray = str(uuid.uuid4())
         await app.index.upsert([VectorPoint(stray, [1.0] * app.index.dim, SparseVector((), ()),
                                             {"tenant": "dora", "status": "active", FINGERPRINT_FIELD: "x"})])

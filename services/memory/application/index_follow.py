@@ -40,7 +40,7 @@ from contracts.envelope import EventEnvelope
 from contracts.events import Event
 from contracts.memory import MemoryState, MemoryStatus
 from services.memory.application.ports import ReadModel
-from services.memory.application.projection import MemoryProjection, latest_states, prime
+from services.memory.application.projection import MemoryProjection, latest_states
 from services.memory.search.indexing import embedding_texts, point_for
 from services.memory.search.ports import VectorIndex
 
@@ -91,12 +91,12 @@ class IndexFollower:
         active = [st for st in current if st.status is MemoryStatus.ACTIVE]
         gone = [str(st.id) for st in current if st.status is not MemoryStatus.ACTIVE]
         ids = [str(st.id) for st in active]
-        fingerprints = [self.projection.fingerprint(st) for st in active]
+        fingerprints = [self.projection.encoders.fingerprint(st) for st in active]
         stored = await self.index.fingerprints(ids + gone)
         todo = [i for i, (pid, fp) in enumerate(zip(ids, fingerprints, strict=True)) if stored.get(pid, "") != fp]
         changed = [active[i] for i in todo]
-        await prime(self.projection.encoders, [t for st in changed for t in embedding_texts(st)], [])
-        points = [point_for(st, await self.projection.memory_vector(st), fingerprint=fingerprints[i])
+        await self.projection.encoders.prime([t for st in changed for t in embedding_texts(st)], [])
+        points = [point_for(st, await self.projection.encoders.memory_vector(st), fingerprint=fingerprints[i])
                   for i, st in zip(todo, changed, strict=True)]
         await self.index.upsert(points)
         doomed = [pid for pid in gone if pid in stored]

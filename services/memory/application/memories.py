@@ -45,7 +45,7 @@ from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
 from services.memory.application.ports import EventLog, ReadModel
-from services.memory.application.projection import MemoryProjection, prime
+from services.memory.application.projection import MemoryProjection
 from services.memory.domain import model
 from services.memory.domain.errors import InvalidArgument, NotFound
 from services.memory.search.encoders import Encoders
@@ -318,7 +318,7 @@ class Memories:
             c for c in contents if c not in present and self._content_written.get(c, 0) <= written_before
         )
         # a content already saved is answered "unchanged" without embedding (idempotent re-imports)
-        await prime(self.encoders, [t for content, texts in to_embed if content not in present for t in texts],
+        await self.encoders.prime([t for content, texts in to_embed if content not in present for t in texts],
                     [d for content, d in documents if content not in present])
 
 

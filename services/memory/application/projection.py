@@ -33,12 +33,12 @@ from kit.projector import CheckpointedProjector
 from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx
 from services.memory.domain import model, shared
 from services.memory.domain.keywords import SparseVector
-from services.memory.search.encoders import Encoders
-from services.memory.search.index_sync import ReplaySync, fingerprint, point_recipe
-from services.memory.search.indexing import embedding_texts, keyword_vector, point_for, state_vector
-from services.memory.search.late import document_matrix, late_document, pack
+from services.memory.search.encoders import Encoders, owned_by
+from services.memory.search.index_sync import ReplaySync
+from services.memory.search.indexing import embedding_texts, keyword_vector, point_for
+from services.memory.search.late import late_document
 from services.memory.search.ports import VectorIndex
-from services.memory.search.vector_cache import MemoryKeys, late_cache_model, memory_digests
+from services.memory.search.vector_cache import MemoryKeys, late_cache_model
 
 #: The projector consumer's checkpoint.
 PROJECTOR = "memory-projector"
@@ -47,36 +47,6 @@ PROJECTOR = "memory-projector"
 #: up to this long for this process's in-flight inline projections of the same memories before
 #: doing the work itself; otherwise, under load, it would embed most new memories a second time.
 PROJECTOR_GRACE_S = 5.0
-
-
-async def prime(encoders: Encoders, texts: list[str], documents: list[tuple[str | None, str]]) -> None:
-    """Embed a batch's texts and encode its late-interaction documents, each in one call and both
-    at once (each one's last, part-filled chunk leaves a core to the other); a single one is left
-    to its own use. With an embedding cache (``encoders.cache``) what it holds is loaded first (one
-    query), only the rest is computed, and that is stored (one statement)."""
-    cache = encoders.cache
-    least = 1
-    if cache is not None:
-        texts, documents = await cache.load(encoders, texts, documents)
-        least = 0  # even a single one is computed here, so that it can be stored
-
-    async def embed() -> None:
-        if len(texts) > least:
-            await asyncio.to_thread(encoders.embedder.prime, texts)
-
-    async def encode() -> None:
-        encoder = encoders.late_encoder
-        if encoder is not None and len(documents) > least:
-            await asyncio.to_thread(encoder.prime, documents)
-
-    await asyncio.gather(embed(), encode())
-    if cache is not None:
-        await cache.store_computed(encoders, texts, documents)
-
-
-def owned_by(state: MemoryState) -> list[tuple[str, bytes]]:
-    """(tenant, digest) of everything the embedding cache may hold of ``state``'s text."""
-    return [(state.tenant, digest) for digest in sorted(memory_digests(state))]
 
 
 #: an event as the projection takes it: typed by kit (a consumer's, a replay's, a command's own
@@ -141,20 +111,17 @@ class MemoryProjection:
         # Embedded before the transaction, not in it: embedding may read and fill the embedding cache
         # through the pool, and a transaction waiting for a second connection of a pool that its
         # peers hold whole would wait forever (and it holds no row lock while it computes).
-        vector: list[float] | None = None
-        late_tokens: bytes | None = None
-        if state.status is MemoryStatus.ACTIVE:
-            vector, late_tokens = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
+        point, late_tokens, owned = await self.encoders.indexed(state)
 
         async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
             # the row first: it refuses a row of another tenant (ForeignRow) before the vector index,
             # whose points are keyed by memory id alone, is touched; the vector write then happens
             # under the row lock, before the row commits (a failed index write rolls the row back)
             await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
-            if vector is not None:
-                await self.index.upsert([point_for(state, vector, fingerprint=self.fingerprint(state))])
-                if self.encoders.cache is not None:  # what the cache now holds of this version's text
-                    await tx.note_cache_owners(owned_by(state))
+            if point is not None:
+                await self.index.upsert([point])
+                if owned:  # what the embedding cache now holds of this version's text
+                    await tx.note_cache_owners(owned)
             else:
                 await self.index.delete([str(state.id)])
             return True
@@ -246,7 +213,7 @@ class MemoryProjection:
         self.projector.note_applied(applied)
         fresh = [st for mid, (st, seq) in states.items()
                  if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq]
-        await prime(self.encoders, [text for st in fresh for text in embedding_texts(st)],
+        await self.encoders.prime([text for st in fresh for text in embedding_texts(st)],
                     [late_document(st) for st in fresh])
 
     def begin_replay(self, *, keep_index: bool) -> ReplaySync:
@@ -254,10 +221,6 @@ class MemoryProjection:
         ``keep_index`` the index was kept and only points whose fingerprint differs are written."""
         self.replay_sync = ReplaySync(keep=keep_index)
         return self.replay_sync
-
-    def fingerprint(self, state: MemoryState) -> str:
-        """The fingerprint of ``state``'s point (:mod:`.index_sync`)."""
-        return fingerprint(point_recipe(self.encoders.embedder.model_id), state)
 
     async def replay_batch(self, batch: Sequence[tuple[AnyEvent, int]], checkpoint: str) -> int:
         """A replay's batch in bulk (:func:`kit.replay.rebuild`): the read model was emptied and
@@ -275,7 +238,7 @@ class MemoryProjection:
         active = [st for st, _ in last.values() if st.status is MemoryStatus.ACTIVE]
         sync = self.replay_sync
         ids = [str(st.id) for st in active]
-        fingerprints = [self.fingerprint(st) for st in active]
+        fingerprints = [self.encoders.fingerprint(st) for st in active]
         stored = await self.index.fingerprints(ids) if sync.keep else {}
         todo = sync.to_write(ids, fingerprints, stored)
         changed = [active[i] for i in todo]
@@ -285,10 +248,10 @@ class MemoryProjection:
         digests: dict[UUID, bytes] = {}
         owned: list[tuple[str, bytes]] = []  # what this batch puts in the cache, by user (see apply)
         if cache is None:  # everything computed: both models at once, as a live batch
-            await prime(self.encoders, [text for st in changed for text in embedding_texts(st)],
+            await self.encoders.prime([text for st in changed for text in embedding_texts(st)],
                         [late_document(st) for st in active])
-            vectors = [(await self.memory_vector(st), None) for st in changed]
-            late = {st.id: await self.late_tokens(st) for st in active}
+            vectors = [(await self.encoders.memory_vector(st), None) for st in changed]
+            late = {st.id: await self.encoders.late_tokens(st) for st in active}
         else:
             vectors, computed = await self.indexed_vectors(changed, [keys[i] for i in todo])
             owned += [pair for st in computed for pair in owned_by(st)]
@@ -314,8 +277,8 @@ class MemoryProjection:
                 # not in the cache: computed (and stored there) now, outside any transaction, since
                 # computing reads and fills the cache through the pool; the checkpoint moves with them
                 states = [last[mid][0] for mid in unfilled]
-                await prime(self.encoders, [], [late_document(st) for st in states])
-                tokens = [(st.id, packed) for st in states if (packed := await self.late_tokens(st)) is not None]
+                await self.encoders.prime([], [late_document(st) for st in states])
+                tokens = [(st.id, packed) for st in states if (packed := await self.encoders.late_tokens(st)) is not None]
                 async with self.store.transaction() as tx:
                     await tx.set_late_tokens(tokens)
                     if cache is not None:
@@ -359,10 +322,10 @@ class MemoryProjection:
         found: list[tuple[Sequence[float], SparseVector] | None] = list(await cache.memory_vectors(self.encoders, keys))
         todo = [i for i, f in enumerate(found) if f is None]
         if todo:
-            await prime(self.encoders, [text for i in todo for text in embedding_texts(states[i])], [])
+            await self.encoders.prime([text for i in todo for text in embedding_texts(states[i])], [])
             computed = []
             for i in todo:
-                dense, sparse = await self.memory_vector(states[i]), keyword_vector(states[i])
+                dense, sparse = await self.encoders.memory_vector(states[i]), keyword_vector(states[i])
                 found[i] = (dense, sparse)
                 computed.append((keys[i], dense, sparse))
             await cache.store_memory_vectors(self.encoders, computed)
@@ -398,34 +361,3 @@ class MemoryProjection:
             self._inflight[memory_id] -= 1
             if self._inflight[memory_id] <= 0:
                 del self._inflight[memory_id]
-
-    # what a memory is indexed with -------------------------------------------------------
-    async def memory_vector(self, state: MemoryState) -> list[float]:
-        """The memory's dense vector; from primed sentence vectors without leaving the event loop
-        when the batch was primed, else embedded in a worker thread."""
-        texts = embedding_texts(state)
-        embedder = self.encoders.embedder
-        vectors = embedder.cached(texts)
-        if vectors is None and self.encoders.cache is not None:  # not primed: through the cache
-            await prime(self.encoders, texts, [])
-            vectors = embedder.cached(texts)
-        if vectors is None:
-            vectors = await asyncio.to_thread(embedder.embed, texts)
-        return state_vector(state, vectors)
-
-    async def late_tokens(self, state: MemoryState) -> bytes | None:
-        """The memory's packed late-interaction token vectors (None without an encoder)."""
-        encoder = self.encoders.late_encoder
-        if encoder is None:
-            return None
-        document = late_document(state)
-        cache = self.encoders.cache
-        if cache is not None:
-            if cache.packed(document) is None and encoder.cached([document]) is None:
-                await prime(self.encoders, [], [document])  # not primed: through the cache
-            stored = cache.packed(document)
-            if stored is not None:
-                return stored  # the bytes computed when this text was first written
-        primed = encoder.cached([document])  # a primed batch: no thread hop
-        (tokens,) = primed or await asyncio.to_thread(encoder.encode_documents, [document])
-        return pack(document_matrix(tokens))

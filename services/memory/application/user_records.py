@@ -54,7 +54,7 @@ from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.bus import ConcurrencyConflict
 from kit.service import Call, CommandCall
 from services.memory.application.ports import EventLog
-from services.memory.application.projection import MemoryProjection, prime
+from services.memory.application.projection import MemoryProjection
 from services.memory.domain import model, shared
 from services.memory.domain.errors import Conflict
 from services.memory.domain.remap import Remap, portable
@@ -217,7 +217,7 @@ class UserRecords:
         applied = await self.projection.store.applied_sequences([s.id for s in active])
         fresh = [s for s in active if s.id not in applied]
         if fresh:
-            await prime(self.encoders, [t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
+            await self.encoders.prime([t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
 
     async def _learn_names(self, remap: Remap, tenant: str, cmd: RestoreRecords) -> None:
         """Before results are restored: into the same user, which of their memories were restored
