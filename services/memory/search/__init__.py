@@ -11,8 +11,8 @@ it never uses the application.
 ``embedding.py``           batch priming of the embedder and the late encoder (LRU)
 ``vector_cache.py``        the embedding cache: what a model made of a text, kept across replays
 ``index_sync.py``          a point's fingerprint: which points a replay may leave as they are
-``models.py``              the models the service runs, bundled (embedder, late encoder,
-                           reranker, cache)
+``encoders.py``            the encoders the service runs, bundled (embedder, late encoder,
+                           reranker, cache), and what a memory is indexed with
 ``ports.py``               what the engine needs from adapters (vector index, models, cache
                            storage) and from the read model (``RecallReads``)
 =========================  =====================================================================
