@@ -35,6 +35,7 @@ function h(tag, props, ...children) {
   for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c instanceof Node ? c : String(c));
   return el;
 }
+function fill(el, ...kids) { el.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false)); return el; }
 const when = (iso) => { if (!iso) return '—'; const d = new Date(iso); return isNaN(d) ? iso : d.toLocaleString(); };
 const can = (scope) => state.scopes.includes(scope);
 const idem = () => (crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(16).slice(2)}`);
@@ -52,7 +53,7 @@ function select(options, value, props) {
 }
 function notice(message, kind) {
   const n = $('notice');
-  n.replaceChildren();
+  fill(n, );
   n.className = kind || '';
   if (message) n.append(h('span', {}, message), h('button', { type: 'button', class: 'link', 'aria-label': 'Dismiss', onclick: () => notice('') }, '×'));
 }
@@ -101,7 +102,7 @@ async function api(method, path, { body, query, key } = {}) {
 function failed(err, where) {              // an error shown where it happened (and the notice bar)
   state.lastError = err.message;
   if (err.status === 401) return;
-  if (where) where.replaceChildren(h('p', { class: 'error', role: 'alert' }, err.message));
+  if (where) fill(where, h('p', { class: 'error', role: 'alert' }, err.message));
   else notice(err.message, 'error');
 }
 
@@ -133,7 +134,7 @@ function signOut(message) {
   sessionStorage.removeItem(TOKEN);
   Object.assign(state, { token: null, who: null, scopes: [], restricted: null, projects: [] });
   state.selected.clear();
-  $('view').hidden = true; $('view').replaceChildren(); $('nav').hidden = true; $('signout').hidden = true; $('who').textContent = '';
+  $('view').hidden = true; fill($('view'), ); $('nav').hidden = true; $('signout').hidden = true; $('who').textContent = '';
   $('signin').hidden = false;
   $('signin-error').textContent = message || '';
   notice('');
@@ -229,7 +230,7 @@ async function route() {
     if (current) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
   const root = $('view');
-  root.replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+  fill(root, h('p', { class: 'muted' }, 'Loading…'));
   notice('');
   try {
     await view(root, args, query);
@@ -265,7 +266,9 @@ async function viewMemories(root, _args, query) {
     if (category.value) p.set('category', category.value);
     if (keyword.value.trim()) p.set('keyword', keyword.value.trim());
     if (extra && extra.search && q.value.trim()) { p.set('q', q.value.trim()); p.set('mode', mode.value); }
-    if (sort.value && !(sort.value === 'score' && !(extra && extra.search))) p.set('sort', sort.value);
+    const searching = !!(extra && extra.search);
+    // a new search sorts by match; a sort chosen for a search (or for the list) stays with it
+    if (sort.value && !(sort.value === 'score' && !searching) && !(searching && !query.get('q'))) p.set('sort', sort.value);
     const hash = `#/memories?${p}`;
     if (location.hash === hash) route(); else location.hash = hash;
   };
@@ -277,7 +280,7 @@ async function viewMemories(root, _args, query) {
       query.get('q') ? h('button', { type: 'button', onclick: () => { q.value = ''; go(); } }, 'Clear search') : null));
   sort.addEventListener('change', () => go({ search: !!query.get('q') }));
   const list = h('div', { id: 'memory-list' }, h('p', { class: 'muted' }, 'Loading…'));
-  root.replaceChildren(h('h1', {}, 'Memories'), search, filters,
+  fill(root, h('h1', {}, 'Memories'), search, filters,
     h('p', { class: 'muted small' }, 'Filters by status (superseded, forgotten), date range and source are not offered by the REST API yet; the list shows current memories.'),
     list);
   let rows, scores = new Map();
@@ -300,13 +303,13 @@ async function viewMemories(root, _args, query) {
 }
 function renderMemoryList(list, rows, scores, query) {
   if (!rows.length) {
-    list.replaceChildren(h('p', { class: 'empty' }, query.get('q') ? 'Nothing matches this search.' : 'No memories here yet.'));
+    fill(list, h('p', { class: 'empty' }, query.get('q') ? 'Nothing matches this search.' : 'No memories here yet.'));
     return;
   }
   const bulk = h('div', { class: 'bulk', role: 'region', 'aria-label': 'Selected memories' });
   const renderBulk = () => {
     const n = state.selected.size;
-    bulk.replaceChildren();
+    fill(bulk, );
     if (!n) { bulk.append(h('span', { class: 'muted small' }, 'Select memories to forget or export several at once.')); return; }
     const reason = h('input', { type: 'text', maxlength: 1000, placeholder: 'why (optional)' });
     const chosen = () => rows.filter((m) => state.selected.has(m.id));
@@ -336,7 +339,7 @@ function renderMemoryList(list, rows, scores, query) {
   all.addEventListener('change', () => { for (const m of rows) if (all.checked) state.selected.add(m.id); else state.selected.delete(m.id); renderRows(); renderBulk(); });
   const body = h('tbody');
   const renderRows = () => {
-    body.replaceChildren(...rows.map((m) => {
+    fill(body, ...rows.map((m) => {
       const box = h('input', { type: 'checkbox', 'aria-label': `Select: ${m.content.slice(0, 60)}`, checked: state.selected.has(m.id) });
       box.addEventListener('change', () => { if (box.checked) state.selected.add(m.id); else state.selected.delete(m.id); all.checked = state.selected.size === rows.length; renderBulk(); });
       return h('tr', { dataset: { id: m.id } },
@@ -355,7 +358,7 @@ function renderMemoryList(list, rows, scores, query) {
   renderRows();
   renderBulk();
   const cap = rows.length >= LIST_LIMIT ? ` (the REST API returns at most ${LIST_LIMIT}; narrow with a filter or a search)` : '';
-  list.replaceChildren(h('p', { class: 'muted small', id: 'count' }, `${rows.length} memor${rows.length === 1 ? 'y' : 'ies'}${cap}`), bulk,
+  fill(list, h('p', { class: 'muted small', id: 'count' }, `${rows.length} memor${rows.length === 1 ? 'y' : 'ies'}${cap}`), bulk,
     h('div', { class: 'table-wrap' }, h('table', { class: 'rows memories' },
       h('caption', { class: 'sr-only' }, 'Memories'),
       h('thead', {}, h('tr', {}, h('th', { scope: 'col', class: 'pick' }, all), h('th', { scope: 'col' }, 'Memory'), h('th', { scope: 'col' }, 'Category'),
@@ -402,7 +405,7 @@ async function viewMemory(root, args) {
   }
   const historyData = await api('GET', `/v1/memories/${encodeURIComponent(id)}/history`);
   const versions = historyData.versions || [];
-  if (!versions.length) { root.replaceChildren(h('h1', {}, 'Memory'), h('p', { class: 'empty' }, 'No such memory (or not yours).')); return; }
+  if (!versions.length) { fill(root, h('h1', {}, 'Memory'), h('p', { class: 'empty' }, 'No such memory (or not yours).')); return; }
   const last = versions[versions.length - 1];
   const project = (current && current.project) || projectArg || 'default';
   const forgotten = last.status === 'forgotten';
@@ -432,7 +435,7 @@ async function viewMemory(root, args) {
   const from = select(numbers.map((n) => [String(n), `v${n}`]), String(numbers[Math.max(0, numbers.length - 2)]));
   const to = select(numbers.map((n) => [String(n), `v${n}`]), String(numbers[numbers.length - 1]));
   const diffOut = h('div', { id: 'diff', 'aria-live': 'polite' });
-  const showDiff = () => diffOut.replaceChildren(renderDiff(contentOf(Number(from.value)), contentOf(Number(to.value))));
+  const showDiff = () => fill(diffOut, renderDiff(contentOf(Number(from.value)), contentOf(Number(to.value))));
   from.addEventListener('change', showDiff); to.addEventListener('change', showDiff);
   showDiff();
 
@@ -443,7 +446,7 @@ async function viewMemory(root, args) {
   if (!forgotten && can('memory:write')) sections.push(editForm(id, project, last), forgetForm(id, project));
   else if (!forgotten) sections.push(needs('memory:write', 'Editing or forgetting'));
   sections.push(h('p', { class: 'muted small' }, 'Relations, pinning and moving to another project are not offered by the REST API yet.'));
-  root.replaceChildren(...sections);
+  fill(root, ...sections);
 }
 function editForm(id, project, last) {
   const content = h('textarea', { rows: 3, maxlength: 4000, required: true }, last.content);
@@ -458,8 +461,8 @@ function editForm(id, project, last) {
     if (context.value.trim() && context.value.trim() !== (last.context || '')) body.context = context.value.trim();
     if (category.value && category.value !== (last.category || '')) body.category = category.value;
     if (Number(importance.value) !== last.importance) body.importance = Number(importance.value);
-    if (Object.keys(body).length === 2) { out.replaceChildren(h('p', { class: 'muted' }, 'Nothing changed.')); return; }
-    if (body.content === '') { out.replaceChildren(h('p', { class: 'error' }, 'The content may not be empty.')); return; }
+    if (Object.keys(body).length === 2) { fill(out, h('p', { class: 'muted' }, 'Nothing changed.')); return; }
+    if (body.content === '') { fill(out, h('p', { class: 'error' }, 'The content may not be empty.')); return; }
     form.querySelector('button[type=submit]').disabled = true;
     try {
       const saved = await api('POST', '/v1/memories/update', { body, key: idem() });
@@ -498,18 +501,18 @@ async function viewLogs(root, _args, query) {
   const logsBox = h('section', { class: 'card', 'aria-labelledby': 'queue-title' });
   const modesBox = h('section', { class: 'card', 'aria-labelledby': 'modes-title' });
   sections.push(logsBox, modesBox);
-  root.replaceChildren(...sections);
+  fill(root, ...sections);
   await Promise.all([renderQueue(logsBox, query), renderModes(modesBox)]);
 }
 async function renderQueue(box, query) {
   const title = h('h2', { id: 'queue-title' }, 'Waiting and failed logs');
-  if (!can('memory:maintenance')) { box.replaceChildren(title, needs('memory:maintenance', 'Seeing the extraction queue')); return; }
+  if (!can('memory:maintenance')) { fill(box, title, needs('memory:maintenance', 'Seeing the extraction queue')); return; }
   const project = select(projectOptions(), query.get('project') || state.restricted || '');
   project.addEventListener('change', () => { location.hash = `#/logs${project.value ? `?project=${encodeURIComponent(project.value)}` : ''}`; });
   const logs = (await api('GET', '/v1/daily-logs/unprocessed', { query: { limit: LIST_LIMIT, include_failed: true, project: query.get('project') } })).logs;
   const note = h('p', { class: 'muted small' }, 'The REST API lists logs waiting for extraction and failed ones; processed logs open from a memory\'s provenance or by id.');
-  if (!logs.length) { box.replaceChildren(title, field('Project', project), note, h('p', { class: 'empty' }, 'No log is waiting or failed.')); return; }
-  box.replaceChildren(title, field('Project', project), note, h('div', { class: 'table-wrap' }, h('table', { class: 'rows logs', id: 'log-list' },
+  if (!logs.length) { fill(box, title, field('Project', project), note, h('p', { class: 'empty' }, 'No log is waiting or failed.')); return; }
+  fill(box, title, field('Project', project), note, h('div', { class: 'table-wrap' }, h('table', { class: 'rows logs', id: 'log-list' },
     h('thead', {}, h('tr', {}, ...['Day', 'Project', 'Status', 'Tries', 'Error', 'Updated', ''].map((t) => h('th', { scope: 'col' }, t)))),
     h('tbody', {}, ...logs.map((l) => h('tr', { dataset: { id: l.id, status: l.processing_status } },
       h('td', {}, h('a', { href: logHref(l.id) }, l.log_date)), h('td', { 'data-label': 'Project' }, l.project),
@@ -534,7 +537,7 @@ async function renderModes(box) {
   const own = new Map((modes.projects || []).map((p) => [p.project, p.mode]));
   const names = [...new Set([...state.projects.map((p) => p.project), ...own.keys()])].filter((p) => !state.restricted || p === state.restricted).sort();
   const explain = h('p', { class: 'muted small' }, `auto: the engine extracts each log at once; agent: only external agents extract; handoff: agents first, the engine after ${modes.handoff_minutes} minutes. This install's default: ${modes.default}.`);
-  if (!names.length) { box.replaceChildren(title, explain, h('p', { class: 'empty' }, 'No project yet.')); return; }
+  if (!names.length) { fill(box, title, explain, h('p', { class: 'empty' }, 'No project yet.')); return; }
   const rows = names.map((p) => {
     const choice = select([['', `install default (${modes.default})`], ...MODES], own.get(p) || '', { 'aria-label': `Extraction mode of ${p}`, disabled: !can('memory:maintenance') });
     choice.addEventListener('change', async () => {
@@ -545,15 +548,15 @@ async function renderModes(box) {
     });
     return h('tr', {}, h('th', { scope: 'row' }, p), h('td', {}, choice));
   });
-  box.replaceChildren(title, explain, can('memory:maintenance') ? null : needs('memory:maintenance', 'Changing a mode'),
+  fill(box, title, explain, can('memory:maintenance') ? null : needs('memory:maintenance', 'Changing a mode'),
     h('table', { class: 'rows modes', id: 'modes' }, h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Project'), h('th', { scope: 'col' }, 'Mode'))), h('tbody', {}, ...rows)));
 }
 async function viewLog(root, args, query) {
   const id = args[0];
   const back = h('p', {}, h('a', { href: '#/logs' }, '← Logs'));
-  if (!can('memory:maintenance')) { root.replaceChildren(back, h('h1', {}, 'Daily log'), needs('memory:maintenance', 'Reading a daily log')); return; }
+  if (!can('memory:maintenance')) { fill(root, back, h('h1', {}, 'Daily log'), needs('memory:maintenance', 'Reading a daily log')); return; }
   const found = await api('GET', `/v1/daily-logs/${encodeURIComponent(id)}`);
-  if (!found.found || !found.log) { root.replaceChildren(back, h('h1', {}, 'Daily log'), h('p', { class: 'empty' }, 'No such log (or not yours).')); return; }
+  if (!found.found || !found.log) { fill(root, back, h('h1', {}, 'Daily log'), h('p', { class: 'empty' }, 'No such log (or not yours).')); return; }
   const log = found.log;
   const marked = new Set((query.get('turns') || '').split(',').filter(Boolean).map(Number));
   const facts = [['Day', log.log_date], ['Project', log.project], ['Status', log.processing_status], ['Tries', String(log.retry_count)],
@@ -562,20 +565,20 @@ async function viewLog(root, args, query) {
   const turns = h('ol', { class: 'turns', start: 1, id: 'turns' }, ...(log.turns || []).map((t, i) => h('li', { class: marked.has(i) ? 'turn marked' : 'turn', dataset: { index: String(i) } },
     h('span', { class: 'speaker' }, t.speaker), ' ', h('span', {}, t.text), marked.has(i) ? h('span', { class: 'sr-only' }, ' (a memory came from this turn)') : null)));
   const extraction = h('section', { class: 'card', 'aria-labelledby': 'ex-title' }, h('h2', { id: 'ex-title' }, 'Extraction'), h('p', { class: 'muted' }, 'Loading…'));
-  root.replaceChildren(back, h('h1', {}, `Daily log ${log.log_date}`),
+  fill(root, back, h('h1', {}, `Daily log ${log.log_date}`),
     h('dl', { class: 'facts', id: 'log-facts' }, ...facts.flatMap(([k, v]) => [h('dt', {}, k), h('dd', { class: k === 'Status' ? `status ${v}` : null }, v)])),
     log.processing_status === 'failed' ? h('div', { class: 'actions' }, requeueButton(log)) : null,
     h('section', { class: 'card', 'aria-labelledby': 'turns-title' }, h('h2', { id: 'turns-title' }, `Turns (${(log.turns || []).length})`),
       (log.turns || []).length ? turns : h('p', { class: 'empty' }, 'This log has no turns.')),
     extraction);
   const results = (await api('GET', '/v1/extraction-results', { query: { log_id: id, limit: 100 } })).results;
-  if (!results.length) { extraction.replaceChildren(extraction.firstChild, h('p', { class: 'empty' }, 'No extraction result for this log yet.')); return; }
+  if (!results.length) { fill(extraction, extraction.firstChild, h('p', { class: 'empty' }, 'No extraction result for this log yet.')); return; }
   const tasks = new Map();
   await Promise.all([...new Set(results.map((r) => r.task_id))].map(async (t) => {
     const list = (await api('GET', '/v1/extraction-tasks', { query: { task_id: t, limit: 1 } })).tasks;
     if (list.length) tasks.set(t, list[0]);
   }));
-  extraction.replaceChildren(extraction.firstChild, ...results.map((r) => {
+  fill(extraction, extraction.firstChild, ...results.map((r) => {
     const t = tasks.get(r.task_id);
     return h('div', { class: 'result' },
       h('p', {}, h('strong', {}, `Run ${r.task_id}`), t ? ` · ${t.status}${t.engine ? ` · ${t.engine}` : ''}${t.finished_at ? ` · finished ${when(t.finished_at)}` : ''}` : ' · (no task record)'),
@@ -590,7 +593,7 @@ async function viewLog(root, args, query) {
 async function viewProjects(root) {
   await loadProjects();
   const list = state.projects;
-  root.replaceChildren(h('h1', {}, 'Projects'), !list.length ? h('p', { class: 'empty' }, 'No project has a memory yet.') :
+  fill(root, h('h1', {}, 'Projects'), !list.length ? h('p', { class: 'empty' }, 'No project has a memory yet.') :
     h('div', { class: 'table-wrap' }, h('table', { class: 'rows', id: 'project-list' },
       h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Project'), h('th', { scope: 'col' }, 'Memories'), h('th', { scope: 'col' }, 'Last change'))),
       h('tbody', {}, ...list.map((p) => h('tr', {}, h('td', {}, h('a', { href: `#/memories?project=${encodeURIComponent(p.project)}` }, p.project)),
@@ -602,7 +605,7 @@ async function viewProjects(root) {
 async function viewKeys(root) {
   const title = h('h1', {}, 'API keys');
   if (!can('admin')) {
-    root.replaceChildren(title, needs('admin', 'Managing API keys'),
+    fill(root, title, needs('admin', 'Managing API keys'),
       h('p', { class: 'muted' }, 'Keys are made by the install operator: sign in here with an admin key, or run ', h('code', {}, 'engram keys create'), '. OAuth sign-in never carries the admin scope.'));
     return;
   }
@@ -616,18 +619,18 @@ async function viewKeys(root) {
   const create = h('form', { class: 'card', id: 'create-key', 'aria-labelledby': 'new-key-title', onsubmit: async (e) => {
     e.preventDefault();
     const scopes = boxes.filter((b) => b.checked).map((b) => b.value);
-    if (!scopes.length) { out.replaceChildren(h('p', { class: 'error' }, 'Choose at least one scope.')); return; }
-    if (project.value && scopes.includes('admin')) { out.replaceChildren(h('p', { class: 'error' }, 'An admin key cannot be restricted to a project.')); return; }
+    if (!scopes.length) { fill(out, h('p', { class: 'error' }, 'Choose at least one scope.')); return; }
+    if (project.value && scopes.includes('admin')) { fill(out, h('p', { class: 'error' }, 'An admin key cannot be restricted to a project.')); return; }
     const body = { user_id: user, name: name.value.trim() || 'console key', scopes, project: project.value.trim() || null,
       expires_in_days: days.value ? Number(days.value) : null };
     try {
       const made = await api('POST', '/v1/keys', { body, key: idem() });
       await route();
       const secret = h('input', { type: 'text', readonly: true, value: made.key, id: 'new-key-secret', class: 'secret' });
-      $('key-out').replaceChildren(h('div', { class: 'once', role: 'alert' }, h('p', {}, h('strong', {}, `Key “${made.view.name}” made.`), ' Copy it now: it is shown this once.'),
+      fill($('key-out'), h('div', { class: 'once', role: 'alert' }, h('p', {}, h('strong', {}, `Key “${made.view.name}” made.`), ' Copy it now: it is shown this once.'),
         field('The new key', secret), h('button', { type: 'button', onclick: async () => {
           try { await navigator.clipboard.writeText(made.key); notice('Copied.', 'ok'); } catch { secret.select(); notice('Press Ctrl+C to copy the selected key.'); }
-        } }, 'Copy'), h('button', { type: 'button', class: 'link', onclick: () => $('key-out').replaceChildren() }, 'Done: hide it')));
+        } }, 'Copy'), h('button', { type: 'button', class: 'link', onclick: () => fill($('key-out'), ) }, 'Done: hide it')));
       secret.focus(); secret.select();
     } catch (err) { failed(err, out); }
   } }, h('h2', { id: 'new-key-title' }, `New key for ${state.who.user_name || user}`), field('Name', name),
@@ -647,7 +650,7 @@ async function viewKeys(root) {
       try { await api('DELETE', `/v1/keys/${encodeURIComponent(k.key_id)}`, { key: idem() }); await route(); notice(`Revoked “${k.name}”.`, 'ok'); }
       catch (err) { failed(err); b.disabled = false; }
     } }, 'Revoke'))));
-  root.replaceChildren(title, create, h('section', { class: 'card', 'aria-labelledby': 'keys-title' }, h('h2', { id: 'keys-title' }, `Keys of ${state.who.user_name || user}`),
+  fill(root, title, create, h('section', { class: 'card', 'aria-labelledby': 'keys-title' }, h('h2', { id: 'keys-title' }, `Keys of ${state.who.user_name || user}`),
     rows.length ? h('div', { class: 'table-wrap' }, h('table', { class: 'rows', id: 'key-list' },
       h('thead', {}, h('tr', {}, ...['Name', 'Prefix', 'Scopes', 'Project', 'Created', 'Last used', 'State', ''].map((t) => h('th', { scope: 'col' }, t)))), h('tbody', {}, ...rows)))
       : h('p', { class: 'empty' }, 'No key yet.')),
@@ -671,21 +674,21 @@ async function viewTransfer(root) {
   const importOut = h('div', { id: 'import-out', role: 'status', 'aria-live': 'polite' });
   const importForm = h('form', { class: 'card', 'aria-labelledby': 'import-title', onsubmit: async (e) => {
     e.preventDefault();
-    if (!file.files.length) { importOut.replaceChildren(h('p', { class: 'error' }, 'Choose a file first.')); return; }
+    if (!file.files.length) { fill(importOut, h('p', { class: 'error' }, 'Choose a file first.')); return; }
     const button = importForm.querySelector('button[type=submit]');
     button.disabled = true;
     try { await runImport(file.files[0], into.value, importOut); } catch (err) { failed(err, importOut); } finally { button.disabled = false; }
   } }, h('h2', { id: 'import-title' }, 'Import'),
     h('p', { class: 'muted small' }, 'A JSONL file: an Engram export (each memory\'s current version is saved; forgotten ones are left out) or one memory object per line ({"content": …, "category": …}). Saved in batches of 100 through POST /v1/memories/bulk; importing the same file again saves nothing twice. To restore whole histories, use engram import.'),
     h('div', { class: 'row' }, field('File', file), field('Into project', into)), h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Import')), importOut);
-  root.replaceChildren(h('h1', {}, 'Export and import'), exportForm, can('memory:write') ? importForm : needs('memory:write', 'Importing'));
+  fill(root, h('h1', {}, 'Export and import'), exportForm, can('memory:write') ? importForm : needs('memory:write', 'Importing'));
 }
 async function runExport(project, format, out) {
   const url = new URL('/v1/export', location.origin);
   if (project) url.searchParams.set('project', project);
   url.searchParams.set('format', format);
   const progress = h('p', { class: 'muted' }, 'Starting…');
-  out.replaceChildren(progress);
+  fill(out, progress);
   let response;
   try { response = await fetch(url, { headers: { Authorization: `Bearer ${state.token}` }, credentials: 'omit', cache: 'no-store' }); }
   catch { throw new ApiError(0, 'The Engram gateway does not answer (is it running?).'); }
@@ -735,10 +738,10 @@ function importItems(text) {             // (items, skipped) from an export or p
 }
 async function runImport(file, project, out) {
   const { items, skipped } = importItems(await file.text());
-  if (!items.length) { out.replaceChildren(h('p', { class: 'empty' }, `No memory to import${skipped ? ` (${skipped} records left out)` : ''}.`)); return; }
+  if (!items.length) { fill(out, h('p', { class: 'empty' }, `No memory to import${skipped ? ` (${skipped} records left out)` : ''}.`)); return; }
   const bar = h('progress', { max: items.length, value: 0, 'aria-label': 'Import progress' });
   const text = h('p', { class: 'muted' }, `0 of ${items.length}`);
-  out.replaceChildren(bar, text);
+  fill(out, bar, text);
   const fileKey = `${file.name}:${file.size}:${file.lastModified}`;
   const totals = { saved: 0, duplicates: 0, errors: 0 };
   const firstErrors = [];

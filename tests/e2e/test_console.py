@@ -1,0 +1,326 @@
+"""The web console /console in headless Chromium (Debian's `chromium` through playwright; nothing
+downloaded), against a running stack, every step checked through the REST API as well:
+
+- the page and its two files: a strict CSP (scripts and styles from this origin only, no inline
+  script or style anywhere), nothing loaded from elsewhere, no-store, GET only;
+- signed in with a pasted key (a wrong one refused), the token in the tab's sessionStorage only and
+  never in a URL: the list, a project filter, a search (recall), a memory's page, an edit (version 2
+  in its history, a diff between versions), forgetting with a reason, a hostile memory's text shown
+  as text (no element, no script run), a failed daily log re-queued, its turns and provenance, a key
+  created (shown once, restricted as asked) and revoked, a revoked sign-in sent back to the form;
+  every view in a narrow window (no sideways scrolling) and in the dark theme;
+- signed in with OAuth: authorization code + PKCE as a public client of the auth service, the code
+  gone from the address bar, a token without the admin scope (the keys view says so).
+
+Screenshots go to ENGRAM_SCREENSHOTS_DIR when set, else to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_graph_app import auth, browser, chromium_only, screenshots
+
+pytestmark = pytest.mark.e2e
+
+HOSTILE = 'Likes <img src=x onerror="window.pwned=1"> and <script>window.pwned=2</script> tea'
+ALL_SCOPES = ["memory:read", "memory:write", "memory:maintenance", "admin"]
+
+
+@dataclass
+class ConsoleData:
+    project: str
+    quiet: str
+    admin_key: str
+    tea_id: str
+    cat_id: str
+    hostile_id: str
+    failed_log_id: str
+
+
+def rest(running: Any, key: str) -> httpx.Client:
+    return httpx.Client(base_url=running.base_url, headers=auth(key), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def console_data(running) -> ConsoleData:  # type: ignore[no-untyped-def]
+    run = uuid.uuid4().hex[:6]
+    project, quiet = f"home-{run}", f"quiet-{run}"
+    admin_key = running.stack.create_key(running.user_id, f"console-{run}", ALL_SCOPES)["key"]
+    with rest(running, admin_key) as h:
+        ids = {}
+        for name, content in (("tea", "Prefers green tea in the morning"), ("cat", "Has a cat named Miso"),
+                              ("porto", "Grew up in Porto"), ("hostile", HOSTILE)):
+            saved = h.post("/v1/memories", json={"content": content, "project": project, "category": "preference"})
+            assert saved.status_code == 201, saved.text
+            ids[name] = saved.json()["memory_id"]
+        # a log nobody extracts (agent mode), claimed and failed: the console re-queues it
+        assert h.put(f"/v1/projects/{quiet}/extraction-mode", json={"mode": "agent"}).status_code == 200
+        log = h.post("/v1/daily-logs", json={"project": quiet, "log_date": "2026-11-30",
+                                             "turns": [{"speaker": "user", "text": "I started pottery classes."}]})
+        assert log.status_code == 200, log.text
+        log_id = log.json()["id"]
+        assert h.post(f"/v1/daily-logs/{log_id}/claim").json()["claimed"] is True
+        failed = h.post(f"/v1/daily-logs/{log_id}/status", json={"processing_status": "failed", "error_reason": "model timed out"})
+        assert failed.status_code == 200 and failed.json()["log"]["processing_status"] == "failed", failed.text
+    return ConsoleData(project, quiet, admin_key, ids["tea"], ids["cat"], ids["hostile"], log_id)
+
+
+def test_the_page_and_its_files_carry_a_strict_policy(running) -> None:  # type: ignore[no-untyped-def]
+    with httpx.Client(base_url=running.base_url, timeout=60) as h:
+        page = h.get("/console")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self';" in csp and "style-src 'self';" in csp and "unsafe-inline" not in csp
+        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "form-action 'none'" in csp
+        assert page.headers["cache-control"] == "no-store" and page.headers["x-content-type-options"] == "nosniff"
+        html = page.text
+        assert re.findall(r"<script\b[^>]*>", html) == ['<script src="/console/console.js" defer>']
+        assert "<style" not in html and not re.search(r"\s(?:style|on[a-z]+)\s*=", html), "no inline style or handler"
+        assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html), "the page loads nothing from elsewhere"
+        script = h.get("/console/console.js")
+        style = h.get("/console/console.css")
+        assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+        assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
+        assert not re.search(r"\.(?:innerHTML|outerHTML)\s*=|insertAdjacentHTML|document\.write|\beval\(|new Function", script.text)
+        assert "http://" not in script.text and "https://" not in script.text
+        assert "@import" not in style.text and "url(http" not in style.text
+        assert h.get("/console/").status_code == 200
+        assert h.post("/console").status_code == 405
+        assert h.get("/console/other.js").status_code == 404
+
+
+async def _rendered(page: Any) -> int:
+    return int(await page.evaluate("engramConsole.rendered"))
+
+
+async def _go(page: Any, hash_: str) -> None:
+    """Open a view by its address and wait until it has drawn."""
+    before = await _rendered(page)
+    await page.evaluate("(h) => { location.hash = h; }", hash_)
+    await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+
+
+async def _fits(page: Any) -> None:
+    """Nothing scrolls sideways in a narrow window."""
+    assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+@chromium_only
+async def test_signed_in_with_a_key_every_view_works(running, console_data: ConsoleData, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    shots = screenshots(tmp_path)
+    d = console_data
+    h = rest(running, d.admin_key)
+    async with browser() as chromium:
+        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
+        page = await context.new_page()
+        errors: list[str] = []
+        dialogs: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), asyncio.ensure_future(dialog.dismiss())))
+        await page.goto(running.base_url + "/console")
+        await page.wait_for_selector("#signin:not([hidden])")
+        await page.screenshot(path=str(shots / "console-sign-in.png"))
+
+        # a wrong key is refused; the right one signs in, kept in this tab only, never in the URL
+        await page.fill("#key", "egm_not-a-real-key")
+        await page.click("#signin-go")
+        await page.wait_for_function("() => document.getElementById('signin-error').textContent.includes('refused')")
+        await page.fill("#key", d.admin_key)
+        await page.press("#key", "Enter")
+        await page.wait_for_selector("table.memories")
+        assert d.admin_key not in page.url
+        assert await page.evaluate("sessionStorage.getItem('engram.console.token')") == d.admin_key
+        assert d.admin_key not in await page.evaluate("JSON.stringify(Object.assign({}, localStorage))")
+
+        # the list, narrowed to one project; the hostile memory's text is text
+        await _go(page, f"#/memories?project={d.project}")
+        rows = await page.eval_on_selector_all("table.memories tbody tr", "rs => rs.map(r => r.dataset.id)")
+        listed = h.get("/v1/memories", params={"project": d.project, "limit": 100}).json()["memories"]
+        assert set(rows) == {m["id"] for m in listed} and d.hostile_id in rows
+        hostile = await page.inner_text(f"tr[data-id='{d.hostile_id}'] td.content a")
+        assert hostile == HOSTILE
+        assert await page.evaluate("document.querySelectorAll('#view img, #view script').length") == 0
+        assert await page.evaluate("window.pwned === undefined") and not dialogs
+        await page.screenshot(path=str(shots / "console-memories.png"), full_page=True)
+
+        # search (POST /v1/recall): the best hit first
+        await page.fill("input[type=search] >> nth=0", "green tea in the morning")
+        before = await _rendered(page)
+        await page.click("form[role=search] button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        first = await page.eval_on_selector("table.memories tbody tr", "r => r.dataset.id")
+        assert first == d.tea_id
+        assert "q=green" in page.url and d.admin_key not in page.url
+
+        # a memory's page; edit -> version 2, seen in the page and in REST
+        before = await _rendered(page)
+        await page.click(f"tr[data-id='{d.tea_id}'] td.content a")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert await page.inner_text("#memory-content") == "Prefers green tea in the morning"
+        assert await page.locator("#versions .version").count() == 1
+        await page.fill("#edit textarea", "Prefers oolong tea in the morning, no sugar")
+        before = await _rendered(page)
+        await page.click("#edit button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        await page.wait_for_selector("#versions .version >> nth=1")
+        assert await page.locator("#versions .version").count() == 2
+        assert await page.inner_text("#memory-content") == "Prefers oolong tea in the morning, no sugar"
+        assert "oolong" in await page.inner_text("#diff ins")
+        assert "green" in await page.inner_text("#diff del")
+        versions = h.get(f"/v1/memories/{d.tea_id}/history").json()["versions"]
+        assert [v["version"] for v in versions][-1] == 2 and versions[-1]["content"] == "Prefers oolong tea in the morning, no sugar"
+        await page.screenshot(path=str(shots / "console-memory.png"), full_page=True)
+
+        # forget it, with a reason (the button asks once more)
+        await _go(page, f"#/memory/{d.project}/{d.cat_id}")
+        await page.fill("#forget input", "the cat moved out")
+        await page.click("#forget button[type=submit]")
+        await page.wait_for_selector("#forget button[data-confirm='1']")
+        before = await _rendered(page)
+        await page.click("#forget button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "forgotten" in (await page.inner_text("#view h1")).lower()
+        last = h.get(f"/v1/memories/{d.cat_id}/history").json()["versions"][-1]
+        assert last["status"] == "forgotten" and last["forget_reason"] == "the cat moved out"
+        assert d.cat_id not in {m["id"] for m in h.get("/v1/memories", params={"project": d.project}).json()["memories"]}
+        assert await page.locator("#edit").count() == 0  # a forgotten memory offers no edit
+
+        # logs: the failed one, its error and tries; re-queued -> pending (REST)
+        await _go(page, f"#/logs?project={d.quiet}")
+        row = page.locator(f"#log-list tr[data-id='{d.failed_log_id}']")
+        assert "model timed out" in await row.inner_text() and await row.get_attribute("data-status") == "failed"
+        assert (await page.input_value(f"select[aria-label='Extraction mode of {d.quiet}']")) == "agent"
+        await page.screenshot(path=str(shots / "console-logs.png"), full_page=True)
+        before = await _rendered(page)
+        await row.locator("button.requeue").click()
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        log = h.get(f"/v1/daily-logs/{d.failed_log_id}").json()["log"]
+        assert log["processing_status"] == "pending"
+        assert await page.locator(f"#log-list tr[data-id='{d.failed_log_id}'][data-status='pending']").count() == 1
+        await _go(page, f"#/log/{d.failed_log_id}?turns=0")
+        assert "I started pottery classes." in await page.inner_text("#turns li.marked")
+        assert "pending" in await page.inner_text("#log-facts")
+
+        # projects with counts, as REST counts them
+        await _go(page, "#/projects")
+        counts = {p["project"]: p["memories"] for p in h.get("/v1/projects").json()["projects"]}
+        shown = await page.inner_text("#project-list")
+        assert d.project in shown and str(counts[d.project]) in shown
+
+        # keys: create one restricted to the project (shown once), it works; revoke it, it is refused
+        await _go(page, "#/keys")
+        await page.fill("#create-key input[type=text] >> nth=0", "laptop")
+        await page.uncheck("#create-key input[value='memory:write']")
+        await page.fill("#create-key input[list=project-names]", d.project)
+        before = await _rendered(page)
+        await page.click("#create-key button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        secret = await page.input_value("#new-key-secret")
+        assert secret.startswith("egm_")
+        await page.screenshot(path=str(shots / "console-keys.png"), full_page=True)
+        who = httpx.get(running.base_url + "/v1/whoami", headers=auth(secret), timeout=60).json()
+        assert who["scopes"] == ["memory:read"] and who["project"] == d.project and who["user_id"] == running.user_id
+        key_id = who["key_id"]
+        revoke = page.locator(f"#key-list tr[data-id='{key_id}'] button.revoke")
+        await revoke.click()
+        await page.wait_for_selector(f"#key-list tr[data-id='{key_id}'] button.revoke[data-confirm='1']")
+        before = await _rendered(page)
+        await revoke.click()
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert httpx.get(running.base_url + "/v1/whoami", headers=auth(secret), timeout=60).status_code == 401
+        assert await page.locator(f"#key-list tr.revoked[data-id='{key_id}']").count() == 1
+        assert secret not in await page.content()  # shown once: gone after the list redrew
+
+        # export with progress
+        await _go(page, "#/transfer")
+        async with page.expect_download() as download:
+            await page.click("form[aria-labelledby=export-title] button[type=submit]")
+        await page.wait_for_function("() => document.getElementById('export-out').textContent.startsWith('Done')")
+        exported = Path(await (await download.value).path()).read_text(encoding="utf-8").splitlines()
+        assert '"type":"header"' in exported[0].replace(" ", "") and any(d.tea_id in line for line in exported)
+        await page.screenshot(path=str(shots / "console-transfer.png"), full_page=True)
+
+        # a narrow window in the dark theme: every view fits
+        await page.set_viewport_size({"width": 390, "height": 820})
+        await page.click("#theme")
+        assert await page.evaluate("document.documentElement.dataset.theme") == "dark"
+        for name, hash_ in (("memories", f"#/memories?project={d.project}"), ("memory", f"#/memory/{d.project}/{d.tea_id}"),
+                            ("logs", "#/logs"), ("keys", "#/keys"), ("projects", "#/projects"), ("transfer", "#/transfer")):
+            await _go(page, hash_)
+            await _fits(page)
+            await page.screenshot(path=str(shots / f"console-{name}-narrow-dark.png"), full_page=True)
+        # keyboard and screen readers: a view's heading takes the focus when it opens
+        assert await page.evaluate("document.activeElement.tagName") == "H1"
+
+        # signing out forgets the token
+        await page.click("#signout")
+        await page.wait_for_selector("#signin:not([hidden])")
+        assert await page.evaluate("sessionStorage.getItem('engram.console.token')") is None
+        assert not errors, errors
+        await context.close()
+
+        # a credential revoked while signed in: the next request sends the page back to the form
+        made = h.post("/v1/keys", json={"user_id": running.user_id, "name": "short-lived", "scopes": ["memory:read"]})
+        assert made.status_code == 201, made.text
+        context = await chromium.new_context(viewport={"width": 1000, "height": 700})
+        page = await context.new_page()
+        await page.goto(running.base_url + "/console")
+        await page.fill("#key", made.json()["key"])
+        await page.click("#signin-go")
+        await page.wait_for_selector("table.memories")
+        assert h.delete(f"/v1/keys/{made.json()['view']['key_id']}").status_code == 200
+        await page.evaluate("location.hash = '#/projects'")
+        await page.wait_for_selector("#signin:not([hidden])")
+        assert "revoked" in await page.inner_text("#signin-error")
+        await context.close()
+    h.close()
+
+
+@chromium_only
+async def test_signed_in_with_oauth(running, console_data: ConsoleData, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    shots = screenshots(tmp_path)
+    async with browser() as chromium:
+        context = await chromium.new_context(viewport={"width": 1100, "height": 760}, color_scheme="dark")
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(running.base_url + "/console#/projects")
+        await page.wait_for_selector("#signin:not([hidden])")
+        asked: list[str] = []
+        page.on("request", lambda req: asked.append(req.url) if req.url.startswith(running.auth_url + "/authorize") else None)
+        await page.click("#oauth-go")
+        await page.wait_for_selector("#username", timeout=60_000)
+        query = dict(httpx.URL(asked[0]).params)
+        assert query["code_challenge_method"] == "S256" and query["redirect_uri"] == running.base_url + "/console"
+        assert set(query["scope"].split()) == {"memory:read", "memory:write", "memory:maintenance"}
+        await page.fill("#username", running.username)
+        await page.fill("#password", running.password)
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("button[value=approve]", timeout=60_000)
+        await page.click("button[value=approve]")
+        await page.wait_for_url(lambda url: url.startswith(running.base_url + "/console"), timeout=60_000)
+        await page.wait_for_selector("#project-list", timeout=60_000)   # back where the sign-in started
+        assert "code=" not in page.url and "state=" not in page.url
+        token = await page.evaluate("sessionStorage.getItem('engram.console.token')")
+        assert token and token != running.key
+        who = httpx.get(running.base_url + "/v1/whoami", headers=auth(token), timeout=60).json()
+        assert who["user_id"] == running.user_id and "memory:write" in who["scopes"] and "admin" not in who["scopes"]
+        assert console_data.project in await page.inner_text("#project-list")
+        await _go(page, "#/keys")
+        assert "admin scope" in await page.inner_text("#view")
+        assert await page.locator("#create-key").count() == 0
+        await page.screenshot(path=str(shots / "console-oauth-dark.png"), full_page=True)
+        await page.click("#signout")
+        await page.wait_for_selector("#signin:not([hidden])")
+        assert await page.evaluate("sessionStorage.getItem('engram.console.token')") is None
+        assert not errors, errors
+        await context.close()
