@@ -653,6 +653,7 @@ def run_up(options: StackOptions) -> int:
             )
         print(
             f"\nEngram is running.\n  MCP URL:  {mcp_url}\n  REST API: {stack.gateway_url}/docs\n"
+            f"  Console:  {stack.gateway_url}/console (your memories in the browser; the graph: /graph)\n"
             f"  OAuth:    {stack.auth_url} (sign-in server). OAuth-capable clients need only the MCP URL;\n"
             f"            give a user a password with `engram users create --username NAME --user {owner}`\n"
             + key_line
