@@ -112,6 +112,16 @@ def exists(image: Image) -> bool:
     return subprocess.run(["podman", "image", "exists", image.tag], env=podman_env(), check=False).returncode == 0
 
 
+def drop_older(image: Image) -> None:
+    """Remove this image's other tags (earlier inputs), so rebuilds do not pile up; layers still
+    used by the new image stay."""
+    out = subprocess.run(["podman", "images", "--filter", f"reference=localhost/{image.name}", "--format",
+                          "{{.Repository}}:{{.Tag}}"], env=podman_env(), capture_output=True, text=True, check=True)
+    older = [tag for tag in out.stdout.split() if tag.split(":")[0] == f"localhost/{image.name}" and tag != image.tag]
+    if older:
+        subprocess.run(["podman", "rmi", *older], env=podman_env(), capture_output=True, check=False)
+
+
 def run(command: list[str], **kwargs: object) -> None:
     print("+", " ".join(command), flush=True)
     subprocess.run(command, env=podman_env(), check=True, **kwargs)  # type: ignore[call-overload]
@@ -178,6 +188,8 @@ def ensure_all(workdir: Path) -> dict[str, str]:
         started = time.monotonic()
         build(engram, ROOT / "Dockerfile", ROOT, base)
         timings[engram.name] = time.monotonic() - started
+    for image in reversed(list(images.values())):  # the base last: the others are built on it
+        drop_older(image)
     for name, seconds in timings.items():
         print(f"built {name} in {seconds:.0f} s", flush=True)
     if not timings:

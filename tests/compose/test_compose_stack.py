@@ -332,12 +332,14 @@ async def test_a_daily_log_is_extracted_into_memories(stack: Stack, shared: Shar
     assert len(shared.saved) >= 4, shared.saved
 
 
-async def test_the_graph_page_loads(stack: Stack, shared: Shared) -> None:
+async def test_the_graph_page_and_the_console_load(stack: Stack, shared: Shared) -> None:
     with httpx.Client(base_url=stack.base_url, timeout=30) as h:
         page = h.get("/graph", headers=headers(shared))
         assert page.status_code == 200 and 'data-signed-in="1"' in page.text
         app = h.get("/graph/app.html")
         assert app.status_code == 200 and app.headers["content-type"].startswith("text/html"), app.text[:300]
+        console = h.get("/console")  # the web console, through the proxy too
+        assert console.status_code == 200 and console.headers["content-type"].startswith("text/html"), console.text[:300]
     if not CHROMIUM:
         print("chromium not installed: the graph page was checked over HTTP only", flush=True)
         return
