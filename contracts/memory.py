@@ -305,6 +305,15 @@ class MemoryHistoryQuery(BaseModel):
     memory_id: UUID
 
 
+class GetMemory(BaseModel):
+    """One memory by its id, as it stands now (its current version, forgotten or not); none outside
+    the caller's project."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_id: UUID
+
+
 class MemoryView(BaseModel):
     id: UUID
     project: str
@@ -517,6 +526,7 @@ for _name, _model, _result in (
 for _name, _model, _result in (
     ("recall", Recall, RecallResult),
     ("get_memory_by_key", GetMemoryByKey, MemoryLookup),
+    ("get_memory", GetMemory, MemoryView),
     ("recall_memory", RecallMemory, MemoryList),
     ("memory_history", MemoryHistoryQuery, MemoryHistory),
     ("get_shared_memories", GetSharedMemories, SharedMemoryList),

@@ -22,6 +22,7 @@ from contracts.events import Event
 from contracts.memory import (
     ForgetMemory,
     ForgetMemoryResult,
+    GetMemory,
     GetMemoryByKey,
     GetProfile,
     ListProjects,
@@ -363,6 +364,13 @@ class MemoryReads:
     async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
         project = call.search_project(rm.project)
         return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit))
+
+    async def get(self, call: Call, q: GetMemory) -> MemoryView:
+        """A memory by id as it stands now (none outside the caller's project)."""
+        state = await self.store.get(call.tenant, q.memory_id)
+        if state is None or not call.sees(state.project):
+            raise NotFound(f"no memory with id {q.memory_id}", "memory_id")
+        return MemoryView.model_validate(state.model_dump())
 
     async def history(self, call: Call, hq: MemoryHistoryQuery) -> MemoryHistory:
         """Every version of a memory from the event log (none outside the caller's project)."""

@@ -49,6 +49,7 @@ from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply, utcnow
 from contracts.graph import SimilarMemories
 from contracts.memory import (
     ForgetMemory,
+    GetMemory,
     GetMemoryByKey,
     GetProfile,
     GetSharedMemories,
@@ -132,7 +133,7 @@ class MemoryService:
 
     def query_handlers(self) -> dict[type[BaseModel], Any]:
         return {Recall: self.recall_pipeline.recall_query, GetMemoryByKey: self.reads.get_by_key,
-                RecallMemory: self.reads.list_memories, MemoryHistoryQuery: self.reads.history,
+                RecallMemory: self.reads.list_memories, MemoryHistoryQuery: self.reads.history, GetMemory: self.reads.get,
                 GetSharedMemories: self.shared.list, ListProjects: self.reads.projects,
                 GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
                 GetDailyLog: self.daily_logs.get, GetExtractionTasks: self.extraction.list_tasks,
