@@ -18,6 +18,7 @@ Screenshots go to ENGRAM_SCREENSHOTS_DIR when set, else to the test's temporary 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ def test_the_page_and_its_files_carry_a_strict_policy(running) -> None:  # type:
         assert h.get("/console/").status_code == 200
         assert h.post("/console").status_code == 405
         assert h.get("/console/other.js").status_code == 404
+        assert 'href="/console"' in h.get("/graph").text  # the graph page links here
 
 
 async def _rendered(page: Any) -> int:
@@ -247,6 +249,21 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
         await page.wait_for_function("() => document.getElementById('export-out').textContent.startsWith('Done')")
         exported = Path(await (await download.value).path()).read_text(encoding="utf-8").splitlines()
         assert '"type":"header"' in exported[0].replace(" ", "") and any(d.tea_id in line for line in exported)
+        # import: plain memory lines and an export's records, in batches, with progress; again: nothing twice
+        lines = [{"content": "Plays the cello on Sundays", "category": "skill"}, {"type": "header", "format": "engram-export"},
+                 next(json.loads(line) for line in exported if d.hostile_id in line and '"type":"memory"' in line.replace(" ", ""))]
+        upload = {"name": "memories.jsonl", "mimeType": "application/x-ndjson",
+                  "buffer": "\n".join(json.dumps(line) for line in lines).encode()}
+        for expected in ("1 saved, 1 already there", "0 saved, 2 already there"):
+            await page.set_input_files("form[aria-labelledby=import-title] input[type=file]", upload)
+            await page.select_option("form[aria-labelledby=import-title] select", d.project)
+            await page.eval_on_selector("#import-out", "e => e.replaceChildren()")
+            await page.click("form[aria-labelledby=import-title] button[type=submit]")
+            await page.wait_for_function("() => document.getElementById('import-out').textContent.startsWith('Done')")
+            assert expected in await page.inner_text("#import-out")
+        assert "1 records left out" in await page.inner_text("#import-out")
+        listed = h.get("/v1/memories", params={"project": d.project, "keyword": "cello"}).json()["memories"]
+        assert [m["source"] for m in listed] == ["import"]
         await page.screenshot(path=str(shots / "console-transfer.png"), full_page=True)
 
         # a narrow window in the dark theme: every view fits

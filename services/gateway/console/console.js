@@ -730,7 +730,7 @@ function importItems(text) {             // (items, skipped) from an export or p
     else throw new Error(`Line ${lineNo} is neither an export record nor a memory with "content".`);
     const item = {};
     for (const f of ITEM_FIELDS) if (memory[f] !== undefined && memory[f] !== null) item[f] = memory[f];
-    item.source = 'import';
+    item.source = (key && memory.source) || 'import';   // a restored memory keeps its source (another source is a change: a new version)
     if (key) item.idempotency_key = key;
     items.push(item);
   }
@@ -742,12 +742,12 @@ async function runImport(file, project, out) {
   const bar = h('progress', { max: items.length, value: 0, 'aria-label': 'Import progress' });
   const text = h('p', { class: 'muted' }, `0 of ${items.length}`);
   fill(out, bar, text);
-  const fileKey = `${file.name}:${file.size}:${file.lastModified}`;
+  const run = idem();   // one key per batch of this run: a retried batch saves nothing twice (items dedupe by content too)
   const totals = { saved: 0, duplicates: 0, errors: 0 };
   const firstErrors = [];
   for (let i = 0; i < items.length; i += BULK_BATCH) {
     const batch = items.slice(i, i + BULK_BATCH).map((it) => (project ? { ...it, project } : it));
-    const result = await api('POST', '/v1/memories/bulk', { body: { memories: batch }, key: `console-import:${fileKey}:${project}:${i}` });
+    const result = await api('POST', '/v1/memories/bulk', { body: { memories: batch }, key: `console-import:${run}:${i}` });
     totals.saved += result.saved; totals.duplicates += result.duplicates; totals.errors += result.errors;
     for (const r of result.results || []) if (r.status === 'error' && firstErrors.length < 5) firstErrors.push(`#${i + (r.index ?? 0) + 1}: ${(r.error && r.error.message) || 'refused'}`);
     bar.value = Math.min(items.length, i + batch.length);
