@@ -352,7 +352,7 @@ def repeats(g: Gen) -> None:
               ("pets", pet), ("numbers", number), ("plans", habit), ("relationships", relative),
               ("preferences", language)]
     for i in range(120):
-        category, make = makers[i % len(makers)]
+        category, make = makers[(i // 2) % len(makers)]  # each kind of repeat in both splits (ids alternate)
         statements, value = make()
         k = g.rng.randint(2, min(4, len(statements)))
         g.repeat(category, g.rng.sample(statements, k), value)

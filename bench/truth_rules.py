@@ -14,7 +14,8 @@ Printed per category and overall, for the fit split (even ids) and the report sp
 side by side: supersession precision and recall, the share of repeats merged, false merges (a
 change or a hard negative merged), false supersessions on hard negatives and on repeats, and the
 share of pairs flagged UNCERTAIN. ``--fit`` searches the thresholds on the fit split only (fewest
-false merges and supersessions, then most supersessions and merges found, then fewest flags) and
+false merges and supersessions, then most supersessions and merges found, then fewest flags, then
+the most cautious values) and
 prints the figures with them; without it the module's ``DEFAULT_THRESHOLDS`` are measured.
 
 Run: ``.venv/bin/python bench/truth_rules.py [--fit]`` (regenerate the data first with
@@ -171,14 +172,16 @@ def fit(pairs: list[Pair], sims: list[float]) -> Thresholds:
     on_fit = [(p, s) for p, s in zip(pairs, sims, strict=True) if p.split == "fit"]
     fit_pairs, fit_sims = [p for p, _ in on_fit], [s for _, s in on_fit]
     best: tuple[tuple[float, ...], Thresholds] | None = None
-    for gate, dup, unc in itertools.product((0.1, 0.15, 0.2, 0.25, 0.3, 0.35),
-                                            (0.8, 0.84, 0.88, 0.92, 0.96), (0.5, 0.55, 0.6, 0.65, 0.7, 0.75)):
+    for gate, dup, unc, fact_dup in itertools.product((0.1, 0.15, 0.2, 0.25, 0.3, 0.35),
+                                                      (0.8, 0.84, 0.88, 0.92, 0.96),
+                                                      (0.5, 0.55, 0.6, 0.65, 0.7, 0.75), (0.6, 0.7, 0.8)):
         if unc > dup:
             continue
-        t = Thresholds(rule_gate=gate, duplicate=dup, uncertain=unc)
+        t = Thresholds(rule_gate=gate, duplicate=dup, uncertain=unc, fact_duplicate=fact_dup)
         f = measure(fit_pairs, fit_sims, t)[("fit", "all")].figures()
         key = (f["false merges"] + f["false sup. (neg)"] + f["sup. of repeats"],
-               -(f["recall"] + f["merged"] + f["order kept"]), -f["precision"], f["uncertain"])
+               -(f["recall"] + f["merged"] + f["order kept"]), -f["precision"], f["uncertain"],
+               -dup, -fact_dup, -unc, -gate)  # at a tie, the most cautious thresholds (merge least, flag least, gate most)
         if best is None or key < best[0]:
             best = (key, t)
     assert best is not None
@@ -191,7 +194,7 @@ COLUMNS = ("precision", "recall", "order kept", "merged", "false merges", "false
 
 def report(tallies: dict[tuple[str, str], Tally], thresholds: Thresholds) -> list[str]:
     lines = [f"thresholds: rule_gate={thresholds.rule_gate} duplicate={thresholds.duplicate} "
-             f"uncertain={thresholds.uncertain}", ""]
+             f"uncertain={thresholds.uncertain} fact_duplicate={thresholds.fact_duplicate}", ""]
     header = "| category | split | " + " | ".join(COLUMNS) + " |"
     lines += [header, "|" + "---|" * (len(COLUMNS) + 2)]
     categories = sorted({c for _, c in tallies if c != "all"}) + ["all"]
@@ -206,10 +209,66 @@ def report(tallies: dict[tuple[str, str], Tally], thresholds: Thresholds) -> lis
     return lines
 
 
+def locomo_pairs(top: int, embedder: MiniLMEmbedder) -> list[tuple[Pair, float]]:
+    """Real conversation: each LoCoMo turn against the ``top`` most similar earlier turns of the
+    same speaker (what the save path would hand the rules as candidates). LoCoMo holds few true
+    changes, so this measures how often the rules fire on ordinary talk; its verdicts are printed
+    for a person to check by hand."""
+    from bench.common import LOCOMO
+
+    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    out: list[tuple[Pair, float]] = []
+    for conv in data:
+        c = conv["conversation"]
+        turns: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
+        n = 1
+        while f"session_{n}" in c:
+            at = datetime.strptime(c[f"session_{n}_date_time"].strip(), "%I:%M %p on %d %B, %Y")
+            for turn in c[f"session_{n}"]:
+                turns[turn["speaker"]].append((turn["text"], at))
+            n += 1
+        for said in turns.values():
+            vectors = np.asarray(embedder.embed([t for t, _ in said]), dtype=np.float32)
+            sims = vectors @ vectors.T
+            for j in range(1, len(said)):
+                for i in np.argsort(-sims[j, :j])[:top]:
+                    pair = Pair("locomo", "locomo", "-", said[j][0], said[j][1], said[int(i)][0], said[int(i)][1])
+                    out.append((pair, float(sims[j, i])))
+    return out
+
+
+def locomo_report(top: int, sample: int, thresholds: Thresholds) -> None:
+    pairs = locomo_pairs(top, MiniLMEmbedder())
+    counts: dict[Verdict, list[tuple[Pair, Decision]]] = defaultdict(list)
+    turns: dict[Verdict, set[tuple[str, datetime]]] = defaultdict(set)
+    for pair, sim in pairs:
+        d = decide(Statement(pair.new, pair.new_at), Candidate(pair.old, pair.old_at, similarity=sim), thresholds)
+        counts[d.verdict].append((pair, d))
+        turns[d.verdict].add((pair.new, pair.new_at))
+    saved = len({(p.new, p.new_at) for p, _ in pairs})
+    print(f"\nLoCoMo: {len(pairs)} pairs (each of {saved} turns against its {top} nearest earlier turns of the "
+          "same speaker)")
+    print("  verdict      pairs   share   turns with one  share of turns")
+    for verdict in Verdict:
+        print(f"  {verdict.value:<11} {len(counts[verdict]):>6}  {len(counts[verdict]) / max(len(pairs), 1):.4f}"
+              f"  {len(turns[verdict]):>6}          {len(turns[verdict]) / max(saved, 1):.4f}")
+    for verdict in (Verdict.SUPERSEDES, Verdict.DUPLICATE, Verdict.UNCERTAIN):
+        if sample <= 0:
+            break
+        chosen = counts[verdict][:: max(1, len(counts[verdict]) // sample)][:sample]
+        print(f"\n{verdict.value}: {len(chosen)} of {len(counts[verdict])} to check by hand")
+        for pair, d in chosen:
+            print(f"  {pair.new!r}\n    vs {pair.old!r}\n    {d.reason}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fit", action="store_true", help="fit the thresholds on the fit split, then measure")
     parser.add_argument("--misses", type=int, default=0, help="print up to N misses of the fit split")
+    parser.add_argument("--locomo", type=int, default=0, metavar="N",
+                        help="also decide every LoCoMo turn against its N nearest earlier turns (same speaker) and "
+                        "print how often each verdict fires, with a sample to check by hand")
+    parser.add_argument("--sample", type=int, default=25, help="pairs per verdict printed with --locomo")
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"{DATA} not found: run bench/fact_changes_gen.py first")
@@ -232,6 +291,8 @@ def main() -> None:
                     break
                 print(f"  [{pair.kind}/{cat}] {pair.new!r} vs {pair.old!r}: {d.verdict} ({d.reason})")
                 shown += 1
+    if args.locomo:
+        locomo_report(args.locomo, args.sample, thresholds)
 
 
 if __name__ == "__main__":
