@@ -37,8 +37,8 @@ from contracts.daily_logs import (
     UpdateLogStatus,
 )
 from contracts.extraction_modes import GetExtractionModes, SetExtractionMode
-from contracts.memory import MAX_RECALL_LIMIT
-from services.gateway.toolsets import MAINTENANCE
+from contracts.memory import MAX_RECALL_LIMIT, GetMemory
+from services.gateway.toolsets import ASSISTANT, MAINTENANCE
 
 READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
@@ -56,6 +56,23 @@ class ProjectRule(StrEnum):
 
 
 @dataclass(frozen=True)
+class Rest:
+    """A row's REST route (``rest.catalogue_route`` builds it): path parameters from the path, a GET's
+    or DELETE's query parameters from the contract's other fields, a POST's or PUT's body from them."""
+
+    method: str
+    path: str  # under /v1; ``{name}`` is a path parameter
+    name: str  # the route's name: its OpenAPI operationId is this, the path and the method
+    summary: str
+    doc: str | None = None  # the route's description
+    status: int = 200
+    tags: tuple[str, ...] = ("daily logs",)
+    fields: Mapping[str, str] = field(default_factory=dict)  # path parameter -> contract field, where named otherwise
+    body: str | None = None  # the body model's name (OpenAPI's schema), if not <contract>Request
+    optional_body: bool = False  # the body may be left out (every field has a default)
+
+
+@dataclass(frozen=True)
 class Operation:
     model: type[BaseModel]
     name: str  # the MCP tool's name
@@ -66,6 +83,7 @@ class Operation:
     doc: str  # the MCP tool's description: the model's manual
     project: ProjectRule = ProjectRule.NONE
     params: Mapping[str, str] = field(default_factory=dict)  # MCP parameter descriptions, by contract field
+    rest: Rest | None = None  # its REST route (None: a hand-written one, or none)
 
 
 LOG_ID = "The daily log's id (save_daily_log and get_unprocessed_logs give it)."
@@ -76,8 +94,8 @@ LIMIT = f"1-{MAX_RECALL_LIMIT}, default 20"
 
 def _maintenance(model: type[BaseModel], name: str, title: str, annotations: ToolAnnotations, doc: str, *,
                  scope: Scope = Scope.MEMORY_MAINTENANCE, project: ProjectRule = ProjectRule.NONE,
-                 **params: str) -> Operation:
-    return Operation(model, name, title, annotations, scope, MAINTENANCE, doc, project, params)
+                 rest: Rest | None = None, **params: str) -> Operation:
+    return Operation(model, name, title, annotations, scope, MAINTENANCE, doc, project, params, rest)
 
 
 #: The extraction workflow's operations (the maintenance toolset), in the order clients list them.
@@ -89,6 +107,8 @@ OPERATIONS: tuple[Operation, ...] = (
         Workflow: claim_daily_log each, extract memories (get_memory_by_key → update_memory or save_memory),
         record_extraction_result, then mark_log_processed (or mark_log_failed with the reason). A failed log
         has used its tries: update_log_status(pending) gives it a fresh start.""",
+        rest=Rest("GET", "/daily-logs/unprocessed", "unprocessed_logs", "Logs waiting for extraction",
+                  "Pending logs (and failed, retryable ones unless include_failed=false), oldest day first."),
         project=ProjectRule.SEARCH, limit=LIMIT, include_failed="Also failed logs (claimable once sent back to "
         "pending); default true."),
     _maintenance(
@@ -101,31 +121,43 @@ OPERATIONS: tuple[Operation, ...] = (
         ClaimDailyLog, "claim_daily_log", "Claim a log", CLAIM,
         """Claim a pending log for processing (pending → processing, one more try). Atomic: of many workers exactly
         one gets `claimed: true`; the others get `claimed: false` and should pick another log.""",
+        rest=Rest("POST", "/daily-logs/{log_id}/claim", "claim_log", "Claim a log",
+                  "Atomic: of many concurrent claimers exactly one gets `claimed: true`.", fields={"log_id": "id"}),
         id=LOG_ID),
     _maintenance(
         MarkLogProcessed, "mark_log_processed", "Mark a log processed", WRITE,
         """Mark a claimed log processed (retry_count back to 0). Record its extraction result first.""",
+        rest=Rest("POST", "/daily-logs/{log_id}/processed", "log_processed", "Mark a log processed", fields={"log_id": "id"}),
         id=LOG_ID),
     _maintenance(
         MarkLogFailed, "mark_log_failed", "Mark a log attempt failed", CLAIM,
         """Record a failed attempt on a claimed log: back to pending below 3 tries, failed at 3.""",
+        rest=Rest("POST", "/daily-logs/{log_id}/failed", "log_failed", "Mark a log attempt failed",
+                  "Back to pending below 3 tries, failed at 3.", fields={"log_id": "id"}, body="MarkLogFailedRequest"),
         id=LOG_ID, error_reason=REASON),
     _maintenance(
         RecoverStuckLogs, "recover_stuck_logs", "Recover stuck logs", WRITE,
         """Send logs stuck in processing back to pending (below 3 tries) or to failed (at 3).""",
+        rest=Rest("POST", "/daily-logs/recover", "recover_logs", "Recover logs stuck in processing", optional_body=True),
         project=ProjectRule.SEARCH, timeout_minutes="Processing longer than this is stuck; default 30."),
     _maintenance(
         ReconcileLogStatuses, "reconcile_log_statuses", "Reconcile log statuses", WRITE,
         """Send processed logs that have no extraction result back to pending, so they are really extracted.""",
+        rest=Rest("POST", "/daily-logs/reconcile", "reconcile_logs", "Requeue processed logs without an extraction result",
+                  optional_body=True),
         project=ProjectRule.SEARCH),
     _maintenance(
         DeleteLogs, "delete_logs", "Delete old processed logs", DESTRUCTIVE,
         """Delete processed logs older than the retention (failed logs are kept for retry).""",
+        rest=Rest("DELETE", "/daily-logs", "delete_logs", "Delete old processed logs",
+                  "Processed logs last updated before the cut-off (older_than, else now − retention_days, default 14\n"
+                  "days) are deleted; failed logs are kept for retry."),
         project=ProjectRule.SEARCH, retention_days="Keep this many days; default 14.",
         older_than="Cut-off (ISO 8601 with time zone); overrides retention_days."),
     _maintenance(
         RecordExtractionTask, "record_extraction_task", "Record an extraction task", WRITE,
         """Record or update an extraction run's metadata (never the extracted text).""",
+        rest=Rest("POST", "/extraction-tasks", "record_task", "Record an extraction task"),
         project=ProjectRule.SEARCH, id="An existing task's id (or give task_id).",
         task_id="The run's id; omitted = generated.", log_ids="The logs the run covers.",
         status="pending, running, success or failed.", engine="Which extractor ran it.",
@@ -134,30 +166,55 @@ OPERATIONS: tuple[Operation, ...] = (
         RecordExtractionResult, "record_extraction_result", "Record an extraction result", WRITE,
         """Link a log to the memories one run produced. One result per (log_id, task_id): recording it again
         replaces it (never a duplicate) and never deletes a memory.""",
+        rest=Rest("POST", "/extraction-results", "record_result", "Record an extraction result",
+                  "One result per (log_id, task_id): a repeat replaces it, never duplicates, never deletes a memory."),
         log_id=LOG_ID, task_id=TASK_ID, memory_ids="Memories this run produced or updated from the log.",
         shared_memory_ids="Shared memories it produced."),
     _maintenance(
         GetExtractionTasks, "get_extraction_tasks", "List extraction tasks", READ,
         """List extraction runs, newest first.""",
+        rest=Rest("GET", "/extraction-tasks", "list_tasks", "List extraction tasks"),
         status="Only tasks in this status.", task_id="Only this task.", limit=LIMIT),
     _maintenance(
         GetDailyLog, "get_daily_log", "Read a daily log", READ,
         """One daily log with its turns, fields and where its extraction stands (status, retry_count, error).""",
+        rest=Rest("GET", "/daily-logs/{log_id}", "get_daily_log", "A daily log", fields={"log_id": "id"}),
         id=LOG_ID),
     _maintenance(
         GetExtractionResults, "get_extraction_results", "List extraction results", READ,
         """Extraction results (which memories a task produced from a log), newest first.""",
+        rest=Rest("GET", "/extraction-results", "list_results", "List extraction results"),
         log_id="Only the results of this log.", task_id="Only this task's results.", limit="1-1000, default 100"),
     _maintenance(
         SetExtractionMode, "set_extraction_mode", "Set a project's extraction mode", WRITE,
         """Set who learns from a project's daily logs. Switching to auto lets the engine take the logs waiting.""",
+        rest=Rest("PUT", "/projects/{project}/extraction-mode", "set_extraction_mode", "Set a project's extraction mode",
+                  "auto: the engine extracts each log at once; agent: only external agents extract; handoff: agents first,\n"
+                  "the engine after the hand-off time; null: the install default. Needs `memory:maintenance`.",
+                  body="ExtractionModeRequest"),
         project=ProjectRule.WRITE, mode=(
             "auto: Engram's engine extracts each log at once; agent: only external agents (you) extract; handoff: "
             "agents first, the engine after the hand-off time; null: follow the install default.")),
     _maintenance(
         GetExtractionModes, "get_extraction_modes", "Extraction modes", READ,
         """The install's default extraction mode, the hand-off time, and the projects with a mode of their own.""",
+        rest=Rest("GET", "/extraction/modes", "extraction_modes", "Who learns from daily logs",
+                  "The install's default extraction mode (auto, agent or handoff), the hand-off time, and the projects\n"
+                  "that have a mode of their own. Needs `memory:read`."),
         scope=Scope.MEMORY_READ),
+)
+
+#: The memory operations declared here (the assistant toolset); the seed-compatible ones (``memory``,
+#: ``recall``, ``save_memory``…) are hand-written adapters in ``entrypoints/mcp_tools.py``.
+OPERATIONS += (
+    Operation(
+        GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,
+        """One memory by its id as it stands now: its content, fields, status (active or forgotten) and current
+        version (get_memory_history gives every version). A memory outside the credential's or connection's
+        project is not found.""",
+        params={"memory_id": "The memory's id (recall, save_memory and recall_memory give it)."},
+        rest=Rest("GET", "/memories/{memory_id}", "get_memory", "A memory (its current version)", tags=()),
+    ),
 )
 
 BY_MODEL: dict[type[BaseModel], Operation] = {op.model: op for op in OPERATIONS}

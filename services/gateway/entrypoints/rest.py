@@ -2,8 +2,10 @@
 
 
 import copy
+import inspect
+import re
 import types
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from uuid import UUID
 
@@ -21,6 +23,7 @@ from pydantic import (
     create_model,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
@@ -39,51 +42,19 @@ from contracts.auth import (
     Scope,
 )
 from contracts.daily_logs import (
-    DEFAULT_STUCK_TIMEOUT_MINUTES,
-    MAX_IDS,
     MAX_TOPIC_CHARS,
     MAX_TOPICS,
     MAX_TURNS,
-    TASK_ID_PATTERN,
     TEXT_NO_NUL,
-    ClaimDailyLog,
-    ClaimResult,
-    DailyLogList,
-    DailyLogLookup,
     DailyLogResult,
-    DeleteLogs,
-    ExtractionResultList,
-    ExtractionTaskList,
-    GetDailyLog,
-    GetExtractionResults,
-    GetExtractionTasks,
-    GetUnprocessedLogs,
-    IsoDateTime,
-    LogBatchResult,
-    MarkLogFailed,
-    MarkLogProcessed,
     ProcessingStatus,
-    ReconcileLogStatuses,
-    RecordExtractionResult,
-    RecordExtractionResultResult,
-    RecordExtractionTask,
-    RecordExtractionTaskResult,
-    RecoverStuckLogs,
     SaveDailyLog,
     SaveDailyLogResult,
-    TaskStatus,
     Turn,
     UpdateLogStatus,
 )
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
-from contracts.extraction_modes import (
-    ExtractionMode,
-    ExtractionModes,
-    GetExtractionModes,
-    ProjectExtractionMode,
-    SetExtractionMode,
-)
 from contracts.memory import (
     MAX_KEYWORD_CHARS,
     MAX_RECALL_LIMIT,
@@ -115,9 +86,10 @@ from contracts.memory import (
     SharedMemoryList,
     UpdateMemory,
 )
+from contracts.messages import spec_of
 from kit.bus import validation_reply
 from kit.client import ServiceFailure
-from services.gateway.catalogue import operation
+from services.gateway.catalogue import OPERATIONS, Operation, Rest, operation
 from services.gateway.entrypoints.portability import portability_routes
 from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations, WhoAmI
@@ -348,16 +320,6 @@ class SaveDailyLogRequest(strict_body(SaveDailyLog, "StrictSaveDailyLog")):  # t
     ] | None = None
 
 
-class ExtractionModeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    mode: ExtractionMode | None = SetExtractionMode.model_fields["mode"]  # type: ignore[assignment]
-
-
-class MarkLogFailedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    error_reason: str = MarkLogFailed.model_fields["error_reason"]  # type: ignore[assignment]
-
-
 class UpdateLogStatusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "if": _given("processing_status", {"const": ProcessingStatus.PROCESSED.value}),
@@ -372,11 +334,6 @@ class UpdateLogStatusRequest(BaseModel):
         return self
 
 
-RecoverStuckLogsRequest = strict_body(RecoverStuckLogs, "RecoverStuckLogsRequest")
-ReconcileLogStatusesRequest = strict_body(ReconcileLogStatuses, "ReconcileLogStatusesRequest")
-DeleteLogsRequest = strict_body(DeleteLogs, "DeleteLogsRequest")
-RecordExtractionTaskRequest = strict_body(RecordExtractionTask, "RecordExtractionTaskRequest")
-RecordExtractionResultRequest = strict_body(RecordExtractionResult, "RecordExtractionResultRequest")
 
 
 class ForgetRequest(BaseModel):
@@ -391,6 +348,75 @@ class ForgetRequest(BaseModel):
         if (self.content is None) == (self.memory_id is None):
             raise ValueError("give exactly one of content or memory_id")
         return self
+
+
+def _path_names(path: str) -> list[str]:
+    return re.findall(r"{(\w+)}", path)
+
+
+def _parameter(info: FieldInfo, where: Callable[..., Any], name: str, kind: Any = inspect.Parameter.KEYWORD_ONLY
+               ) -> inspect.Parameter:
+    """A contract field as a path or query parameter: its type, its rules, its default, its description."""
+    param = where(description=info.description)
+    param.metadata = [*info.metadata]
+    required = info.is_required() or where is Path  # a path parameter is always given
+    default = inspect.Parameter.empty if required else info.get_default(call_default_factory=True)
+    return inspect.Parameter(name, kind, default=default, annotation=Annotated[info.annotation, param])
+
+
+def _body_model(op: Operation, rest: Rest, path_fields: set[str]) -> type[BaseModel] | None:
+    """A POST's or PUT's body: the contract's fields but those of the path, REST's strict types."""
+    if rest.method not in ("POST", "PUT"):
+        return None
+    name = rest.body or f"{op.model.__name__}Request"
+    fields = {k: v for k, v in op.model.model_fields.items() if k not in path_fields}
+    if not fields:
+        return None
+    if not path_fields:
+        return strict_body(op.model, name)
+    rest_of: type[BaseModel] = create_model(f"{name}Fields", __config__=ConfigDict(extra="forbid"),
+                                            **{k: (v.annotation, v) for k, v in fields.items()})
+    return strict_body(rest_of, name)
+
+
+def catalogue_route(router: APIRouter, ops: Operations, op: Operation, Caller: Any, IdempotencyKey: Any,
+                    call: Any) -> None:
+    """The REST route of a catalogue row (``catalogue.Rest``): path parameters from the path, a GET's
+    or DELETE's query parameters from the contract's other fields, a POST's or PUT's body from them
+    (strict types); a command takes an ``Idempotency-Key``. The request becomes the contract model
+    (its own rules decide, a refusal names the field) and runs through ``Operations.run``."""
+    rest = op.rest
+    assert rest is not None
+    spec = spec_of(op.model)
+    path_fields = {rest.fields.get(n, n): n for n in _path_names(rest.path)}  # contract field -> path parameter
+    model_fields = op.model.model_fields
+    parameters = [_parameter(model_fields[f], Path, n) for f, n in path_fields.items()]
+    parameters.append(inspect.Parameter("who", inspect.Parameter.KEYWORD_ONLY, annotation=Caller))
+    body = _body_model(op, rest, set(path_fields))
+    if body is not None:
+        parameters.insert(0 if rest.optional_body else len(path_fields), inspect.Parameter(
+            "body", inspect.Parameter.KEYWORD_ONLY, annotation=body | None if rest.optional_body else body,
+            default=None if rest.optional_body else inspect.Parameter.empty))
+    elif rest.method in ("GET", "DELETE"):
+        parameters += [_parameter(info, Query, f) for f, info in model_fields.items() if f not in path_fields]
+    if spec.kind == "command":
+        parameters.append(inspect.Parameter("idempotency_key", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                            annotation=IdempotencyKey))
+    parameters.sort(key=lambda p: p.default is not inspect.Parameter.empty)
+
+    async def endpoint(**arguments: Any) -> Any:
+        who, key, given = arguments.pop("who"), arguments.pop("idempotency_key", None), arguments.pop("body", None)
+        values = {field: arguments.pop(name) for field, name in path_fields.items()} | arguments
+        if given is not None:
+            values |= given.model_dump(exclude_unset=True)
+        message = op.model.model_validate(values)
+        return await call(ops.run(who, op, message, project=getattr(message, "project", None), key=key))
+
+    endpoint.__name__ = endpoint.__qualname__ = rest.name
+    endpoint.__doc__ = rest.doc
+    endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    router.add_api_route(rest.path, endpoint, methods=[rest.method], status_code=rest.status,
+                         response_model=spec.result, summary=rest.summary, tags=list(rest.tags) or None)
 
 
 def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
@@ -429,7 +455,7 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
             raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc)),
                            {"WWW-Authenticate": challenge}) from exc
 
-    for add in (_memory_routes, _daily_log_routes, _key_routes, portability_routes):
+    for add in (_memory_routes, _daily_log_routes, _catalogue_routes, _key_routes, portability_routes):
         add(router, ops, Caller, IdempotencyKey, call)
     _method_not_allowed(router)
     return router
@@ -526,84 +552,6 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
         cmd = SaveDailyLog.model_validate(body.model_dump(exclude_none=True, exclude={"project"}))
         return await call(ops.save_daily_log(who, cmd, project=body.project, key=idempotency_key))
 
-    @router.get("/daily-logs/unprocessed", response_model=DailyLogList, tags=["daily logs"],
-                summary="Logs waiting for extraction")
-    async def unprocessed_logs(
-        who: Caller,
-        limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
-        include_failed: bool = True,
-        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
-    ) -> Any:
-        """Pending logs (and failed, retryable ones unless include_failed=false), oldest day first."""
-        query = GetUnprocessedLogs(limit=limit, include_failed=include_failed, project=project)
-        return await call(ops.run(who, operation(GetUnprocessedLogs), query, project=project))
-
-    @router.delete("/daily-logs", response_model=LogBatchResult, tags=["daily logs"],
-                   summary="Delete old processed logs")
-    async def delete_logs(
-        who: Caller,
-        retention_days: Annotated[int | None, Query(ge=0, le=36_500)] = None,
-        older_than: IsoDateTime | None = None,
-        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
-        idempotency_key: IdempotencyKey = None,
-    ) -> Any:
-        """Processed logs last updated before the cut-off (older_than, else now − retention_days, default 14
-        days) are deleted; failed logs are kept for retry."""
-        cmd = DeleteLogs(retention_days=retention_days, older_than=older_than, project=project)
-        return await call(ops.run(who, operation(DeleteLogs), cmd, project=project, key=idempotency_key))
-
-    @router.post("/daily-logs/recover", response_model=LogBatchResult, tags=["daily logs"],
-                 summary="Recover logs stuck in processing")
-    async def recover_logs(who: Caller, body: RecoverStuckLogsRequest | None = None,
-                           idempotency_key: IdempotencyKey = None) -> Any:
-        cmd = RecoverStuckLogs.model_validate(body.model_dump() if body else {"timeout_minutes": DEFAULT_STUCK_TIMEOUT_MINUTES})
-        return await call(ops.run(who, operation(RecoverStuckLogs), cmd, project=cmd.project, key=idempotency_key))
-
-    @router.post("/daily-logs/reconcile", response_model=LogBatchResult, tags=["daily logs"],
-                 summary="Requeue processed logs without an extraction result")
-    async def reconcile_logs(who: Caller, body: ReconcileLogStatusesRequest | None = None,
-                             idempotency_key: IdempotencyKey = None) -> Any:
-        cmd = ReconcileLogStatuses.model_validate(body.model_dump() if body else {})
-        return await call(ops.run(who, operation(ReconcileLogStatuses), cmd, project=cmd.project, key=idempotency_key))
-
-    @router.get("/extraction/modes", response_model=ExtractionModes, tags=["daily logs"],
-                summary="Who learns from daily logs")
-    async def extraction_modes(who: Caller) -> Any:
-        """The install's default extraction mode (auto, agent or handoff), the hand-off time, and the projects
-        that have a mode of their own. Needs `memory:read`."""
-        return await call(ops.run(who, operation(GetExtractionModes), GetExtractionModes()))
-
-    @router.put("/projects/{project}/extraction-mode", response_model=ProjectExtractionMode, tags=["daily logs"],
-                summary="Set a project's extraction mode")
-    async def set_extraction_mode(project: Annotated[str, Path(pattern=PROJECT_PATTERN)], body: ExtractionModeRequest,
-                                  who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """auto: the engine extracts each log at once; agent: only external agents extract; handoff: agents first,
-        the engine after the hand-off time; null: the install default. Needs `memory:maintenance`."""
-        cmd = SetExtractionMode(project=project, mode=body.mode)
-        return await call(ops.run(who, operation(SetExtractionMode), cmd, project=project, key=idempotency_key))
-
-    @router.get("/daily-logs/{log_id}", response_model=DailyLogLookup, tags=["daily logs"], summary="A daily log")
-    async def get_daily_log(log_id: UUID, who: Caller) -> Any:
-        return await call(ops.run(who, operation(GetDailyLog), GetDailyLog(id=log_id)))
-
-    @router.post("/daily-logs/{log_id}/claim", response_model=ClaimResult, tags=["daily logs"], summary="Claim a log")
-    async def claim_log(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Atomic: of many concurrent claimers exactly one gets `claimed: true`."""
-        return await call(ops.run(who, operation(ClaimDailyLog), ClaimDailyLog(id=log_id), key=idempotency_key))
-
-    @router.post("/daily-logs/{log_id}/processed", response_model=DailyLogResult, tags=["daily logs"],
-                 summary="Mark a log processed")
-    async def log_processed(log_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        return await call(ops.run(who, operation(MarkLogProcessed), MarkLogProcessed(id=log_id), key=idempotency_key))
-
-    @router.post("/daily-logs/{log_id}/failed", response_model=DailyLogResult, tags=["daily logs"],
-                 summary="Mark a log attempt failed")
-    async def log_failed(log_id: UUID, body: MarkLogFailedRequest, who: Caller,
-                         idempotency_key: IdempotencyKey = None) -> Any:
-        """Back to pending below 3 tries, failed at 3."""
-        cmd = MarkLogFailed(id=log_id, error_reason=body.error_reason)
-        return await call(ops.run(who, operation(MarkLogFailed), cmd, key=idempotency_key))
-
     @router.post("/daily-logs/{log_id}/status", response_model=DailyLogResult, tags=["daily logs"],
                  summary="Change a log's status")
     async def log_status(log_id: UUID, body: UpdateLogStatusRequest, who: Caller,
@@ -612,42 +560,12 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
         cmd = UpdateLogStatus.model_validate({"id": log_id, **body.model_dump()})
         return await call(ops.run(who, operation(UpdateLogStatus), cmd, key=idempotency_key))
 
-    @router.post("/extraction-tasks", response_model=RecordExtractionTaskResult, tags=["daily logs"],
-                 summary="Record an extraction task")
-    async def record_task(body: RecordExtractionTaskRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        cmd = RecordExtractionTask.model_validate(body.model_dump(exclude_none=True))
-        return await call(ops.run(who, operation(RecordExtractionTask), cmd, project=cmd.project, key=idempotency_key))
 
-    @router.get("/extraction-tasks", response_model=ExtractionTaskList, tags=["daily logs"],
-                summary="List extraction tasks")
-    async def list_tasks(
-        who: Caller,
-        status: TaskStatus | None = None,
-        task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
-    ) -> Any:
-        query = GetExtractionTasks(status=status, task_id=task_id, limit=limit)
-        return await call(ops.run(who, operation(GetExtractionTasks), query))
-
-    @router.post("/extraction-results", response_model=RecordExtractionResultResult, tags=["daily logs"],
-                 summary="Record an extraction result")
-    async def record_result(body: RecordExtractionResultRequest, who: Caller,
-                            idempotency_key: IdempotencyKey = None) -> Any:
-        """One result per (log_id, task_id): a repeat replaces it, never duplicates, never deletes a memory."""
-        cmd = RecordExtractionResult.model_validate(body.model_dump())
-        return await call(ops.run(who, operation(RecordExtractionResult), cmd, key=idempotency_key))
-
-    @router.get("/extraction-results", response_model=ExtractionResultList, tags=["daily logs"],
-                summary="List extraction results")
-    async def list_results(
-        who: Caller,
-        log_id: UUID | None = None,
-        task_id: Annotated[str | None, Query(pattern=TASK_ID_PATTERN)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_IDS)] = 100,
-    ) -> Any:
-        query = GetExtractionResults(log_id=log_id, task_id=task_id, limit=limit)
-        return await call(ops.run(who, operation(GetExtractionResults), query))
-
+def _catalogue_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
+    """The routes of the catalogue's rows (``catalogue.py``), in its order."""
+    for op in OPERATIONS:
+        if op.rest is not None:
+            catalogue_route(router, ops, op, Caller, IdempotencyKey, call)
 
 
 def _key_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
