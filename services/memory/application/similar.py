@@ -33,7 +33,7 @@ class SimilarSearch:
             return SimilarMemoryList(found=False, similar=[])
         if state.status is not MemoryStatus.ACTIVE:
             return SimilarMemoryList(found=True, similar=[], version=state.version)
-        vector = await self.projection.memory_vector(state)
+        vector = await self.projection.encoders.memory_vector(state)
         hits = await self.index.search(dense=vector, sparse=None, filter=active_filter(call.tenant, state.project),
                                        limit=q.limit + 1, mode="dense")
         own = str(state.id)

@@ -196,7 +196,7 @@ class VectorCache:
             return found
 
     def forget_packed(self) -> None:
-        """Drop every packed row this process holds (see :func:`.models.forget_local_texts`)."""
+        """Drop every packed row this process holds (see :func:`.encoders.forget_local_texts`)."""
         with self._lock:
             self._packed.clear()
 
