@@ -182,6 +182,12 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
         assert [v["version"] for v in versions][-1] == 2 and versions[-1]["content"] == "Prefers oolong tea in the morning, no sugar"
         await page.screenshot(path=str(shots / "console-memory.png"), full_page=True)
 
+        # the hostile memory's own page: its text in the page, as text, in the edit box too
+        await _go(page, f"#/memory/{d.project}/{d.hostile_id}")
+        assert await page.inner_text("#memory-content") == HOSTILE and await page.input_value("#edit textarea") == HOSTILE
+        assert await page.evaluate("document.querySelectorAll('#view img, #view script').length") == 0
+        assert await page.evaluate("window.pwned === undefined") and not dialogs
+
         # forget it, with a reason (the button asks once more)
         await _go(page, f"#/memory/{d.project}/{d.cat_id}")
         await page.fill("#forget input", "the cat moved out")
@@ -261,7 +267,7 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
             await page.click("form[aria-labelledby=import-title] button[type=submit]")
             await page.wait_for_function("() => document.getElementById('import-out').textContent.startsWith('Done')")
             assert expected in await page.inner_text("#import-out")
-        assert "1 records left out" in await page.inner_text("#import-out")
+        assert "1 record left out" in await page.inner_text("#import-out")
         listed = h.get("/v1/memories", params={"project": d.project, "keyword": "cello"}).json()["memories"]
         assert [m["source"] for m in listed] == ["import"]
         await page.screenshot(path=str(shots / "console-transfer.png"), full_page=True)

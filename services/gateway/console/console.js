@@ -400,8 +400,10 @@ async function viewMemory(root, args) {
   if (!id) { location.hash = '#/memories'; return; }
   let current = null;
   if (state.routes && state.routes.has('/v1/memories/{memory_id}')) {        // GetMemory, when this gateway has it
-    const found = await api('GET', `/v1/memories/${encodeURIComponent(id)}`);
-    current = found.memory || (found.id ? found : null);
+    try {
+      const found = await api('GET', `/v1/memories/${encodeURIComponent(id)}`);
+      current = found.memory || (found.id ? found : null);
+    } catch (err) { if (err.status !== 404) throw err; }     // a forgotten one: its history still tells
   }
   const historyData = await api('GET', `/v1/memories/${encodeURIComponent(id)}/history`);
   const versions = historyData.versions || [];
@@ -738,7 +740,7 @@ function importItems(text) {             // (items, skipped) from an export or p
 }
 async function runImport(file, project, out) {
   const { items, skipped } = importItems(await file.text());
-  if (!items.length) { fill(out, h('p', { class: 'empty' }, `No memory to import${skipped ? ` (${skipped} records left out)` : ''}.`)); return; }
+  if (!items.length) { fill(out, h('p', { class: 'empty' }, `No memory to import${skipped ? ` (${skipped} record${skipped === 1 ? '' : 's'} left out)` : ''}.`)); return; }
   const bar = h('progress', { max: items.length, value: 0, 'aria-label': 'Import progress' });
   const text = h('p', { class: 'muted' }, `0 of ${items.length}`);
   fill(out, bar, text);
@@ -753,7 +755,7 @@ async function runImport(file, project, out) {
     bar.value = Math.min(items.length, i + batch.length);
     text.textContent = `${bar.value} of ${items.length}`;
   }
-  text.textContent = `Done: ${totals.saved} saved, ${totals.duplicates} already there, ${totals.errors} refused${skipped ? `, ${skipped} records left out` : ''}.`;
+  text.textContent = `Done: ${totals.saved} saved, ${totals.duplicates} already there, ${totals.errors} refused${skipped ? `, ${skipped} record${skipped === 1 ? '' : 's'} left out` : ''}.`;
   if (firstErrors.length) out.append(h('ul', { class: 'error-text' }, ...firstErrors.map((e) => h('li', {}, e))));
   await loadProjects();
 }
