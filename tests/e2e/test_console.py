@@ -98,6 +98,8 @@ def test_the_page_and_its_files_carry_a_strict_policy(running) -> None:  # type:
         assert h.post("/console").status_code == 405
         assert h.get("/console/other.js").status_code == 404
         assert 'href="/console"' in h.get("/graph").text  # the graph page links here
+        for path in ("/console", "/console/console.js"):  # DNS rebinding: another Host is refused
+            assert h.get(path, headers={"Host": "evil.example"}).status_code == 421
 
 
 async def _rendered(page: Any) -> int:
