@@ -206,3 +206,24 @@ def test_a_pronoun_subject_is_never_resolved_as_a_change(embedder: MiniLMEmbedde
     assert d.verdict is Verdict.UNCERTAIN and "two people" in d.reason
     named = verdict_of(embedder, "Sam moved to London", "Sam lives in Paris")
     assert named.verdict is Verdict.SUPERSEDES
+
+
+def test_a_switch_to_what_is_already_held_changes_nothing(embedder: MiniLMEmbedder) -> None:
+    d = verdict_of(embedder, "I switched from coffee to tea", "I love tea")
+    assert d.verdict is Verdict.UNRELATED and "switch to it" in d.reason
+    ended = verdict_of(embedder, "I switched from coffee to tea", "I love coffee")
+    assert ended.verdict is Verdict.SUPERSEDES and ended.stale == "candidate"
+
+
+def test_every_pair_of_phrasings_gets_a_verdict() -> None:
+    """No combination of the rules' readings fails to decide (each phrasing against each)."""
+    texts = ["I switched from coffee to tea", "I love tea", "I don't like tea anymore", "I drink tea instead of coffee",
+             "I left Google", "I work at Google", "I lost my dog Rex", "Rex passed away", "I have a dog named Rex",
+             "My trip to Japan is in May", "I cancelled my trip to Japan", "My favourite tea is green tea",
+             "He moved to Paris", "My sister lives in Paris", "I'm no longer vegetarian", "I'm vegetarian",
+             "Ich wohne in Berlin", "我住在柏林", "", "!!!", "I have 2 kids", "We have 3 kids now"]
+    for a in texts:
+        for b in texts:
+            d = decide(Statement(a, LATER), Candidate(b, EARLIER, similarity=0.5))
+            assert d.verdict in Verdict and d.reason
+            assert (d.stale is not None) == (d.verdict is Verdict.SUPERSEDES)

@@ -629,7 +629,7 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
             if found is not None:
                 verdicts.append((*found, fn, fo))
     if verdicts:
-        order = (Verdict.SUPERSEDES, Verdict.UNCERTAIN, Verdict.DUPLICATE)
+        order = (Verdict.SUPERSEDES, Verdict.UNCERTAIN, Verdict.DUPLICATE, Verdict.UNRELATED)
         verdicts.sort(key=lambda v: order.index(v[0]))
         verdict, reason, confidence, fn, fo = verdicts[0]
         words_new, words_old = content_words(new.content), content_words(candidate.content)
