@@ -1,14 +1,16 @@
 """The gateway's catalogue: one row per public operation that MCP and REST expose as the contract
 states it — the contract model (its result model is the contract's), the scope, the project rule,
-the toolset, and the MCP tool's name, title, annotations, description and parameter descriptions.
+the toolset, the MCP tool's name, title, annotations, description and parameter descriptions, how
+MCP presents the result, and the REST route (:class:`Rest`).
 
-The MCP tool of a row is derived from its contract model (``mcp_tools.catalogue_tool``: every field
-a parameter, ``project`` offered as ``containerTag``, the contract's own constraints), and every row
-runs through one generic :meth:`services.gateway.operations.Operations.run`. The seed-compatible
-tools whose names or parameters differ from the contracts (``memory``, ``recall``, ``save_daily_log``
-with its plain-text turns…) stay hand-written adapters. Adding a public operation of this kind
-means its contract, its handler row in the owning service, and a row here (and a REST route, which
-calls ``run`` with the row).
+A row's MCP tool is derived from its contract model (``mcp_tools.catalogue_tool``: every field a
+parameter, ``project`` offered as ``containerTag``, the contract's own constraints), its REST route
+by one factory (``rest.catalogue_route``: path parameters from the path, query parameters or a body
+from the contract's other fields), and every row runs through one generic
+:meth:`services.gateway.operations.Operations.run`. The seed-compatible tools whose names or
+parameters differ from the contracts (``memory``, ``recall``, ``save_daily_log`` with its plain-text
+turns…) stay hand-written adapters. Adding a public operation means its contract, its handler row
+in the owning service, and a row here (docs/architecture.md, "Adding a public command or query").
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ from contracts.daily_logs import (
     UpdateLogStatus,
 )
 from contracts.extraction_modes import GetExtractionModes, SetExtractionMode
-from contracts.memory import MAX_RECALL_LIMIT, GetMemory
+from contracts.memory import (
+    MAX_RECALL_LIMIT,
+    GetMemory,
+    GetSharedMemories,
+    MemoryHistoryQuery,
+    SaveSharedMemory,
+)
 from services.gateway.toolsets import ASSISTANT, MAINTENANCE
 
 READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
@@ -84,6 +92,7 @@ class Operation:
     project: ProjectRule = ProjectRule.NONE
     params: Mapping[str, str] = field(default_factory=dict)  # MCP parameter descriptions, by contract field
     rest: Rest | None = None  # its REST route (None: a hand-written one, or none)
+    plain: bool = False  # the MCP tool answers the result as it is (else with "success": true in front)
 
 
 LOG_ID = "The daily log's id (save_daily_log and get_unprocessed_logs give it)."
@@ -214,6 +223,27 @@ OPERATIONS += (
         project is not found.""",
         params={"memory_id": "The memory's id (recall, save_memory and recall_memory give it)."},
         rest=Rest("GET", "/memories/{memory_id}", "get_memory", "A memory (its current version)", tags=()),
+    ),
+    Operation(
+        MemoryHistoryQuery, "get_memory_history", "A memory's history", READ, Scope.MEMORY_READ, ASSISTANT,
+        """Every version of a memory from the event log, oldest first, each with when it stopped being true.""",
+        params={"memory_id": "The memory's id."}, plain=True,
+        rest=Rest("GET", "/memories/{memory_id}/history", "history", "A memory's versions",
+                  "Every version from the event log, oldest first, each with when it stopped being true.", tags=()),
+    ),
+    Operation(
+        SaveSharedMemory, "save_shared_memory", "Save a shared memory", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Save a shared experience with the user. Saving the same title again updates it (idempotent).""",
+        params={"title": "Short title of the shared experience.", "event": "What happened.",
+                "importance": "1 (trivia) to 5 (core fact); default 3"},
+        rest=Rest("POST", "/shared-memories", "save_shared", "Save a shared memory",
+                  "Idempotent per title: the same title again updates it.", tags=()),
+    ),
+    Operation(
+        GetSharedMemories, "get_shared_memories", "Get shared memories", READ, Scope.MEMORY_READ, ASSISTANT,
+        """Find shared experiences by exact title or keyword, newest first.""",
+        params={"title": "Exact title.", "keyword": "Substring of title or event."},
+        rest=Rest("GET", "/shared-memories", "get_shared", "Find shared memories", tags=()),
     ),
 )
 

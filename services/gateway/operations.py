@@ -1,4 +1,5 @@
-"""The gateway's operations: one function per operation, ``(caller, contract model) → contract result``.
+"""The gateway's operations, ``(caller, contract model) → contract result``: :meth:`Operations.run`
+for every catalogue row (``catalogue.py``), and a method for each operation not yet in it.
 
 Each checks the caller's scope, resolves the project (the credential's restriction, the
 connection's pin, the request's choice, the default) and sends the typed command or query with the
@@ -39,7 +40,6 @@ from contracts.memory import (
     ForgetMemoryResult,
     GetMemoryByKey,
     GetProfile,
-    GetSharedMemories,
     ListProjects,
     MemoryHistory,
     MemoryHistoryQuery,
@@ -52,9 +52,6 @@ from contracts.memory import (
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
-    SaveSharedMemory,
-    SaveSharedMemoryResult,
-    SharedMemoryList,
     UpdateMemory,
 )
 from contracts.messages import spec_of
@@ -209,21 +206,9 @@ class Operations:
         result: MemoryList = await self._ask(c, _with(query, project=c.search_project(query.project)))
         return result
 
-    async def memory_history(self, c: Caller, query: MemoryHistoryQuery) -> MemoryHistory:
-        c.require(Scope.MEMORY_READ)
-        result: MemoryHistory = await self._ask(c, query)
-        return result
 
     # shared memories, projects, profile ---------------------------------------------------
-    async def save_shared_memory(self, c: Caller, cmd: SaveSharedMemory, *, key: str | None = None) -> SaveSharedMemoryResult:
-        c.require(Scope.MEMORY_WRITE)
-        result: SaveSharedMemoryResult = await self._send(c, cmd, key)
-        return result
 
-    async def get_shared_memories(self, c: Caller, query: GetSharedMemories) -> SharedMemoryList:
-        c.require(Scope.MEMORY_READ)
-        result: SharedMemoryList = await self._ask(c, query)
-        return result
 
     async def list_projects(self, c: Caller, *, refresh: bool = True) -> ProjectList:
         """The user's projects (only the reachable one for a restricted credential or connection).

@@ -41,20 +41,16 @@ from contracts.memory import (
     MAX_QUERY_CHARS,
     MAX_RECALL_LIMIT,
     MAX_STRUCTURED_CONTENT_CHARS,
-    MAX_TITLE_CHARS,
     MEMORY_KEY_PATTERN,
     PROJECT_PATTERN,
     Category,
     ForgetMemory,
     GetMemoryByKey,
     GetProfile,
-    GetSharedMemories,
-    MemoryHistoryQuery,
     Provenance,
     Recall,
     RecallMemory,
     SaveMemory,
-    SaveSharedMemory,
     UpdateMemory,
 )
 from kit.bus import validation_reply
@@ -334,33 +330,8 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
                        provenance=provenance)
         return _success(await ops.update_memory(caller(), cmd, project=containerTag))
 
-    @tool_errors
-    async def get_memory_history(
-        memory_id: Annotated[UUID, Field(description="The memory's id.")],
-    ) -> dict[str, Any]:
-        """Every version of a memory from the event log, oldest first, each with when it stopped being true."""
-        history = await ops.memory_history(caller(), MemoryHistoryQuery(memory_id=memory_id))
-        return history.model_dump(mode="json")
 
-    @tool_errors
-    async def save_shared_memory(
-        title: Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS, description="Short title of the shared experience.")],
-        event: Annotated[str, Field(min_length=1, max_length=MAX_STRUCTURED_CONTENT_CHARS, description="What happened.")],
-        importance: Importance = 3,
-    ) -> dict[str, Any]:
-        """Save a shared experience with the user. Saving the same title again updates it (idempotent)."""
-        cmd = contract(SaveSharedMemory, title=title, event=event, importance=importance)
-        return _success(await ops.save_shared_memory(caller(), cmd))
 
-    @tool_errors
-    async def get_shared_memories(
-        title: Annotated[str | None, Field(min_length=1, max_length=MAX_TITLE_CHARS, description="Exact title.")] = None,
-        keyword: Annotated[str | None, Field(min_length=1, max_length=MAX_KEYWORD_CHARS, description="Substring of title or event.")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT)] = 20,
-    ) -> dict[str, Any]:
-        """Find shared experiences by exact title or keyword, newest first."""
-        query = contract(GetSharedMemories, title=title, keyword=keyword, limit=limit)
-        return _success(await ops.get_shared_memories(caller(), query))
 
     return [
         (memory, "memory", "Save or forget a memory", DESTRUCTIVE, ASSISTANT),
@@ -371,9 +342,6 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ, ASSISTANT),
         (recall_memory, "recall_memory", "List memories by category or keyword", READ, ASSISTANT),
         (update_memory, "update_memory", "Update a memory", WRITE, ASSISTANT),
-        (get_memory_history, "get_memory_history", "A memory's history", READ, ASSISTANT),
-        (save_shared_memory, "save_shared_memory", "Save a shared memory", WRITE, ASSISTANT),
-        (get_shared_memories, "get_shared_memories", "Get shared memories", READ, ASSISTANT),
     ]
 
 
@@ -434,7 +402,8 @@ def catalogue_tool(ops: Operations, op: Operation) -> Callable[..., Awaitable[An
     async def run_operation(**arguments: Any) -> dict[str, Any]:
         project = arguments.pop("containerTag", None)
         message = contract(op.model, keep_none=True, **arguments)
-        return _success(await ops.run(caller(), op, message, project=project))
+        result = await ops.run(caller(), op, message, project=project)
+        return result.model_dump(mode="json") if op.plain else _success(result)
 
     run_operation.__name__ = run_operation.__qualname__ = op.name
     run_operation.__doc__ = inspect.cleandoc(op.doc)

@@ -59,7 +59,6 @@ from contracts.memory import (
     MAX_KEYWORD_CHARS,
     MAX_RECALL_LIMIT,
     MAX_STRUCTURED_CONTENT_CHARS,
-    MAX_TITLE_CHARS,
     MEMORY_KEY_PATTERN,
     NAMESPACE_FOR_CATEGORY,
     PROJECT_PATTERN,
@@ -69,9 +68,6 @@ from contracts.memory import (
     ForgetMemoryResult,
     GetMemoryByKey,
     GetProfile,
-    GetSharedMemories,
-    MemoryHistory,
-    MemoryHistoryQuery,
     MemoryList,
     MemoryLookup,
     Profile,
@@ -81,9 +77,6 @@ from contracts.memory import (
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
-    SaveSharedMemory,
-    SaveSharedMemoryResult,
-    SharedMemoryList,
     UpdateMemory,
 )
 from contracts.messages import spec_of
@@ -260,7 +253,6 @@ class RestRoute(APIRoute):
 
 
 RecallRequest = strict_body(Recall, "RecallRequest")
-SaveSharedMemoryRequest = strict_body(SaveSharedMemory, "SaveSharedMemoryRequest")
 
 
 def _given(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -495,25 +487,8 @@ def _memory_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyK
         query = RecallMemory(project=project, category=category, keyword=keyword, limit=limit)
         return await call(ops.recall_memory(who, query))
 
-    @router.get("/memories/{memory_id}/history", response_model=MemoryHistory, summary="A memory's versions")
-    async def history(memory_id: UUID, who: Caller) -> Any:
-        """Every version from the event log, oldest first, each with when it stopped being true."""
-        return await call(ops.memory_history(who, MemoryHistoryQuery(memory_id=memory_id)))
 
-    @router.post("/shared-memories", response_model=SaveSharedMemoryResult, summary="Save a shared memory")
-    async def save_shared(body: SaveSharedMemoryRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Idempotent per title: the same title again updates it."""
-        cmd = SaveSharedMemory.model_validate(body.model_dump())
-        return await call(ops.save_shared_memory(who, cmd, key=idempotency_key))
 
-    @router.get("/shared-memories", response_model=SharedMemoryList, summary="Find shared memories")
-    async def get_shared(
-        who: Caller,
-        title: Annotated[str | None, Query(min_length=1, max_length=MAX_TITLE_CHARS, pattern=TEXT_PATTERN)] = None,
-        keyword: Annotated[str | None, Query(min_length=1, max_length=MAX_KEYWORD_CHARS, pattern=TEXT_PATTERN)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
-    ) -> Any:
-        return await call(ops.get_shared_memories(who, GetSharedMemories(title=title, keyword=keyword, limit=limit)))
 
     @router.get("/projects", response_model=ProjectList, summary="List projects")
     async def projects(who: Caller) -> Any:
