@@ -21,6 +21,8 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from pydantic import BaseModel
+
 from contracts.envelope import EventEnvelope
 from contracts.events import Event
 from kit.bus.event_log import ConcurrencyConflict
@@ -123,7 +125,7 @@ class WritePath:
                     stored = None
                 if stored is not None:
                     reply = decided.reply(stored)
-                    kept = call.outcome(reply) if outcome else None  # type: ignore[arg-type]
+                    kept = call.outcome(reply) if outcome and isinstance(reply, BaseModel) else None
                     await self.project(stored, seq, kept)
                     if kept is not None:
                         call.kept(kept)
