@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_graph_app import auth, browser, chromium_only, screenshots
+from tests.e2e.test_graph_app import TURNS, auth, browser, chromium_only, screenshots
 
 pytestmark = pytest.mark.e2e
 
@@ -45,6 +46,7 @@ class ConsoleData:
     cat_id: str
     hostile_id: str
     failed_log_id: str
+    extracted_id: str  # a memory the extractor took from a daily log
 
 
 def rest(running: Any, key: str) -> httpx.Client:
@@ -72,7 +74,18 @@ def console_data(running) -> ConsoleData:  # type: ignore[no-untyped-def]
         assert h.post(f"/v1/daily-logs/{log_id}/claim").json()["claimed"] is True
         failed = h.post(f"/v1/daily-logs/{log_id}/status", json={"processing_status": "failed", "error_reason": "model timed out"})
         assert failed.status_code == 200 and failed.json()["log"]["processing_status"] == "failed", failed.text
-    return ConsoleData(project, quiet, admin_key, ids["tea"], ids["cat"], ids["hostile"], log_id)
+        # a log the engine extracts: memories with provenance (bounded wait, nothing timed)
+        day = h.post("/v1/daily-logs", json={"project": project, "log_date": "2025-05-03", "turns": TURNS})
+        assert day.status_code == 200, day.text
+        extracted: list[dict[str, Any]] = []
+        for _ in range(600):
+            if h.get(f"/v1/daily-logs/{day.json()['id']}").json()["log"]["processing_status"] == "processed":
+                memories = h.get("/v1/memories", params={"project": project, "limit": 100}).json()["memories"]
+                extracted = [m for m in memories if m.get("provenance") and m["provenance"].get("turns")]
+                break
+            time.sleep(0.2)
+        assert extracted, "the daily log gave no memory with provenance"
+    return ConsoleData(project, quiet, admin_key, ids["tea"], ids["cat"], ids["hostile"], log_id, extracted[0]["id"])
 
 
 def test_the_page_and_its_files_carry_a_strict_policy(running) -> None:  # type: ignore[no-untyped-def]
@@ -203,6 +216,20 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
         assert last["status"] == "forgotten" and last["forget_reason"] == "the cat moved out"
         assert d.cat_id not in {m["id"] for m in h.get("/v1/memories", params={"project": d.project}).json()["memories"]}
         assert await page.locator("#edit").count() == 0  # a forgotten memory offers no edit
+
+        # provenance: an extracted memory links to its log, the very turns marked, the run's memories named
+        provenance = h.get(f"/v1/memories/{d.extracted_id}/history").json()["versions"][-1]["provenance"]
+        await _go(page, f"#/memory/{d.project}/{d.extracted_id}")
+        assert "2025-05-03" in await page.inner_text("#provenance-link")
+        before = await _rendered(page)
+        await page.click("#provenance-link")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert provenance["log_id"] in page.url
+        marked = await page.eval_on_selector_all("#turns li.marked", "ls => ls.map(l => Number(l.dataset.index))")
+        assert marked == sorted(provenance["turns"])
+        content = h.get(f"/v1/memories/{d.extracted_id}/history").json()["versions"][-1]["content"]
+        assert content in await page.inner_text(f".produced li[data-id='{d.extracted_id}']")
+        await page.screenshot(path=str(shots / "console-log.png"), full_page=True)
 
         # logs: the failed one, its error and tries; re-queued -> pending (REST)
         await _go(page, f"#/logs?project={d.quiet}")

@@ -580,14 +580,24 @@ async function viewLog(root, args, query) {
     const list = (await api('GET', '/v1/extraction-tasks', { query: { task_id: t, limit: 1 } })).tasks;
     if (list.length) tasks.set(t, list[0]);
   }));
+  const texts = new Map();              // each produced memory's current text (its history's last version)
+  const produced = [...new Set(results.flatMap((r) => r.memory_ids))].slice(0, 50);
+  await Promise.all(produced.map(async (m) => {
+    try { const v = (await api('GET', `/v1/memories/${encodeURIComponent(m)}/history`)).versions || []; if (v.length) texts.set(m, v[v.length - 1]); }
+    catch (err) { if (err.status === 401) throw err; }
+  }));
   fill(extraction, extraction.firstChild, ...results.map((r) => {
     const t = tasks.get(r.task_id);
     return h('div', { class: 'result' },
-      h('p', {}, h('strong', {}, `Run ${r.task_id}`), t ? ` · ${t.status}${t.engine ? ` · ${t.engine}` : ''}${t.finished_at ? ` · finished ${when(t.finished_at)}` : ''}` : ' · (no task record)'),
+      h('p', {}, h('strong', {}, `Run ${r.task_id}`), t ? ` · ${t.status}${t.engine ? ` · ${t.engine}` : ''}${t.finished_at ? ` · finished ${when(t.finished_at)}` : ''}` : ' · no task recorded for this run'),
       t && t.error ? h('p', { class: 'error-text' }, t.error) : null,
       t && t.metrics && Object.keys(t.metrics).length ? h('p', { class: 'muted small' }, Object.entries(t.metrics).map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`).join(' · ')) : null,
       h('p', {}, `${r.memory_ids.length} memor${r.memory_ids.length === 1 ? 'y' : 'ies'}, ${r.shared_memory_ids.length} shared`),
-      r.memory_ids.length ? h('ul', { class: 'links' }, ...r.memory_ids.map((m) => h('li', {}, h('a', { href: memoryHref({ id: m, project: r.project }) }, m)))) : null);
+      r.memory_ids.length ? h('ul', { class: 'links produced' }, ...r.memory_ids.map((m) => {
+        const v = texts.get(m);
+        return h('li', { dataset: { id: m } }, h('a', { href: memoryHref({ id: m, project: r.project }) }, v ? v.content : m),
+          v && v.status === 'forgotten' ? h('span', { class: 'badge' }, 'forgotten') : null);
+      })) : null);
   }));
 }
 
