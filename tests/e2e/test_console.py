@@ -321,7 +321,8 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
         await context.close()
 
         # a credential revoked while signed in: the next request sends the page back to the form
-        made = h.post("/v1/keys", json={"user_id": running.user_id, "name": "short-lived", "scopes": ["memory:read"]})
+        made = h.post("/v1/keys", json={"user_id": running.user_id, "name": "short-lived", "scopes": ["memory:read"],
+                                        "project": d.project})
         assert made.status_code == 201, made.text
         context = await chromium.new_context(viewport={"width": 1000, "height": 700})
         page = await context.new_page()
@@ -329,6 +330,13 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
         await page.fill("#key", made.json()["key"])
         await page.click("#signin-go")
         await page.wait_for_selector("table.memories")
+        # a key restricted to one project: only that project offered, only its memories listed; no writes offered
+        assert await page.eval_on_selector("form[aria-label='Filter memories'] select", "s => [...s.options].map(o => o.value)") == [d.project]
+        projects = await page.eval_on_selector_all("table.memories tbody td[data-label=Project]", "ts => ts.map(t => t.textContent)")
+        assert projects and set(projects) == {d.project}
+        assert await page.locator("#bulk-forget").count() == 0
+        await _go(page, f"#/memory/{d.project}/{d.tea_id}")
+        assert await page.locator("#edit").count() == 0 and "memory:write scope" in await page.inner_text("#view")
         assert h.delete(f"/v1/keys/{made.json()['view']['key_id']}").status_code == 200
         await page.evaluate("location.hash = '#/projects'")
         await page.wait_for_selector("#signin:not([hidden])")
