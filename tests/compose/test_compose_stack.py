@@ -350,10 +350,14 @@ async def test_the_graph_page_and_the_console_load(stack: Stack, shared: Shared)
         tab = await context.new_page()
         errors: list[str] = []
         tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
         await tab.goto(stack.base_url + "/graph")
-        await tab.frame_locator("#app").locator("#canvas").wait_for()
-        frame = next(f for f in tab.frames if "/graph/app.html" in f.url)
-        await frame.wait_for_function("() => engramGraph.stats().nodes > 0", timeout=120_000)
+        try:
+            await tab.frame_locator("#app").locator("#canvas").wait_for(timeout=120_000)
+            frame = next(f for f in tab.frames if "/graph/app.html" in f.url)
+            await frame.wait_for_function("() => engramGraph.stats().nodes > 0", timeout=120_000)
+        except Exception as exc:
+            raise AssertionError(f"the graph page did not draw: {exc}; page errors: {errors}") from exc
         memory_nodes = set(await frame.evaluate("engramGraph.nodeIds('memory')"))
         await context.close()
     assert errors == [], errors
