@@ -44,6 +44,7 @@ from contracts.memory import (
     GetMemory,
     GetSharedMemories,
     MemoryHistoryQuery,
+    RecallMemory,
     SaveSharedMemory,
 )
 from services.gateway.toolsets import ASSISTANT, MAINTENANCE
@@ -223,6 +224,13 @@ OPERATIONS += (
         project is not found.""",
         params={"memory_id": "The memory's id (recall, save_memory and recall_memory give it)."},
         rest=Rest("GET", "/memories/{memory_id}", "get_memory", "A memory (its current version)", tags=()),
+    ),
+    Operation(
+        RecallMemory, "recall_memory", "List memories by category or keyword", READ, Scope.MEMORY_READ, ASSISTANT,
+        """List memories by category and/or keyword, most important first (a filter, not a semantic search).""",
+        ProjectRule.SEARCH, params={"category": "Only this category.",
+                                    "keyword": "Substring to match in the content (any language).", "limit": LIMIT},
+        rest=Rest("GET", "/memories", "list_memories", "List memories by category and/or keyword", tags=()),
     ),
     Operation(
         MemoryHistoryQuery, "get_memory_history", "A memory's history", READ, Scope.MEMORY_READ, ASSISTANT,

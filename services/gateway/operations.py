@@ -43,12 +43,10 @@ from contracts.memory import (
     ListProjects,
     MemoryHistory,
     MemoryHistoryQuery,
-    MemoryList,
     MemoryLookup,
     Profile,
     ProjectList,
     Recall,
-    RecallMemory,
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
@@ -201,10 +199,6 @@ class Operations:
         result: MemoryLookup = await self._ask(c, _with(query, project=c.project(project)))
         return result
 
-    async def recall_memory(self, c: Caller, query: RecallMemory) -> MemoryList:
-        c.require(Scope.MEMORY_READ)
-        result: MemoryList = await self._ask(c, _with(query, project=c.search_project(query.project)))
-        return result
 
 
     # shared memories, projects, profile ---------------------------------------------------

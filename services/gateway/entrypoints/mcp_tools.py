@@ -37,7 +37,6 @@ from contracts.extraction_modes import GetExtractionModes
 from contracts.memory import (
     MAX_CONTENT_CHARS,
     MAX_CONTEXT_CHARS,
-    MAX_KEYWORD_CHARS,
     MAX_QUERY_CHARS,
     MAX_RECALL_LIMIT,
     MAX_STRUCTURED_CONTENT_CHARS,
@@ -49,7 +48,6 @@ from contracts.memory import (
     GetProfile,
     Provenance,
     Recall,
-    RecallMemory,
     SaveMemory,
     UpdateMemory,
 )
@@ -296,16 +294,6 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         query = contract(GetMemoryByKey, memory_key=memory_key)
         return _success(await ops.get_memory_by_key(caller(), query, project=containerTag))
 
-    @tool_errors
-    async def recall_memory(
-        category: Annotated[Category | None, Field(description="Only this category.")] = None,
-        keyword: Annotated[str | None, Field(min_length=1, max_length=MAX_KEYWORD_CHARS, description="Substring to match in the content (any language).")] = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_RECALL_LIMIT, description="1-100, default 20")] = 20,
-        containerTag: ContainerTag = None,
-    ) -> dict[str, Any]:
-        """List memories by category and/or keyword, most important first (a filter, not a semantic search)."""
-        query = contract(RecallMemory, project=containerTag, category=category, keyword=keyword, limit=limit)
-        return _success(await ops.recall_memory(caller(), query))
 
     @tool_errors
     async def update_memory(
@@ -340,7 +328,6 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         (who_am_i, "whoAmI", "Who am I", READ, ASSISTANT),
         (save_memory, "save_memory", "Save a categorised memory", WRITE, ASSISTANT),
         (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ, ASSISTANT),
-        (recall_memory, "recall_memory", "List memories by category or keyword", READ, ASSISTANT),
         (update_memory, "update_memory", "Update a memory", WRITE, ASSISTANT),
     ]
 

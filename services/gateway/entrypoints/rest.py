@@ -56,24 +56,18 @@ from contracts.daily_logs import (
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
-    MAX_KEYWORD_CHARS,
-    MAX_RECALL_LIMIT,
     MAX_STRUCTURED_CONTENT_CHARS,
     MEMORY_KEY_PATTERN,
     NAMESPACE_FOR_CATEGORY,
     PROJECT_PATTERN,
-    TEXT_PATTERN,
-    Category,
     ForgetMemory,
     ForgetMemoryResult,
     GetMemoryByKey,
     GetProfile,
-    MemoryList,
     MemoryLookup,
     Profile,
     ProjectList,
     Recall,
-    RecallMemory,
     RecallResult,
     SaveMemory,
     SaveMemoryResult,
@@ -390,7 +384,9 @@ def catalogue_route(router: APIRouter, ops: Operations, op: Operation, Caller: A
             "body", inspect.Parameter.KEYWORD_ONLY, annotation=body | None if rest.optional_body else body,
             default=None if rest.optional_body else inspect.Parameter.empty))
     elif rest.method in ("GET", "DELETE"):
-        parameters += [_parameter(info, Query, f) for f, info in model_fields.items() if f not in path_fields]
+        queries = [f for f in model_fields if f not in path_fields]
+        queries.sort(key=lambda f: f == "project")  # the project filter last, as the routes have always listed it
+        parameters += [_parameter(model_fields[f], Query, f) for f in queries]
     if spec.kind == "command":
         parameters.append(inspect.Parameter("idempotency_key", inspect.Parameter.KEYWORD_ONLY, default=None,
                                             annotation=IdempotencyKey))
@@ -475,19 +471,6 @@ def _memory_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyK
         project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
     ) -> Any:
         return await call(ops.get_memory_by_key(who, GetMemoryByKey(memory_key=memory_key), project=project))
-
-    @router.get("/memories", response_model=MemoryList, summary="List memories by category and/or keyword")
-    async def list_memories(
-        who: Caller,
-        category: Category | None = None,
-        keyword: Annotated[str | None, Query(min_length=1, max_length=MAX_KEYWORD_CHARS, pattern=TEXT_PATTERN)] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_RECALL_LIMIT)] = 20,
-        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
-    ) -> Any:
-        query = RecallMemory(project=project, category=category, keyword=keyword, limit=limit)
-        return await call(ops.recall_memory(who, query))
-
-
 
 
     @router.get("/projects", response_model=ProjectList, summary="List projects")
