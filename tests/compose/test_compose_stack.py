@@ -246,7 +246,8 @@ async def recalls(stack: Stack, shared: Shared, query: str, expected: str) -> bo
     return expected in "\n".join(c.text for c in result.content if getattr(c, "text", None))
 
 
-async def poll(check: Any, what: str) -> None:
+async def poll(check: Any, what: str, seen: dict[str, Any] | None = None) -> None:
+    """Wait (bounded) until check() is true; on failure say the last error and what was last seen."""
     started = time.monotonic()
     while time.monotonic() - started < WAIT_S:
         try:
@@ -256,7 +257,7 @@ async def poll(check: Any, what: str) -> None:
         except Exception as exc:  # noqa: BLE001 - the stack still starting (the MCP client wraps errors in groups)
             last = exc
         await asyncio.sleep(1)
-    raise AssertionError(f"{what}: not within {WAIT_S} s ({locals().get('last')!r})")
+    raise AssertionError(f"{what}: not within {WAIT_S} s (last error {locals().get('last')!r}; last seen {seen})")
 
 
 # --- the checks, in order ------------------------------------------------------------------------
@@ -388,11 +389,13 @@ async def test_a_killed_container_is_restarted_and_nothing_is_lost(stack: Stack,
     health.forget()
     health.wait_healthy(SERVICES)
 
+    seen: dict[str, Any] = {}
+
     async def all_there() -> bool:
-        now = await listed(stack, shared)
+        now = seen["listed"] = await listed(stack, shared)
         return set(shared.saved) <= set(now) and "Saved while the memory service was down" in now.values()
 
-    await poll(all_there, "every memory listed after the restart, and the one saved meanwhile")
+    await poll(all_there, "every memory listed after the restart, and the one saved meanwhile", seen)
     shared.saved = await listed(stack, shared)
     assert await recalls(stack, shared, "Where does the user live?", "Valparaiso")
 
@@ -406,10 +409,13 @@ async def test_down_and_up_keeps_every_memory(stack: Stack, health: HealthChecks
     stack.remember_volumes()
     health.wait_healthy(SERVICES)
 
-    async def same() -> bool:
-        return await listed(stack, shared) == shared.saved
+    seen: dict[str, Any] = {"expected": shared.saved}
 
-    await poll(same, "every memory listed after down and up")
+    async def same() -> bool:
+        seen["listed"] = await listed(stack, shared)
+        return seen["listed"] == shared.saved
+
+    await poll(same, "every memory listed after down and up", seen)
     # the vectors survived too (the memory volume): recall by meaning, not only the listing
     assert await recalls(stack, shared, "What does the user like to drink?", "green tea")
     assert await recalls(stack, shared, "What is the user's job?", "marine biologist")
