@@ -260,6 +260,15 @@ async def poll(check: Any, what: str, seen: dict[str, Any] | None = None) -> Non
     raise AssertionError(f"{what}: not within {WAIT_S} s (last error {locals().get('last')!r}; last seen {seen})")
 
 
+def service_logs(stack: Stack, *services: str) -> str:
+    """The last lines each service logged (for a failure's message)."""
+    out = []
+    for service in services:
+        proc = podman("logs", "--tail", "15", stack.containers()[service], check=False)
+        out.append(f"--- {service}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return "\n".join(out)
+
+
 # --- the checks, in order ------------------------------------------------------------------------
 
 
@@ -375,9 +384,12 @@ async def test_a_killed_container_is_restarted_and_nothing_is_lost(stack: Stack,
     # SIGKILL to the service process from outside (an OOM kill, a crash): its init exits with it
     os.kill(int(children[0]), signal.SIGKILL)
     # a memory saved while memory is down waits in JetStream and is handled once it is back
-    async with session(stack.base_url + "/mcp", headers(shared)) as client:
-        during = await client.call_tool("save_memory", {"category": "preference", "containerTag": shared.project,
-                                                        "content": "Saved while the memory service was down"})
+    try:
+        async with session(stack.base_url + "/mcp", headers(shared)) as client:
+            during = await client.call_tool("save_memory", {"category": "preference", "containerTag": shared.project,
+                                                            "content": "Saved while the memory service was down"})
+    except Exception as exc:
+        raise AssertionError(f"a save while memory is down was refused: {exc!r}\n{service_logs(stack, 'proxy', 'gateway')}") from exc
     print(f"save while memory was down answered: error={during.is_error} {during.structured_content}", flush=True)
 
     async def restarted() -> bool:
