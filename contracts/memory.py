@@ -285,7 +285,7 @@ class GetMemoryByKey(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     project: str = Project
-    memory_key: str = Field(pattern=MEMORY_KEY_PATTERN)
+    memory_key: str = Field(pattern=MEMORY_KEY_PATTERN, max_length=80)
 
 
 class RecallMemory(BaseModel):

@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
-from contracts.auth import Scope
+from contracts.auth import CreateApiKey, ListApiKeys, RevokeApiKey, Scope
 from contracts.daily_logs import (
     ClaimDailyLog,
     DeleteLogs,
@@ -36,16 +37,28 @@ from contracts.daily_logs import (
     RecordExtractionResult,
     RecordExtractionTask,
     RecoverStuckLogs,
+    SaveDailyLog,
     UpdateLogStatus,
 )
 from contracts.extraction_modes import GetExtractionModes, SetExtractionMode
+from contracts.graph import GraphPageQuery
 from contracts.memory import (
     MAX_RECALL_LIMIT,
+    MAX_STRUCTURED_CONTENT_CHARS,
+    MEMORY_KEY_PATTERN,
+    NAMESPACE_FOR_CATEGORY,
+    ForgetMemory,
     GetMemory,
+    GetMemoryByKey,
+    GetProfile,
     GetSharedMemories,
+    ListProjects,
     MemoryHistoryQuery,
+    Recall,
     RecallMemory,
+    SaveMemory,
     SaveSharedMemory,
+    UpdateMemory,
 )
 from services.gateway.toolsets import ASSISTANT, MAINTENANCE
 
@@ -62,6 +75,8 @@ class ProjectRule(StrEnum):
     NONE = "none"  # the contract names no project
     SEARCH = "search"  # a filter: the restriction or pin, else the request's, else every project
     WRITE = "write"  # where it acts: the restriction or pin, else the request's, else 'default'
+    #: the install operator's (API keys): install-wide, so refused to a credential restricted to a project
+    OPERATOR = "operator"
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,9 @@ class Rest:
     fields: Mapping[str, str] = field(default_factory=dict)  # path parameter -> contract field, where named otherwise
     body: str | None = None  # the body model's name (OpenAPI's schema), if not <contract>Request
     optional_body: bool = False  # the body may be left out (every field has a default)
+    rules: Mapping[str, Any] | None = None  # the contract's rules across fields, as JSON Schema (OpenAPI's body)
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # REST's own defaults, by contract field
+    responses: Mapping[int | str, Mapping[str, Any]] = field(default_factory=dict)  # more documented answers
 
 
 @dataclass(frozen=True)
@@ -92,9 +110,38 @@ class Operation:
     doc: str  # the MCP tool's description: the model's manual
     project: ProjectRule = ProjectRule.NONE
     params: Mapping[str, str] = field(default_factory=dict)  # MCP parameter descriptions, by contract field
-    rest: Rest | None = None  # its REST route (None: a hand-written one, or none)
+    rest: Rest | None = None  # its REST route (None: none)
     plain: bool = False  # the MCP tool answers the result as it is (else with "success": true in front)
+    mcp: bool = True  # its MCP tool derived from the contract (False: a hand-written adapter, or none)
+    relations: bool = False  # a recall: the best hits come with their relations (``relations.py``)
 
+
+def _given(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """JSON Schema: ``name`` is present and not null (or matches ``schema``)."""
+    return {"required": [name], "properties": {name: schema or {"not": {"type": "null"}}}}
+
+
+def _exactly_one(*names: str) -> dict[str, Any]:
+    return {"oneOf": [_given(n) for n in names]}
+
+
+# The contracts' rules across fields as JSON Schema, for the REST bodies' OpenAPI (clients and fuzzers read them there).
+SAVE_RULES: dict[str, Any] = {"allOf": [
+    {"if": _given("memory_key"), "then": _given("category")},
+    {"if": _given("category"), "then": {"properties": {"content": {"maxLength": MAX_STRUCTURED_CONTENT_CHARS}}}},
+    *({"if": _given("category", {"const": category.value}),
+       "then": {"properties": {"memory_key": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": rf"^{ns}\.[a-z0-9_]{{1,64}}$"}]}}}}
+      for category, ns in NAMESPACE_FOR_CATEGORY.items()),
+]}
+UPDATE_RULES: dict[str, Any] = {"allOf": [
+    _exactly_one("id", "memory_key"),
+    {"anyOf": [_given(n) for n in ("content", "context", "category", "importance", "confidence", "source")]},
+    {"properties": {"memory_key": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": MEMORY_KEY_PATTERN}]}}},
+]}
+KEY_RULES: dict[str, Any] = {"not": {"required": ["project", "scopes"], "properties": {
+    "project": {"type": "string"}, "scopes": {"type": "array", "contains": {"const": Scope.ADMIN.value}}}}}
+LOG_STATUS_RULES: dict[str, Any] = {"if": _given("processing_status", {"const": "processed"}),
+                                    "then": {"properties": {"error_reason": {"type": "null"}}}}
 
 LOG_ID = "The daily log's id (save_daily_log and get_unprocessed_logs give it)."
 TASK_ID = "The extraction run's id (1-128 of [A-Za-z0-9_.:-])."
@@ -125,6 +172,9 @@ OPERATIONS: tuple[Operation, ...] = (
         UpdateLogStatus, "update_log_status", "Change a log's status", WRITE,
         """Move a log along the lifecycle's legal transitions (e.g. failed → pending to retry it afresh).
         Marking processed with an error_reason is refused.""",
+        rest=Rest("POST", "/daily-logs/{log_id}/status", "log_status", "Change a log's status",
+                  "Legal transitions only; processed with an error_reason is refused.", fields={"log_id": "id"},
+                  rules=LOG_STATUS_RULES),
         id=LOG_ID, processing_status="pending, processing, processed or failed.",
         error_reason="Why (with pending or failed; never with processed)."),
     _maintenance(
@@ -214,9 +264,66 @@ OPERATIONS: tuple[Operation, ...] = (
         scope=Scope.MEMORY_READ),
 )
 
-#: The memory operations declared here (the assistant toolset); the seed-compatible ones (``memory``,
-#: ``recall``, ``save_memory``…) are hand-written adapters in ``entrypoints/mcp_tools.py``.
+#: The memory operations (the assistant toolset). ``mcp=False``: the MCP tool is a seed-compatible
+#: adapter over ``Operations.run`` in ``entrypoints/mcp_tools.py`` (``memory``, ``recall``,
+#: ``save_memory``…), or there is none (the profile is a resource, the graph an MCP App).
 OPERATIONS += (
+    Operation(
+        SaveMemory, "save_memory", "Save a categorised memory", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Save a memory (the MCP tools memory and save_memory).""", ProjectRule.WRITE, mcp=False,
+        rest=Rest("POST", "/memories", "save", "Save a memory",
+                  "Save a memory. The same content saved again in the same project is not duplicated.",
+                  status=201, tags=(), body="SaveRequest", rules=SAVE_RULES, defaults={"source": "api"}),
+    ),
+    Operation(
+        UpdateMemory, "update_memory", "Update a memory", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Write a new version of a memory (the MCP tool update_memory).""", ProjectRule.WRITE, mcp=False,
+        rest=Rest("POST", "/memories/update", "update", "Update a memory (new version)",
+                  "Write a new version of a memory found by id or memory_key.", tags=(), body="UpdateRequest",
+                  rules=UPDATE_RULES),
+    ),
+    Operation(
+        ForgetMemory, "forget_memory", "Forget a memory", DESTRUCTIVE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Forget a memory (the MCP tool memory, action forget).""", ProjectRule.WRITE, mcp=False,
+        rest=Rest("POST", "/memories/forget", "forget", "Forget a memory",
+                  "Forget by id, or by content (exact match, then semantic similarity ≥ 0.85).", tags=(),
+                  body="ForgetRequest", rules=_exactly_one("content", "memory_id")),
+    ),
+    Operation(
+        Recall, "recall", "Recall memories", READ, Scope.MEMORY_READ, ASSISTANT,
+        """Hybrid recall (the MCP tool recall).""", ProjectRule.SEARCH, mcp=False, relations=True,
+        rest=Rest("POST", "/recall", "recall", "Recall memories",
+                  "Hybrid search (dense + keyword, RRF; its best candidates re-ordered by late interaction) over the "
+                  "caller's memories.", tags=()),
+    ),
+    Operation(
+        GetMemoryByKey, "get_memory_by_key", "Get a memory by key", READ, Scope.MEMORY_READ, ASSISTANT,
+        """Find the memory stored under a memory_key: `{found, memory}`. Use it before saving or updating.""",
+        ProjectRule.WRITE, params={"memory_key": (
+            "namespace.topic, namespace bound to the category: profile, preference, personality, goal, skill, "
+            "relationship, emotion, style (e.g. preference.food)")},
+        rest=Rest("GET", "/memories/by-key", "by_key", "Get a memory by memory_key", tags=()),
+    ),
+    Operation(
+        ListProjects, "listProjects", "List projects", READ, Scope.MEMORY_READ, ASSISTANT,
+        """The user's projects (the MCP tool listProjects).""", mcp=False,
+        rest=Rest("GET", "/projects", "projects", "List projects", tags=()),
+    ),
+    Operation(
+        GetProfile, "profile", "The user's profile", READ, Scope.MEMORY_READ, ASSISTANT,
+        """The user's profile (the MCP resource engram://profile and the prompt context).""", ProjectRule.SEARCH,
+        mcp=False, rest=Rest("GET", "/profile", "profile", "The user's profile", tags=()),
+    ),
+    Operation(
+        SaveDailyLog, "save_daily_log", "Save the day's log", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """The day's log (the MCP tool save_daily_log and POST /v1/daily-logs: their turns and topics are
+        written by hand, the tool's may be plain text).""", ProjectRule.WRITE, mcp=False,
+    ),
+    Operation(
+        GraphPageQuery, "memory-graph", "Memory graph", READ, Scope.MEMORY_READ, ASSISTANT,
+        """One page of the memory graph (the MCP App's tools, entrypoints/graph_tools.py).""", ProjectRule.SEARCH,
+        mcp=False,
+    ),
     Operation(
         GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,
         """One memory by its id as it stands now: its content, fields, status (active or forgotten) and current
@@ -252,6 +359,29 @@ OPERATIONS += (
         """Find shared experiences by exact title or keyword, newest first.""",
         params={"title": "Exact title.", "keyword": "Substring of title or event."},
         rest=Rest("GET", "/shared-memories", "get_shared", "Find shared memories", tags=()),
+    ),
+)
+
+#: API keys: the install operator's (``admin``, never with a project restriction); REST only.
+OPERATIONS += (
+    Operation(
+        CreateApiKey, "create_api_key", "Create an API key", WRITE, Scope.ADMIN, ASSISTANT,
+        """Create an API key.""", ProjectRule.OPERATOR, mcp=False,
+        rest=Rest("POST", "/keys", "create_key", "Create an API key",
+                  "Create an API key (the secret is in this response only). Needs the `admin` scope: the install\n"
+                  "operator's role, never restricted to a project.", status=201, tags=("admin",), rules=KEY_RULES),
+    ),
+    Operation(
+        ListApiKeys, "list_api_keys", "List API keys", READ, Scope.ADMIN, ASSISTANT,
+        """List API keys.""", ProjectRule.OPERATOR, mcp=False,
+        rest=Rest("GET", "/keys", "list_keys", "List API keys",
+                  "Every key (or one user's), never their secrets. Needs the `admin` scope.", tags=("admin",)),
+    ),
+    Operation(
+        RevokeApiKey, "revoke_api_key", "Revoke an API key", DESTRUCTIVE, Scope.ADMIN, ASSISTANT,
+        """Revoke an API key.""", ProjectRule.OPERATOR, mcp=False,
+        rest=Rest("DELETE", "/keys/{key_id}", "revoke_key", "Revoke an API key",
+                  "Revoke a key; every gateway refuses it at once. Needs the `admin` scope.", tags=("admin",)),
     ),
 )
 

@@ -1,5 +1,6 @@
 """The gateway's operations, ``(caller, contract model) → contract result``: :meth:`Operations.run`
-for every catalogue row (``catalogue.py``), and a method for each operation not yet in it.
+for every catalogue row (``catalogue.py``); besides it only the project list (cached for the tools'
+descriptions) and who-am-i (answered from the credential, no service asked).
 
 Each checks the caller's scope, resolves the project (the credential's restriction, the
 connection's pin, the request's choice, the default) and sends the typed command or query with the
@@ -19,39 +20,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from contracts.auth import (
-    ApiKeyList,
-    ApiKeyView,
-    CreateApiKey,
-    CreatedApiKey,
-    ListApiKeys,
-    RevokeApiKey,
-    Scope,
-)
-from contracts.daily_logs import (
-    SaveDailyLog,
-    SaveDailyLogResult,
-)
+from contracts.auth import Scope
 from contracts.errors import ErrorCode
-from contracts.graph import GraphPage, GraphPageQuery, SimilarMemories, SimilarMemoryList
-from contracts.memory import (
-    MAX_CLIENT_CHARS,
-    ForgetMemory,
-    ForgetMemoryResult,
-    GetMemoryByKey,
-    GetProfile,
-    ListProjects,
-    MemoryHistory,
-    MemoryHistoryQuery,
-    MemoryLookup,
-    Profile,
-    ProjectList,
-    Recall,
-    RecallResult,
-    SaveMemory,
-    SaveMemoryResult,
-    UpdateMemory,
-)
+from contracts.graph import SimilarMemories, SimilarMemoryList
+from contracts.memory import MAX_CLIENT_CHARS, ListProjects, MemoryHistory, MemoryHistoryQuery, ProjectList
 from contracts.messages import spec_of
 from kit.client import Client, ServiceFailure
 from services.gateway import relations
@@ -132,39 +104,6 @@ class Operations:
     async def _ask(self, c: Caller, query: BaseModel) -> Any:
         return await self.client.ask(c.tenant, query, project_scope=c.project_scope)
 
-    # memories -----------------------------------------------------------------------------
-    async def save_memory(self, c: Caller, cmd: SaveMemory, *, project: str | None,
-                          key: str | None = None) -> SaveMemoryResult:
-        """Save a memory in the resolved project."""
-        c.require(Scope.MEMORY_WRITE)
-        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **write_client(c)), key)
-        self.projects.saw(_projects_key(c), result.project)
-        return result
-
-    async def update_memory(self, c: Caller, cmd: UpdateMemory, *, project: str | None,
-                            key: str | None = None) -> SaveMemoryResult:
-        """Write a new version of a memory found by id or memory_key."""
-        c.require(Scope.MEMORY_WRITE)
-        result: SaveMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **write_client(c)), key)
-        return result
-
-    async def forget_memory(self, c: Caller, cmd: ForgetMemory, *, project: str | None,
-                            key: str | None = None) -> ForgetMemoryResult:
-        """Forget by id, or by content (exact, then semantic)."""
-        c.require(Scope.MEMORY_WRITE)
-        result: ForgetMemoryResult = await self._send(c, _with(cmd, project=c.project(project), **write_client(c)), key)
-        return result
-
-    async def recall(self, c: Caller, query: Recall) -> RecallResult:
-        """Hybrid recall within the resolved project (or every project)."""
-        c.require(Scope.MEMORY_READ)
-        started = time.monotonic()
-        result: RecallResult = await self._ask(c, _with(query, project=c.search_project(query.project)))
-        if not result.hits:
-            return result
-        budget = min(max(RELATIONS_BUDGET_S, time.monotonic() - started), RELATIONS_MAX_BUDGET_S)
-        return result.model_copy(update={"hits": await self._related(c, result.hits, budget)})
-
     async def _related(self, c: Caller, hits: list[Any], budget_s: float = RELATIONS_BUDGET_S) -> list[Any]:
         """The hits with their relations and source documents (``relations.py``): the best hits'
         histories and nearest neighbours are asked for in one batch, and whatever has not answered
@@ -194,16 +133,6 @@ class Operations:
                 log.info("similar memories unavailable (%s); recall shows none for %.0f s", error, SIMILAR_RETRY_S)
         return relations.with_relations(hits, histories, similar)
 
-    async def get_memory_by_key(self, c: Caller, query: GetMemoryByKey, *, project: str | None) -> MemoryLookup:
-        c.require(Scope.MEMORY_READ)
-        result: MemoryLookup = await self._ask(c, _with(query, project=c.project(project)))
-        return result
-
-
-
-    # shared memories, projects, profile ---------------------------------------------------
-
-
     async def list_projects(self, c: Caller, *, refresh: bool = True) -> ProjectList:
         """The user's projects (only the reachable one for a restricted credential or connection).
         Without ``refresh``, the list this process cached within its TTL (``project_cache.py``); a
@@ -216,11 +145,6 @@ class Operations:
 
         return await self.projects.get(_projects_key(c), fetch, refresh=refresh)
 
-    async def profile(self, c: Caller, query: GetProfile) -> Profile:
-        c.require(Scope.MEMORY_READ)
-        result: Profile = await self._ask(c, _with(query, project=c.search_project(query.project)))
-        return result
-
     async def who_am_i(self, c: Caller) -> WhoAmI:
         c.require(Scope.MEMORY_READ)
         return WhoAmI(user_id=c.tenant, user_name=c.who.user_name, client_id=c.who.client_id, key_id=c.who.key_id,
@@ -228,52 +152,32 @@ class Operations:
                       client_name=c.client.name if c.client else None,
                       client_version=c.client.version if c.client else None)
 
-    # the memory graph ---------------------------------------------------------------------
-    async def graph_page(self, c: Caller, query: GraphPageQuery) -> GraphPage:
-        """One page of the memory graph in the resolved project (or every project): ``memory:read``;
-        a restricted credential or a pinned connection sees only its project."""
-        c.require(Scope.MEMORY_READ)
-        result: GraphPage = await self._ask(c, _with(query, project=c.search_project(query.project)))
-        return result
-
-    # daily logs and extraction (the pipeline's workflow) ----------------------------------
-    async def save_daily_log(self, c: Caller, cmd: SaveDailyLog, *, project: str | None,
-                             key: str | None = None) -> SaveDailyLogResult:
-        """The day's log: an assistant hands over the day's chat (``memory:write``)."""
-        c.require(Scope.MEMORY_WRITE)
-        result: SaveDailyLogResult = await self._send(c, _with(cmd, project=c.project(project)), key)
-        return result
-
     async def run(self, c: Caller, op: Operation, message: BaseModel, *, project: str | None = None,
                   key: str | None = None) -> Any:
         """A catalogue operation (``catalogue.py``): its scope required, its project resolved by its
-        rule (the key's restriction and the pin first; ``project`` is what the request named), then
-        the command sent (once per ``key``) or the query asked; the contract's result model back."""
+        rule (the key's restriction and the pin first; ``project`` is what the request named), a
+        write's ``client`` named (:func:`write_client`), then the command sent (once per ``key``) or
+        the query asked; the contract's result model back (a recall's hits with their relations)."""
         c.require(op.scope)
         if op.project is ProjectRule.SEARCH:
             message = _with(message, project=c.search_project(project))
         elif op.project is ProjectRule.WRITE:
             message = _with(message, project=c.project(project))
+        elif op.project is ProjectRule.OPERATOR:
+            _operator(c)
         if spec_of(message).kind == "query":
-            return await self._ask(c, message)
-        return await self._send(c, message, key)
-
-    # API keys (the install operator's) ----------------------------------------------------
-    async def create_api_key(self, c: Caller, cmd: CreateApiKey, *, key: str | None = None) -> CreatedApiKey:
-        _operator(c)
-        result: CreatedApiKey = await self._send(c, cmd, key)
+            started = time.monotonic()
+            result = await self._ask(c, message)
+            if op.relations and result.hits:
+                budget = min(max(RELATIONS_BUDGET_S, time.monotonic() - started), RELATIONS_MAX_BUDGET_S)
+                result = result.model_copy(update={"hits": await self._related(c, result.hits, budget)})
+            return result
+        if "client" in type(message).model_fields:
+            message = _with(message, **write_client(c))
+        result = await self._send(c, message, key)
+        if op.project is ProjectRule.WRITE:  # a project the cached list does not hold makes it stale
+            self.projects.saw(_projects_key(c), getattr(message, "project"))  # noqa: B009 (any row's model)
         return result
-
-    async def list_api_keys(self, c: Caller, query: ListApiKeys) -> ApiKeyList:
-        _operator(c)
-        result: ApiKeyList = await self._ask(c, query)
-        return result
-
-    async def revoke_api_key(self, c: Caller, cmd: RevokeApiKey, *, key: str | None = None) -> ApiKeyView:
-        _operator(c)
-        result: ApiKeyView = await self._send(c, cmd, key)
-        return result
-
 
 def write_client(c: Caller) -> dict[str, Any]:
     """The write's ``client`` field: the MCP client that makes it (none over REST), whatever a body

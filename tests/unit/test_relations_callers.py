@@ -15,6 +15,7 @@ from contracts.errors import ErrorBody, ErrorCode
 from contracts.graph import SimilarMemories, SimilarMemoryList
 from contracts.memory import MemoryHistoryQuery, ProjectInfo, ProjectList, RecallHit, RecallResult
 from kit.client import ServiceFailure
+from services.gateway.catalogue import operation
 from services.gateway.operations import Caller, Operations
 from services.gateway.principal import (
     ClientInfo,
@@ -134,7 +135,7 @@ async def test_relations_late_past_the_budget_are_left_out() -> None:
 
     client = SlowClient(delay_s=5.0)
     ops = Operations(client)  # type: ignore[arg-type]
-    result = await asyncio.wait_for(ops.recall(CALLER, Recall(query="tea")), timeout=2.0)
+    result = await asyncio.wait_for(ops.run(CALLER, operation(Recall), Recall(query="tea")), timeout=2.0)
     assert result.hits[0].relations == [] and result.hits[0].memory.content == "Likes green tea"
 
 
@@ -143,8 +144,8 @@ async def test_a_memory_service_without_similar_memories_is_not_asked_again_at_o
 
     client = SlowClient(delay_s=0.0, similar_error=ErrorCode.INVALID_ARGUMENT)
     ops = Operations(client)  # type: ignore[arg-type]
-    await ops.recall(CALLER, Recall(query="tea"))
-    await ops.recall(CALLER, Recall(query="tea"))
+    await ops.run(CALLER, operation(Recall), Recall(query="tea"))
+    await ops.run(CALLER, operation(Recall), Recall(query="tea"))
     assert client.asked.count(SimilarMemories) == 1
 
 

@@ -9,7 +9,8 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.testclient import TestClient
 
 from contracts.memory import ForgetMemory, SaveMemory
-from services.gateway.entrypoints.rest import ApiError, ForgetRequest, RestRoute, SaveRequest, error_response
+from services.gateway.catalogue import operation
+from services.gateway.entrypoints.rest import ApiError, RestRoute, error_response, request_body
 
 pytestmark = pytest.mark.unit
 
@@ -35,6 +36,8 @@ def test_a_validation_error_raised_in_a_route_is_a_422_naming_the_field() -> Non
 
 
 def test_the_rest_models_reuse_the_contract_fields() -> None:
+    ForgetRequest, SaveRequest = request_body(operation(ForgetMemory)), request_body(operation(SaveMemory))
+    assert ForgetRequest is not None and SaveRequest is not None
     for name in ("content", "reason"):
         assert ForgetRequest.model_fields[name].metadata == ForgetMemory.model_fields[name].metadata
     assert SaveRequest.model_fields["source"].metadata == SaveMemory.model_fields["source"].metadata

@@ -40,6 +40,7 @@ from contracts.graph import (
     NodeType,
 )
 from contracts.memory import PROJECT_PATTERN
+from services.gateway.catalogue import operation
 from services.gateway.entrypoints.mcp_tools import READ, caller, contract, tool_errors
 from services.gateway.operations import Caller, Operations
 from services.gateway.toolsets import ASSISTANT
@@ -184,11 +185,13 @@ async def page_of(ops: Operations, c: Caller, *, project: str | None, cursor: st
     if page is not None and cursor is not None:
         raise ToolError("give cursor or page, not both (page: a 1-based page number for clients without cursors)")
     for _ in range((page or 1) - 1):
-        skipped = await ops.graph_page(c, contract(GraphPageQuery, project=project, cursor=cursor, limit=limit))
+        skipped = await ops.run(c, operation(GraphPageQuery), contract(GraphPageQuery, cursor=cursor, limit=limit),
+                                project=project)
         if skipped.next_cursor is None:
             return GraphPage(nodes=[], edges=[], next_cursor=None, total=skipped.total)
         cursor = skipped.next_cursor
-    return await ops.graph_page(c, contract(GraphPageQuery, project=project, cursor=cursor, limit=limit))
+    return await ops.run(c, operation(GraphPageQuery), contract(GraphPageQuery, cursor=cursor, limit=limit),
+                         project=project)
 
 
 def graph_tools(ops: Operations) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]]:

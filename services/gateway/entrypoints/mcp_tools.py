@@ -44,7 +44,6 @@ from contracts.memory import (
     PROJECT_PATTERN,
     Category,
     ForgetMemory,
-    GetMemoryByKey,
     GetProfile,
     Provenance,
     Recall,
@@ -209,8 +208,9 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         c = caller()
         if action == "save":
             cmd = contract(SaveMemory, content=content, source="mcp", context=context)
-            return format_save(await ops.save_memory(c, cmd, project=containerTag))
-        return format_forget(await ops.forget_memory(c, contract(ForgetMemory, content=content), project=containerTag))
+            return format_save(await ops.run(c, operation(SaveMemory), cmd, project=containerTag))
+        forget = contract(ForgetMemory, content=content)
+        return format_forget(await ops.run(c, operation(ForgetMemory), forget, project=containerTag))
 
     @tool_errors
     async def recall(
@@ -235,8 +235,8 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         relations (← the version it replaced, → a newer version, ~ a similar memory; at most 4 each).
         """
         c = caller()
-        found = await ops.recall(c, contract(Recall, query=query, project=containerTag, limit=limit, rerank=rerank,
-                                             include_profile=includeProfile))
+        query_ = contract(Recall, query=query, limit=limit, rerank=rerank, include_profile=includeProfile)
+        found = await ops.run(c, operation(Recall), query_, project=containerTag)
         project = c.search_project(containerTag)
         return format_recall(query, found.hits, project, found.profile if includeProfile else None)
 
@@ -286,14 +286,7 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         """
         cmd = contract(SaveMemory, category=category, content=content, importance=importance, confidence=confidence,
                        source=source, memory_key=memory_key, context=context, provenance=provenance)
-        return _success(await ops.save_memory(caller(), cmd, project=containerTag))
-
-    @tool_errors
-    async def get_memory_by_key(memory_key: MemoryKey, containerTag: ContainerTag = None) -> dict[str, Any]:
-        """Find the memory stored under a memory_key: `{found, memory}`. Use it before saving or updating."""
-        query = contract(GetMemoryByKey, memory_key=memory_key)
-        return _success(await ops.get_memory_by_key(caller(), query, project=containerTag))
-
+        return _success(await ops.run(caller(), operation(SaveMemory), cmd, project=containerTag))
 
     @tool_errors
     async def update_memory(
@@ -316,7 +309,7 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         cmd = contract(UpdateMemory, id=id, memory_key=memory_key, category=category, content=content,
                        importance=importance, confidence=confidence, source=source, context=context,
                        provenance=provenance)
-        return _success(await ops.update_memory(caller(), cmd, project=containerTag))
+        return _success(await ops.run(caller(), operation(UpdateMemory), cmd, project=containerTag))
 
 
 
@@ -327,7 +320,6 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         (list_projects, "listProjects", "List projects", READ, ASSISTANT),
         (who_am_i, "whoAmI", "Who am I", READ, ASSISTANT),
         (save_memory, "save_memory", "Save a categorised memory", WRITE, ASSISTANT),
-        (get_memory_by_key, "get_memory_by_key", "Get a memory by key", READ, ASSISTANT),
         (update_memory, "update_memory", "Update a memory", WRITE, ASSISTANT),
     ]
 
@@ -360,12 +352,12 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
         """
         cmd = contract(SaveDailyLog, log_date=log_date, events=events, user_state=user_state, mood_changes=mood_changes,
                        topics=topics, relationship_state=relationship_state, mood=mood, turns=turns)
-        return _success(await ops.save_daily_log(caller(), cmd, project=containerTag))
+        return _success(await ops.run(caller(), operation(SaveDailyLog), cmd, project=containerTag))
 
     # the extraction workflow's operations (memory:maintenance, offered with X-Engram-Toolsets:
     # maintenance), each derived from its catalogue row
     return [(save_daily_log, "save_daily_log", "Save the day's log", WRITE, ASSISTANT),
-            *((catalogue_tool(ops, op), op.name, op.title, op.annotations, op.toolset) for op in OPERATIONS)]
+            *((catalogue_tool(ops, op), op.name, op.title, op.annotations, op.toolset) for op in OPERATIONS if op.mcp)]
 
 
 def catalogue_tool(ops: Operations, op: Operation) -> Callable[..., Awaitable[Any]]:
@@ -530,7 +522,7 @@ def build_mcp(
     async def profile_resource() -> str:
         """The user's profile: stable facts and recent context (the pinned project, else all projects)."""
         try:
-            return format_profile(await ops.profile(caller(), GetProfile()))
+            return format_profile(await ops.run(caller(), operation(GetProfile), GetProfile()))
         except (AccessDenied, ServiceFailure) as exc:
             raise ToolError(str(exc)) from exc
 
@@ -545,7 +537,7 @@ def build_mcp(
     @mcp.prompt(name="context", title="Memory context")
     async def context_prompt() -> str:
         """The user's profile, with the steer to save what is worth remembering."""
-        profile = await ops.profile(caller(), GetProfile())
+        profile = await ops.run(caller(), operation(GetProfile), GetProfile())
         return (
             format_profile(profile)
             + "\n\nWhile we talk, save anything worth remembering across conversations with the `memory` tool "

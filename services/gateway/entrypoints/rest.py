@@ -7,7 +7,6 @@ import re
 import types
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
-from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -31,52 +30,24 @@ from starlette.routing import Route
 from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from contracts.auth import (
-    USER_ID_PATTERN,
-    ApiKeyList,
-    ApiKeyView,
-    CreateApiKey,
-    CreatedApiKey,
-    ListApiKeys,
-    RevokeApiKey,
-    Scope,
-)
 from contracts.daily_logs import (
     MAX_TOPIC_CHARS,
     MAX_TOPICS,
     MAX_TURNS,
     TEXT_NO_NUL,
-    DailyLogResult,
-    ProcessingStatus,
     SaveDailyLog,
     SaveDailyLogResult,
     Turn,
-    UpdateLogStatus,
 )
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import HTTP_STATUS, ErrorBody, ErrorCode
 from contracts.memory import (
-    MAX_STRUCTURED_CONTENT_CHARS,
-    MEMORY_KEY_PATTERN,
-    NAMESPACE_FOR_CATEGORY,
     PROJECT_PATTERN,
-    ForgetMemory,
-    ForgetMemoryResult,
-    GetMemoryByKey,
-    GetProfile,
-    MemoryLookup,
-    Profile,
-    ProjectList,
-    Recall,
-    RecallResult,
-    SaveMemory,
-    SaveMemoryResult,
-    UpdateMemory,
 )
 from contracts.messages import spec_of
 from kit.bus import validation_reply
 from kit.client import ServiceFailure
-from services.gateway.catalogue import OPERATIONS, Operation, Rest, operation
+from services.gateway.catalogue import OPERATIONS, Operation, ProjectRule, Rest, operation
 from services.gateway.entrypoints.portability import portability_routes
 from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations, WhoAmI
@@ -246,54 +217,6 @@ class RestRoute(APIRoute):
         return handle
 
 
-RecallRequest = strict_body(Recall, "RecallRequest")
-
-
-def _given(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    """JSON Schema: ``name`` is present and not null (or matches ``schema``)."""
-    return {"required": [name], "properties": {name: schema or {"not": {"type": "null"}}}}
-
-
-def _exactly_one(*names: str) -> dict[str, Any]:
-    return {"oneOf": [_given(n) for n in names]}
-
-
-# The rules across fields, in the OpenAPI document too (clients and fuzzers read them there).
-_SAVE_RULES: dict[str, Any] = {"allOf": [
-    {"if": _given("memory_key"), "then": _given("category")},
-    {"if": _given("category"), "then": {"properties": {"content": {"maxLength": MAX_STRUCTURED_CONTENT_CHARS}}}},
-    *({"if": _given("category", {"const": category.value}),
-       "then": {"properties": {"memory_key": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": rf"^{ns}\.[a-z0-9_]{{1,64}}$"}]}}}}
-      for category, ns in NAMESPACE_FOR_CATEGORY.items()),
-]}
-_UPDATE_RULES: dict[str, Any] = {"allOf": [
-    _exactly_one("id", "memory_key"),
-    {"anyOf": [_given(n) for n in ("content", "context", "category", "importance", "confidence", "source")]},
-    {"properties": {"memory_key": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": MEMORY_KEY_PATTERN}]}}},
-]}
-_KEY_RULES: dict[str, Any] = {"not": {"required": ["project", "scopes"], "properties": {
-    "project": {"type": "string"}, "scopes": {"type": "array", "contains": {"const": Scope.ADMIN.value}}}}}
-
-
-class CreateApiKeyRequest(strict_body(CreateApiKey, "StrictCreateApiKey")):  # type: ignore[misc]
-    model_config = ConfigDict(json_schema_extra=_KEY_RULES)
-
-
-class SaveRequest(strict_body(SaveMemory, "StrictSaveMemory")):  # type: ignore[misc]
-    """Free-form (content only) or categorised (category, optional memory_key) memory."""
-
-    model_config = ConfigDict(json_schema_extra=_SAVE_RULES)
-
-    project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
-    source: str = _default(SaveMemory.model_fields["source"], "api")  # the contract's rules, REST's default
-
-
-class UpdateRequest(strict_body(UpdateMemory, "StrictUpdateMemory")):  # type: ignore[misc]
-    model_config = ConfigDict(json_schema_extra=_UPDATE_RULES)
-
-    project: str | None = Field(None, pattern=PROJECT_PATTERN)  # type: ignore[assignment]
-
-
 class SaveDailyLogRequest(strict_body(SaveDailyLog, "StrictSaveDailyLog")):  # type: ignore[misc]
     """The day's log. Over REST ``turns`` and ``topics`` are arrays only, as the document says (the
     MCP tool also takes them as plain text)."""
@@ -306,34 +229,8 @@ class SaveDailyLogRequest(strict_body(SaveDailyLog, "StrictSaveDailyLog")):  # t
     ] | None = None
 
 
-class UpdateLogStatusRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "if": _given("processing_status", {"const": ProcessingStatus.PROCESSED.value}),
-        "then": {"properties": {"error_reason": {"type": "null"}}}})
-    processing_status: ProcessingStatus
-    error_reason: str | None = UpdateLogStatus.model_fields["error_reason"]  # type: ignore[assignment]
-
-    @model_validator(mode="after")
-    def _no_reason_with_success(self) -> "UpdateLogStatusRequest":
-        if self.processing_status is ProcessingStatus.PROCESSED and self.error_reason is not None:
-            raise ValueError("a log with an error_reason cannot be marked processed; mark it failed (or pending)")
-        return self
-
-
-
-
-class ForgetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_exactly_one("content", "memory_id"))
-    content: str | None = ForgetMemory.model_fields["content"]  # type: ignore[assignment]
-    memory_id: UUID | None = None
-    project: str | None = Field(None, pattern=PROJECT_PATTERN)
-    reason: str | None = ForgetMemory.model_fields["reason"]  # type: ignore[assignment]
-
-    @model_validator(mode="after")
-    def _one_target(self) -> "ForgetRequest":
-        if (self.content is None) == (self.memory_id is None):
-            raise ValueError("give exactly one of content or memory_id")
-        return self
+#: the project a request names, where a row's rule resolves it (the contract's default is the rule's own)
+REQUEST_PROJECT = FieldInfo.from_annotated_attribute(str | None, Field(None, pattern=PROJECT_PATTERN))
 
 
 def _path_names(path: str) -> list[str]:
@@ -350,19 +247,40 @@ def _parameter(info: FieldInfo, where: Callable[..., Any], name: str, kind: Any 
     return inspect.Parameter(name, kind, default=default, annotation=Annotated[info.annotation, param])
 
 
+def _request_project(op: Operation, path_fields: set[str]) -> bool:
+    """Whether the request names the project the row's rule resolves (``None``: the rule decides)."""
+    return op.project is ProjectRule.WRITE and "project" in op.model.model_fields and "project" not in path_fields
+
+
 def _body_model(op: Operation, rest: Rest, path_fields: set[str]) -> type[BaseModel] | None:
-    """A POST's or PUT's body: the contract's fields but those of the path, REST's strict types."""
+    """A POST's or PUT's body: the contract's fields but those of the path, with its rules across
+    fields (its model validators, and ``rest.rules`` for OpenAPI), REST's defaults and strict types."""
     if rest.method not in ("POST", "PUT"):
         return None
     name = rest.body or f"{op.model.__name__}Request"
     fields = {k: v for k, v in op.model.model_fields.items() if k not in path_fields}
     if not fields:
         return None
+    overrides: dict[str, Any] = {k: (fields[k].annotation, _default(fields[k], v)) for k, v in rest.defaults.items()}
+    if _request_project(op, path_fields):
+        overrides["project"] = (str | None, REQUEST_PROJECT)
+    config = ConfigDict(extra="forbid", **({"json_schema_extra": dict(rest.rules)} if rest.rules else {}))  # type: ignore[typeddict-item]
     if not path_fields:
-        return strict_body(op.model, name)
-    rest_of: type[BaseModel] = create_model(f"{name}Fields", __config__=ConfigDict(extra="forbid"),
-                                            **{k: (v.annotation, v) for k, v in fields.items()})
+        base: type[BaseModel] = type(op.model.__name__, (op.model,), {"__module__": op.model.__module__,
+                                                                      "__doc__": op.model.__doc__,
+                                                                      "model_config": config})
+        return strict_body(create_model(name, __base__=base, __doc__=op.model.__doc__, **overrides), name)
+    validators = {f"_{n}": model_validator(mode=d.info.mode)(d.func)  # type: ignore[call-overload]
+                  for n, d in op.model.__pydantic_decorators__.model_validators.items()}
+    rest_of: type[BaseModel] = create_model(f"{name}Fields", __config__=config, __validators__=validators,
+                                            **({k: (v.annotation, v) for k, v in fields.items()} | overrides))
     return strict_body(rest_of, name)
+
+
+def request_body(op: Operation) -> type[BaseModel] | None:
+    """The body model of a row's REST route (None: it takes none)."""
+    assert op.rest is not None
+    return _body_model(op, op.rest, {op.rest.fields.get(n, n) for n in _path_names(op.rest.path)})
 
 
 def catalogue_route(router: APIRouter, ops: Operations, op: Operation, Caller: Any, IdempotencyKey: Any,
@@ -379,6 +297,7 @@ def catalogue_route(router: APIRouter, ops: Operations, op: Operation, Caller: A
     parameters = [_parameter(model_fields[f], Path, n) for f, n in path_fields.items()]
     parameters.append(inspect.Parameter("who", inspect.Parameter.KEYWORD_ONLY, annotation=Caller))
     body = _body_model(op, rest, set(path_fields))
+    request_project = _request_project(op, set(path_fields))
     if body is not None:
         parameters.insert(0 if rest.optional_body else len(path_fields), inspect.Parameter(
             "body", inspect.Parameter.KEYWORD_ONLY, annotation=body | None if rest.optional_body else body,
@@ -386,7 +305,8 @@ def catalogue_route(router: APIRouter, ops: Operations, op: Operation, Caller: A
     elif rest.method in ("GET", "DELETE"):
         queries = [f for f in model_fields if f not in path_fields]
         queries.sort(key=lambda f: f == "project")  # the project filter last, as the routes have always listed it
-        parameters += [_parameter(model_fields[f], Query, f) for f in queries]
+        parameters += [_parameter(REQUEST_PROJECT if f == "project" and request_project
+                                  else model_fields[f], Query, f) for f in queries]
     if spec.kind == "command":
         parameters.append(inspect.Parameter("idempotency_key", inspect.Parameter.KEYWORD_ONLY, default=None,
                                             annotation=IdempotencyKey))
@@ -394,17 +314,20 @@ def catalogue_route(router: APIRouter, ops: Operations, op: Operation, Caller: A
 
     async def endpoint(**arguments: Any) -> Any:
         who, key, given = arguments.pop("who"), arguments.pop("idempotency_key", None), arguments.pop("body", None)
-        values = {field: arguments.pop(name) for field, name in path_fields.items()} | arguments
+        values = dict(rest.defaults) | {field: arguments.pop(name) for field, name in path_fields.items()} | arguments
         if given is not None:
             values |= given.model_dump(exclude_unset=True)
+        project = values.pop("project", None) if request_project else None
         message = op.model.model_validate(values)
-        return await call(ops.run(who, op, message, project=getattr(message, "project", None), key=key))
+        project = project if request_project else getattr(message, "project", None)
+        return await call(ops.run(who, op, message, project=project, key=key))
 
     endpoint.__name__ = endpoint.__qualname__ = rest.name
     endpoint.__doc__ = rest.doc
     endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     router.add_api_route(rest.path, endpoint, methods=[rest.method], status_code=rest.status,
-                         response_model=spec.result, summary=rest.summary, tags=list(rest.tags) or None)
+                         response_model=spec.result, summary=rest.summary, tags=list(rest.tags) or None,
+                         responses=dict(rest.responses) or None)
 
 
 def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
@@ -443,63 +366,19 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
             raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc)),
                            {"WWW-Authenticate": challenge}) from exc
 
-    for add in (_memory_routes, _daily_log_routes, _catalogue_routes, _key_routes, portability_routes):
+    for add in (_catalogue_routes, _hand_written_routes, portability_routes):
         add(router, ops, Caller, IdempotencyKey, call)
     _method_not_allowed(router)
     return router
 
 
-def _memory_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
-    """Memories, shared memories, projects, profile, recall, whoami."""
-
-    @router.post("/memories", status_code=201, response_model=SaveMemoryResult, summary="Save a memory")
-    async def save(body: SaveRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Save a memory. The same content saved again in the same project is not duplicated."""
-        cmd = SaveMemory.model_validate(body.model_dump(exclude_none=True, exclude={"project"}))
-        return await call(ops.save_memory(who, cmd, project=body.project, key=idempotency_key))
-
-    @router.post("/memories/update", response_model=SaveMemoryResult, summary="Update a memory (new version)")
-    async def update(body: UpdateRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Write a new version of a memory found by id or memory_key."""
-        cmd = UpdateMemory.model_validate(body.model_dump(exclude_none=True, exclude={"project"}))
-        return await call(ops.update_memory(who, cmd, project=body.project, key=idempotency_key))
-
-    @router.get("/memories/by-key", response_model=MemoryLookup, summary="Get a memory by memory_key")
-    async def by_key(
-        who: Caller,
-        memory_key: Annotated[str, Query(pattern=MEMORY_KEY_PATTERN, max_length=80)],
-        project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None,
-    ) -> Any:
-        return await call(ops.get_memory_by_key(who, GetMemoryByKey(memory_key=memory_key), project=project))
-
-
-    @router.get("/projects", response_model=ProjectList, summary="List projects")
-    async def projects(who: Caller) -> Any:
-        return await call(ops.list_projects(who))
-
-    @router.get("/profile", response_model=Profile, summary="The user's profile")
-    async def profile(who: Caller, project: Annotated[str | None, Query(pattern=PROJECT_PATTERN)] = None) -> Any:
-        return await call(ops.profile(who, GetProfile(project=project)))
-
-    @router.post("/memories/forget", response_model=ForgetMemoryResult, summary="Forget a memory")
-    async def forget(body: ForgetRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Forget by id, or by content (exact match, then semantic similarity ≥ 0.85)."""
-        cmd = ForgetMemory.model_validate(body.model_dump(exclude_none=True, exclude={"project"}))
-        return await call(ops.forget_memory(who, cmd, project=body.project, key=idempotency_key))
-
-    @router.post("/recall", response_model=RecallResult, summary="Recall memories")
-    async def recall(body: RecallRequest, who: Caller) -> Any:
-        """Hybrid search (dense + keyword, RRF; its best candidates re-ordered by late interaction) over the caller's memories."""
-        return await call(ops.recall(who, Recall.model_validate(body.model_dump())))
+def _hand_written_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
+    """The two routes that are no row's REST route: who am I (the credential's own, no service asked)
+    and the day's log (its turns and topics arrays only, where the contract also takes plain text)."""
 
     @router.get("/whoami", response_model=WhoAmI, summary="Who am I")
     async def whoami(who: Caller) -> WhoAmI:
         return await call(ops.who_am_i(who))
-
-
-
-def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
-    """Daily logs and the extraction workflow (seed 2's, docs/design.md §4)."""
 
     @router.post("/daily-logs", response_model=SaveDailyLogResult, tags=["daily logs"], summary="Save the day's log",
                  responses={413: {"description": "The body is larger than the gateway accepts (a day's turns are "
@@ -508,15 +387,7 @@ def _daily_log_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
         """One log per project and day: saving the same day again updates the fields given and never queues a
         processed log again. Needs `memory:write`; every other daily-log route needs `memory:maintenance`."""
         cmd = SaveDailyLog.model_validate(body.model_dump(exclude_none=True, exclude={"project"}))
-        return await call(ops.save_daily_log(who, cmd, project=body.project, key=idempotency_key))
-
-    @router.post("/daily-logs/{log_id}/status", response_model=DailyLogResult, tags=["daily logs"],
-                 summary="Change a log's status")
-    async def log_status(log_id: UUID, body: UpdateLogStatusRequest, who: Caller,
-                         idempotency_key: IdempotencyKey = None) -> Any:
-        """Legal transitions only; processed with an error_reason is refused."""
-        cmd = UpdateLogStatus.model_validate({"id": log_id, **body.model_dump()})
-        return await call(ops.run(who, operation(UpdateLogStatus), cmd, key=idempotency_key))
+        return await call(ops.run(who, operation(SaveDailyLog), cmd, project=body.project, key=idempotency_key))
 
 
 def _catalogue_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
@@ -524,28 +395,6 @@ def _catalogue_routes(router: APIRouter, ops: Operations, Caller: Any, Idempoten
     for op in OPERATIONS:
         if op.rest is not None:
             catalogue_route(router, ops, op, Caller, IdempotencyKey, call)
-
-
-def _key_routes(router: APIRouter, ops: Operations, Caller: Any, IdempotencyKey: Any, call: Any) -> None:
-    """API keys: the install operator's (admin)."""
-
-    @router.post("/keys", status_code=201, response_model=CreatedApiKey, tags=["admin"], summary="Create an API key")
-    async def create_key(body: CreateApiKeyRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Create an API key (the secret is in this response only). Needs the `admin` scope: the install
-        operator's role, never restricted to a project."""
-        cmd = CreateApiKey.model_validate(body.model_dump())
-        return await call(ops.create_api_key(who, cmd, key=idempotency_key))
-
-    @router.get("/keys", response_model=ApiKeyList, tags=["admin"], summary="List API keys")
-    async def list_keys(who: Caller, user_id: Annotated[str | None, Query(pattern=USER_ID_PATTERN)] = None) -> Any:
-        """Every key (or one user's), never their secrets. Needs the `admin` scope."""
-        return await call(ops.list_api_keys(who, ListApiKeys(user_id=user_id)))
-
-    @router.delete("/keys/{key_id}", response_model=ApiKeyView, tags=["admin"], summary="Revoke an API key")
-    async def revoke_key(key_id: UUID, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
-        """Revoke a key; every gateway refuses it at once. Needs the `admin` scope."""
-        return await call(ops.revoke_api_key(who, RevokeApiKey(key_id=key_id), key=idempotency_key))
-
 
 
 def _method_not_allowed(router: APIRouter) -> None:
