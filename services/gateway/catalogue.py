@@ -1,16 +1,18 @@
-"""The gateway's catalogue: one row per public operation that MCP and REST expose as the contract
-states it — the contract model (its result model is the contract's), the scope, the project rule,
-the toolset, the MCP tool's name, title, annotations, description and parameter descriptions, how
-MCP presents the result, and the REST route (:class:`Rest`).
+"""The gateway's catalogue: one row per public operation — the contract model (its result model is
+the contract's), the scope, the project rule, the toolset, the MCP tool's name, title, annotations,
+description and parameter descriptions, how MCP presents the result, and the REST route (:class:`Rest`).
 
 A row's MCP tool is derived from its contract model (``mcp_tools.catalogue_tool``: every field a
 parameter, ``project`` offered as ``containerTag``, the contract's own constraints), its REST route
 by one factory (``rest.catalogue_route``: path parameters from the path, query parameters or a body
-from the contract's other fields), and every row runs through one generic
-:meth:`services.gateway.operations.Operations.run`. The seed-compatible tools whose names or
-parameters differ from the contracts (``memory``, ``recall``, ``save_daily_log`` with its plain-text
-turns…) stay hand-written adapters. Adding a public operation means its contract, its handler row
-in the owning service, and a row here (docs/architecture.md, "Adding a public command or query").
+from the contract's other fields, the contract's validators and the row's rules kept), and every
+row runs through one generic :meth:`services.gateway.operations.Operations.run`. A row with
+``mcp=False`` has a seed-compatible MCP adapter over ``run`` instead, whose names or parameters
+differ from the contract (``memory``, ``recall``, ``save_memory``, ``update_memory``,
+``listProjects``, ``save_daily_log`` with its plain-text turns, the graph app's tools), or no tool
+(the profile is a resource; API keys are REST only). Adding a public operation means its contract,
+its handler row in the owning service, and a row here (docs/architecture.md, "Adding a public
+command or query").
 """
 
 from __future__ import annotations

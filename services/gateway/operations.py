@@ -1,6 +1,6 @@
 """The gateway's operations, ``(caller, contract model) → contract result``: :meth:`Operations.run`
-for every catalogue row (``catalogue.py``); besides it only the project list (cached for the tools'
-descriptions) and who-am-i (answered from the credential, no service asked).
+for every catalogue row (``catalogue.py``); besides it the project list's cache (``ListProjects``'s
+row, cached for the tools' descriptions) and who-am-i (answered from the credential, no service asked).
 
 Each checks the caller's scope, resolves the project (the credential's restriction, the
 connection's pin, the request's choice, the default) and sends the typed command or query with the
@@ -27,7 +27,7 @@ from contracts.memory import MAX_CLIENT_CHARS, ListProjects, MemoryHistory, Memo
 from contracts.messages import spec_of
 from kit.client import Client, ServiceFailure
 from services.gateway import relations
-from services.gateway.catalogue import Operation, ProjectRule
+from services.gateway.catalogue import Operation, ProjectRule, operation
 from services.gateway.principal import AccessDenied, ClientInfo, Principal
 from services.gateway.project_cache import ProjectCache
 
@@ -134,13 +134,14 @@ class Operations:
         return relations.with_relations(hits, histories, similar)
 
     async def list_projects(self, c: Caller, *, refresh: bool = True) -> ProjectList:
-        """The user's projects (only the reachable one for a restricted credential or connection).
-        Without ``refresh``, the list this process cached within its TTL (``project_cache.py``); a
-        refresh reads it now and updates the cache the tools' descriptions are written from."""
+        """The ``ListProjects`` row through a cache (only the reachable project for a restricted
+        credential or connection): without ``refresh``, the list this process cached within its TTL
+        (``project_cache.py``); a refresh runs it now and updates the cache the tools' descriptions
+        are written from."""
         c.require(Scope.MEMORY_READ)
 
         async def fetch() -> ProjectList:
-            result: ProjectList = await self._ask(c, ListProjects())
+            result: ProjectList = await self.run(c, operation(ListProjects), ListProjects())
             return result
 
         return await self.projects.get(_projects_key(c), fetch, refresh=refresh)
