@@ -264,6 +264,7 @@ def about(app: FastAPI, settings: GatewaySettings, metadata_url: str) -> dict[st
     return {"name": "Engram", "version": app.version, "description": "Long-term memory for AI assistants (MCP)",
             "mcp": settings.mcp_url, "rest": settings.base_url + "/v1", "openapi": settings.base_url + "/openapi.json",
             "docs": settings.base_url + "/docs", "health": settings.base_url + "/health",
+            "console": settings.base_url + "/console", "graph": settings.base_url + "/graph",
             "oauth_protected_resource": metadata_url}
 
 

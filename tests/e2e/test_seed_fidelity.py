@@ -270,6 +270,10 @@ async def test_root_describes_the_server(running) -> None:  # type: ignore[no-un
     about = r.json()
     assert about["name"] == "Engram" and about["version"] and about["mcp"] == running.mcp_url
     assert about["docs"].endswith("/docs") and about["health"].endswith("/health")
+    async with httpx.AsyncClient(timeout=30) as http:  # the pages a person opens are named, and answer
+        for page in ("console", "graph"):
+            assert about[page] == running.base_url + "/" + page
+            assert (await http.get(about[page])).status_code == 200, page
 
 
 # 5. the AI-memory design's HTTP surface ---------------------------------------------------------------
