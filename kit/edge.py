@@ -36,6 +36,11 @@ class Bucket:
     updated: float
 
 
+#: ASGI scope key: (tokens left, burst, per minute) of the credential's rate-limit bucket once this
+#: request took its share (set by the gateway's limiter; its MCP tools warn a client running low)
+RATE_LEFT = "engram.rate_left"
+
+
 class TokenBuckets:
     """Pure token-bucket arithmetic: ``take`` returns 0 when allowed, else seconds to wait.
 
@@ -69,6 +74,11 @@ class TokenBuckets:
             bucket.tokens -= cost
             return 0.0
         return (need - bucket.tokens) / self.rate if self.rate > 0 else math.inf
+
+    def left(self, key: str) -> float:
+        """The tokens ``key`` holds after its last take (the burst for a key never seen)."""
+        bucket = self._buckets.get(key)
+        return float(self.burst) if bucket is None else bucket.tokens
 
     def charge(self, key: str, now: float, cost: float) -> None:
         """Take ``cost`` more tokens, into debt if need be (a body found larger than announced)."""

@@ -4,6 +4,7 @@ the OAuth protected-resource metadata."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.routes import build_resource_metadata_url
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -46,6 +48,7 @@ from services.gateway.entrypoints.console_page import console_routes
 from services.gateway.entrypoints.docs_page import docs_routes
 from services.gateway.entrypoints.graph_page import graph_routes
 from services.gateway.entrypoints.graph_tools import graph_app
+from services.gateway.entrypoints.mcp_extras import may_notify
 from services.gateway.entrypoints.mcp_tools import build_mcp
 from services.gateway.entrypoints.rest import ApiError, build_router, error_response
 from services.gateway.operations import Operations
@@ -164,9 +167,23 @@ class McpServers:
         }
         self.endpoints = {key: next(r for r in app.routes if getattr(r, "path", None) == "/mcp").app
                           for key, app in self.apps.items()}
+        # the same servers answering with a stream (text/event-stream), for a request whose answer may
+        # carry notifications (progress, log messages: mcp_extras.may_notify); the others get plain JSON
+        self.streaming_managers = {key: StreamableHTTPSessionManager(
+            app=server._lowlevel_server, json_response=False, stateless=True, security_settings=security,
+            max_request_body_size=settings.max_body_bytes) for key, server in self.servers.items()}
+        self.streaming_endpoints = {}
+        for key, endpoint in self.endpoints.items():
+            streaming = copy.copy(endpoint)  # the SDK's auth guard, around the streaming app
+            streaming.app = StreamableHTTPASGIApp(self.streaming_managers[key])
+            self.streaming_endpoints[key] = streaming
 
-    def endpoint(self, pinned: bool, sets: frozenset[str]) -> ASGIApp:
-        return self.endpoints[(pinned, sets)]  # type: ignore[no-any-return]
+    def endpoint(self, pinned: bool, sets: frozenset[str], *, streaming: bool = False) -> ASGIApp:
+        return (self.streaming_endpoints if streaming else self.endpoints)[(pinned, sets)]  # type: ignore[no-any-return]
+
+    def session_managers(self) -> list[StreamableHTTPSessionManager]:
+        """Every session manager, each to be run for the gateway's lifetime."""
+        return [server.session_manager for server in self.servers.values()] + list(self.streaming_managers.values())
 
     def sdk_routes(self, metadata_url: str) -> list[Any]:
         """The SDK app's other routes (its OAuth pieces), but ``/mcp`` and the protected-resource
@@ -254,7 +271,8 @@ class McpEndpoint:
         try:
             if initialize and named is not None:
                 send = _with_session_id(send, named)
-            await self.mcp.endpoint(pinned_project.get() is not None, sets)(scope, receive, send)
+            streaming = may_notify(body, request.headers)
+            await self.mcp.endpoint(pinned_project.get() is not None, sets, streaming=streaming)(scope, receive, send)
         finally:
             session_client.reset(token)
 
@@ -302,8 +320,8 @@ def gateway_lifespan(settings: GatewaySettings, verifier: LazyVerifier, client: 
         freeze_startup_heap()
         try:
             async with AsyncExitStack() as running:
-                for server in mcp.servers.values():
-                    await running.enter_async_context(server.session_manager.run())
+                for manager in mcp.session_managers():
+                    await running.enter_async_context(manager.run())
                 log.info("gateway ready: MCP at %s", settings.mcp_url)
                 yield
         finally:

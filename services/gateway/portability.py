@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from uuid import uuid4
 
@@ -54,10 +54,23 @@ class PortabilityOperations:
         self.client = client
 
     async def save_memories(self, c: Caller, req: SaveMemoriesRequest, *, key: str | None = None,
-                            source: str = "api") -> SaveMemoriesResult:
-        """Save every item (``memory:write``), BULK_CONCURRENCY in flight at once; one result per item."""
+                            source: str = "api",
+                            progress: Callable[[int, int], Awaitable[None]] | None = None) -> SaveMemoriesResult:
+        """Save every item (``memory:write``), BULK_CONCURRENCY in flight at once; one result per item.
+        ``progress(done, total)`` is awaited as each item is answered, in order of ``done``."""
         c.require(Scope.MEMORY_WRITE)
         gate = asyncio.Semaphore(BULK_CONCURRENCY)
+        answered = 0
+        reporting = asyncio.Lock()
+
+        async def one_reported(i: int, item: dict[str, Any]) -> BulkItemResult:
+            nonlocal answered
+            result = await one(i, item)
+            if progress is not None:
+                async with reporting:
+                    answered += 1
+                    await progress(answered, len(req.memories))
+            return result
 
         async def one(i: int, item: dict[str, Any]) -> BulkItemResult:
             where = f"memories[{i}]"
@@ -91,7 +104,7 @@ class PortabilityOperations:
             return BulkItemResult(index=i, status=status, memory_id=result.memory_id, version=result.version,
                                   project=result.project)
 
-        results = list(await asyncio.gather(*(one(i, item) for i, item in enumerate(req.memories))))
+        results = list(await asyncio.gather(*(one_reported(i, item) for i, item in enumerate(req.memories))))
         count = {s: sum(1 for r in results if r.status is s) for s in BulkItemStatus}
         return SaveMemoriesResult(saved=count[BulkItemStatus.SAVED], duplicates=count[BulkItemStatus.DUPLICATE],
                                   errors=count[BulkItemStatus.ERROR], results=results)

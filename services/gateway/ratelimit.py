@@ -30,6 +30,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kit.edge import (  # noqa: F401  (re-exported: the gateway's edge is kit's)
+    RATE_LEFT,
     ClientAddressMiddleware,
     TokenBuckets,
     TrustedProxies,
@@ -206,6 +207,7 @@ class RateLimitMiddleware:
             await refuse(scope, receive, send, wait=wait, per_minute=buckets.per_minute, who="credential", cost=cost,
                          bytes_per_token=self.limits.bytes_per_token)
             return
+        scope[RATE_LEFT] = (buckets.left(key), buckets.burst, buckets.per_minute)
         if announced is not None:
             await self.app(scope, receive, send)
             return

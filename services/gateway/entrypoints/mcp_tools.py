@@ -54,6 +54,7 @@ from kit.bus import validation_reply
 from kit.client import ServiceFailure
 from services.gateway.catalogue import DESTRUCTIVE, OPERATIONS, READ, WRITE, Operation, operation
 from services.gateway.config import GatewaySettings
+from services.gateway.entrypoints import mcp_extras
 from services.gateway.entrypoints.portability import portability_tools
 from services.gateway.operations import Caller as OpCaller
 from services.gateway.operations import Operations
@@ -149,6 +150,7 @@ def tool_errors(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
             raise ToolError(f"permission denied: {exc}") from exc
         except ServiceFailure as exc:
             if exc.error.code is ErrorCode.ACCEPTED:  # queued while the service is down: not an error
+                await mcp_extras.notify("warning", f"{fn.__name__}: {exc.error.message}")
                 return exc.error.message if returns_text else {"success": False, "queued": True,
                                                                 "message": exc.error.message}
             raise ToolError(str(exc.error)) from exc
@@ -397,6 +399,8 @@ class EngramMCPServer(MCPServer):
     the tools' ``containerTag`` described with the calling user's projects."""
 
     ops: Operations | None = None
+    #: the tools of the toolsets this server does not offer (name → toolset), to say why one is unknown
+    elsewhere: dict[str, str] = {}  # (each server's own, set in build_mcp)
 
     def _known_arguments(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments a tool declares, and ``user_id`` (checked by :meth:`call_tool`); an argument
@@ -422,10 +426,27 @@ class EngramMCPServer(MCPServer):
         return arguments
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """The call, with its request known to the tools' notifications (``mcp_extras``)."""
+        try:
+            request = context.request_context if context is not None else None
+        except ValueError:  # a context outside a request
+            request = None
+        token = mcp_extras.current_request.set(request)
+        try:
+            return await self._call_tool(name, arguments, context)
+        finally:
+            mcp_extras.current_request.reset(token)
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """A seed-2 ``user_id`` argument is checked, never silently dropped: the caller's own user
         is accepted; another user only by a credential with ``memory:act-as`` (a seed-2 backend
         serving many users), the call then running as that user; anyone else is refused naming
         ``user_id``, so that such a backend learns at its first call that it needs the scope."""
+        await mcp_extras.warn_if_rate_low()
+        if name in self.elsewhere and self._tool_manager.get_tool(name) is None:
+            await mcp_extras.notify("warning", f"{name} is in the '{self.elsewhere[name]}' toolset, which this "
+                                    f"connection did not ask for: connect with the header X-Engram-Toolsets: "
+                                    f"{self.elsewhere[name]} (the key needs the matching scope)")
         if isinstance(arguments, dict):
             arguments = self._known_arguments(name, arguments)
         if not (isinstance(arguments, dict) and "user_id" in arguments):
@@ -512,8 +533,10 @@ def build_mcp(
         extensions=list(extensions),
     )
     mcp.ops = ops
+    mcp.elsewhere = {}
     for fn, name, title, annotations, toolset in build_tools(ops):
         if toolset not in toolsets:
+            mcp.elsewhere[name] = toolset
             continue
         mcp.add_tool(without_container_tag(fn) if pinned else fn, name=name, title=title, annotations=annotations)
     strict_numbers(mcp)
@@ -533,6 +556,9 @@ def build_mcp(
             return (await ops.list_projects(caller())).model_dump_json()
         except (AccessDenied, ServiceFailure) as exc:
             raise ToolError(str(exc)) from exc
+
+    mcp_extras.add_logging(mcp)
+    mcp_extras.add_project_templates(mcp, ops, caller)
 
     @mcp.prompt(name="context", title="Memory context")
     async def context_prompt() -> str:

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError
 from contracts.memory import PROJECT_PATTERN
 from contracts.portability import MAX_BULK_MEMORIES, PurgeReport, SaveMemoriesRequest, SaveMemoriesResult
 from kit.bus import validation_reply
+from services.gateway.entrypoints import mcp_extras
 from services.gateway.operations import Operations
 from services.gateway.portability import PortabilityOperations
 from services.gateway.toolsets import ASSISTANT
@@ -90,7 +91,10 @@ def portability_tools(ops: Operations, tool_errors: Callable[..., Any], caller: 
             req = SaveMemoriesRequest(memories=memories, project=containerTag)
         except ValidationError as exc:
             raise ToolError(str(validation_reply(exc).error)) from exc
-        result = await port.save_memories(caller(), req, source="mcp")
+        result = await port.save_memories(caller(), req, source="mcp", progress=mcp_extras.progress)
+        await mcp_extras.notify("info", f"save_memories: {result.saved} saved, {result.duplicates} duplicate"
+                                f"{'' if result.duplicates == 1 else 's'}, {result.errors} error"
+                                f"{'' if result.errors == 1 else 's'}")
         return {"success": result.errors == 0, **result.model_dump(mode="json")}
 
     return [(save_memories, "save_memories", "Save many memories", WRITE, ASSISTANT)]
