@@ -196,13 +196,15 @@ async def test_lag_and_dead_letters_are_sampled_and_shown_by_status(observed: Ob
     extractor = f"http://127.0.0.1:{observed.stack.metrics_ports['extractor']}/metrics"
     stream = Names(observed.namespace).commands_stream
     samples: dict[Any, float] = {}
-    for _ in range(150):  # the sampler runs every 5 s: a bounded wait for its first round
-        samples = scrape(memory)
-        if ("engram_consumer_pending", frozenset({("stream", stream), ("durable", "memory-commands")})) in samples:
+    pending = ("engram_consumer_pending", frozenset({("stream", stream), ("durable", "memory-commands")}))
+    dead = ("engram_dead_letter_messages", frozenset({("durable", "memory-commands")}))
+    for _ in range(150):  # the sampler runs every 5 s: a bounded wait for its first round, both of its
+        samples = scrape(memory)  # steps (the lag is set before the dead letters are counted)
+        if pending in samples and dead in samples:
             break
         await asyncio.sleep(0.1)
     assert value(samples, "engram_consumer_pending", stream=stream, durable="memory-commands") == 0
-    assert ("engram_dead_letter_messages", frozenset({("durable", "memory-commands")})) in samples
+    assert dead in samples
     ext: dict[Any, float] = {}
     for _ in range(200):
         ext = scrape(extractor)
