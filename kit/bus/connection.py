@@ -60,6 +60,17 @@ class Connection:
             ) from exc
         return cls(nc, names)
 
+    async def settle(self) -> None:
+        """Return once the server has every subscription and message this connection has issued.
+
+        ``nc.flush()`` alone does not promise that: nats-py (2.16) writes flush's PING straight to
+        the socket, ahead of SUB and PUB commands still queued for its flusher task, so the PONG can
+        come back before the server has them (a request from another connection then meets "no
+        responders"). Our own PING round trip lets the flusher write the queue; the second PING
+        goes out behind it, and its PONG means the server has read everything before it."""
+        await self.nc.flush()
+        await self.nc.flush()
+
     async def close(self) -> None:
         if not self.nc.is_closed:
             await self.nc.drain()

@@ -91,7 +91,7 @@ class Queries(Connection):
 
         for name, handler in handlers.items():
             subs.append(await self.nc.subscribe(self.names.query(service, name), queue=service, cb=make_cb(name, handler)))
-        await self.nc.flush()  # the server knows the subscriptions: a request sent now finds a responder
+        await self.settle()  # the server knows the subscriptions: a request sent now finds a responder
         return subs
 
 

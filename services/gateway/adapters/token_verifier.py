@@ -89,6 +89,7 @@ class IntrospectionVerifier:
             await self.bus.nc.subscribe(self.bus.names.events_of(aggregate), cb=self._on_key_event)
             for aggregate in (API_KEY_AGGREGATE, GRANT_AGGREGATE, USER_AGGREGATE)
         ]
+        await self.bus.settle()  # a revocation published once start returns is heard
 
     async def _on_key_event(self, msg: Msg) -> None:
         try:

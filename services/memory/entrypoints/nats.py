@@ -87,9 +87,10 @@ async def start_index_follower(
 
     async def announce(user: str) -> None:
         await bus.nc.publish(subject, user.encode())
-        await bus.nc.flush()
+        await bus.settle()
 
     subscription = await bus.nc.subscribe(subject, cb=on_purged)
+    await bus.settle()
     if service.portability is not None:
         service.portability.after_purge = announce
 
