@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import statistics
@@ -46,6 +47,7 @@ from services.memory.adapters.late_encoder import ColbertEncoder
 from services.memory.adapters.reranker import CrossEncoderReranker
 from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.config import MemorySettings
+from services.memory.domain.decay import DECAY_BLEND, DecayPolicy, blended, policy_from_settings, weight
 from services.memory.domain.keywords import query_vector
 from services.memory.search.indexing import (
     active_filter,
@@ -208,6 +210,7 @@ async def run(
     batch: int = 64,
     search: Callable[..., Any] | None = None,
     keyword_feedback: bool = False,
+    decay_policy: DecayPolicy | None = None,
 ) -> Run:
     """Index every conversation into one fresh embedded index, then search each question.
 
@@ -215,6 +218,9 @@ async def run(
     lets variants be measured through the same harness; it is called with the index and the same
     keywords as ``VectorIndex.search``.
     ``keyword_feedback=False`` measures hybrid search without its second (feedback) round.
+    ``decay_policy``: order the final hits by relevance times the decay weight
+    (:func:`services.memory.domain.decay.weight`, as ``RecallPipeline`` does), the question asked
+    just after its conversation's last session.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -259,6 +265,8 @@ async def run(
             timings["embed questions"] = time.perf_counter() - t
 
             dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
+            memory_of = {str(m.id): m for c in convs for m in c.memories}
+            asked_at = {c.sample_id: max(m.created_at for m in c.memories) for c in convs}
             rerank_text_of = {str(m.id): rerank_text(m) for c in convs for m in c.memories}
             scores = Scores()
             search_ms: dict[str, list[float]] = {m: [] for m in modes}
@@ -292,6 +300,9 @@ async def run(
                         ids, scores_ = ids[:RERANK_CANDIDATES], scores_[:RERANK_CANDIDATES]
                         relevance = reranker.score(q.question, [rerank_text_of[i] for i in ids]).tolist()
                         ids = [ids[i] for i, _ in rerank_order(relevance, scores_)]
+                    if decay_policy is not None:
+                        ids, scores_ = decayed(ids, scores_, memory_of, asked_at[q.conv], decay_policy,
+                                               float(os.environ.get("ENGRAM_BENCH_DECAY_BLEND", DECAY_BLEND)))
                     ids = ids[:LIMIT]
                     search_ms[mode].append((time.perf_counter() - s) * 1000)
                     scores.add(mode, q, [dia_of[i] for i in ids])
@@ -301,6 +312,17 @@ async def run(
         await index.close()
         shutil.rmtree(home, ignore_errors=True)
     return Run(scores, timings, search_ms, len(states), len(questions))
+
+
+def decayed(ids: list[str], scores: list[float], memory_of: dict[str, MemoryState], now: datetime,
+            policy: DecayPolicy, blend: float = DECAY_BLEND) -> tuple[list[str], list[float]]:
+    """``ids`` re-ordered by score blended with the decay weight at ``now`` (RecallPipeline's ``_weighed``)."""
+    weighed = [(blended(s, weight(importance=m.importance, category=m.category, written_at=m.valid_from or m.created_at,
+                           now=now, content=m.content, pinned=m.pinned, forget_after=m.forget_after,
+                           repeats=m.repeats, policy=policy), blend), i, s)
+               for i, s in zip(ids, scores, strict=True) for m in (memory_of[i],)]
+    weighed.sort(key=lambda t: -t[0])
+    return [i for _, i, _ in weighed], [s for _, _, s in weighed]
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -385,6 +407,11 @@ def main() -> None:
         "hits, fused with the search's order (adds ~25 minutes on 2 cores)",
     )
     parser.add_argument(
+        "--decay", action="store_true",
+        help="order the final hits by relevance times the decay weight (importance, recency by category), "
+        "as the recall pipeline does, each question asked just after its conversation's last session",
+    )
+    parser.add_argument(
         "--no-context", action="store_true",
         help="save each turn without the turn before it as its context (the form measured before session 6)",
     )
@@ -394,7 +421,8 @@ def main() -> None:
         sys.exit(f"LoCoMo data not found at {LOCOMO} (set ENGRAM_LOCOMO)")
     modes = MODES if args.rerank else MODES[:4]
     convs = load(context=not args.no_context)
-    result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes))
+    result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes,
+                             decay_policy=policy_from_settings(os.environ) if args.decay else None))
     console.print(table(result))
     timing = Table(title="phases")
     timing.add_column("phase")
@@ -409,6 +437,7 @@ def main() -> None:
         title = "LoCoMo recall quality" + (" (keyword feedback on)" if args.keyword_feedback else "")
         title += " (with rerank)" if args.rerank else ""
         title += " (turns without context)" if args.no_context else ""
+        title += " (decay on)" if args.decay else ""
         record(title, markdown(result))
         console.print("appended to docs/benchmarks.md")
 

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from contracts.events import aggregate
 from contracts.messages import command, messages_of, query
@@ -75,6 +83,7 @@ def memory_key_problem(category: Category | None, memory_key: str) -> str | None
 class MemoryStatus(StrEnum):
     ACTIVE = "active"
     FORGOTTEN = "forgotten"
+    SUPERSEDED = "superseded"  # a later memory says what changed; kept for history and recall as_of
 
 
 class Provenance(BaseModel):
@@ -105,8 +114,48 @@ _CLIENT_DESCRIPTION = (
 )
 
 
+class DecidedBy(StrEnum):
+    RULES = "rules"
+    LLM = "llm"
+    AGENT = "agent"
+    PERSON = "person"
+
+
+def _none(v: object) -> bool:
+    return v is None
+
+
+def _empty(v: object) -> bool:
+    return not v
+
+
+class Supersession(BaseModel):
+    """Why a memory was superseded (or flagged against another): a readable reason, how sure, by whom."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_id: UUID = Field(description="the other memory: the newer one (superseded_by) or the one flagged against")
+    reason: str = Field(max_length=500)
+    confidence: float = Field(ge=0.0, le=1.0)
+    decided_by: DecidedBy = DecidedBy.RULES
+
+
+class MemorySource(BaseModel):
+    """One saying of a merged memory: where and when it was said (the first saying is the memory's own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    said_at: datetime
+    source: str
+    provenance: Provenance | None = Field(None, exclude_if=_none)
+    content: str | None = Field(None, description="the words of this saying when they differ from the memory's",
+                                exclude_if=_none)
+
+
 class MemoryState(BaseModel):
-    """A memory as it stands after an event: the `data` of every memory event."""
+    """A memory as it stands after an event: the `data` of every memory event. The fields after
+    ``client`` (issue 30: supersession, merge, decay) are absent from older events and from a
+    memory that never needed them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -127,6 +176,19 @@ class MemoryState(BaseModel):
     updated_at: datetime
     provenance: Provenance | None = Field(None, exclude_if=lambda v: v is None)  # absent in older events
     client: str | None = Field(None, description=_CLIENT_DESCRIPTION, exclude_if=lambda v: v is None)  # idem
+    valid_from: datetime | None = Field(None, exclude_if=_none,
+                                        description="when it was said (an extracted fact: its log's date); else created_at")
+    valid_until: datetime | None = Field(None, exclude_if=_none, description="when a later memory superseded it")
+    superseded_by: Supersession | None = Field(None, exclude_if=_none)
+    supersedes: list[Supersession] = Field(default_factory=list, exclude_if=_empty,
+                                           description="the memories this one superseded when it was written, and why")
+    conflicts: list[Supersession] = Field(default_factory=list, exclude_if=_empty,
+                                          description="memories this one may contradict, flagged for a person or agent")
+    repeats: int = Field(1, ge=1, exclude_if=lambda v: v == 1, description="how many times this fact was said")
+    sources: list[MemorySource] = Field(default_factory=list, exclude_if=_empty,
+                                        description="every later saying merged into this memory")
+    pinned: bool = Field(False, exclude_if=lambda v: v is False, description="never fades in recall")
+    forget_after: datetime | None = Field(None, exclude_if=_none, description="leaves recall after this moment")
 
 
 # commands ---------------------------------------------------------------------------------
@@ -227,6 +289,61 @@ class SaveMemoryResult(BaseModel):
     memory_key: str | None = None
     created: bool = Field(description="false when an existing memory was updated or already held this content")
     updated: bool = Field(False, description="true when a new version of an existing memory was written")
+    merged: bool = Field(False, description="true when the content repeated an existing memory's meaning: "
+                         "memory_id is that memory, which now counts this saying among its sources")
+    supersedes: list[UUID] = Field(default_factory=list,
+                                   description="memories this save superseded (a changed fact: they leave recall)")
+    flagged: list[UUID] = Field(default_factory=list,
+                                description="memories this one may contradict: listed by list_conflicts to settle")
+
+
+class SettleConflict(BaseModel):
+    """Settle a pair of memories flagged as possibly contradicting each other (list_conflicts)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    memory_id: UUID = Field(description="the flagged memory (list_conflicts' memory.id)")
+    other_id: UUID = Field(description="the memory it was flagged against (list_conflicts' other.id)")
+    keep: Literal["both", "memory", "other"] = Field(
+        description="both: they do not contradict, both stand; memory: memory_id is current, other_id is superseded "
+        "by it; other: other_id is current, memory_id is superseded by it")
+    reason: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=500,
+                               description="why (kept with the supersession)")
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION)
+
+
+class SettleConflictResult(BaseModel):
+    settled: bool
+    current: list[UUID] = Field(description="the memories that stand after settling")
+    superseded: UUID | None = Field(None, description="the memory superseded, if one was")
+    message: str
+
+
+class PinMemory(BaseModel):
+    """Pin a memory (it never fades in recall), unpin it, or set when it leaves recall (forget_after)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    memory_id: UUID
+    pinned: bool | None = Field(None, description="true: never fades in recall; false: fades like others")
+    forget_after: datetime | None = Field(None, description="leaves recall after this moment (ISO 8601; it stays in "
+                                          "its history); must be in the future")
+    clear_forget_after: bool = Field(False, description="remove a forget_after set before")
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _something(self) -> PinMemory:
+        if self.pinned is None and self.forget_after is None and not self.clear_forget_after:
+            raise ValueError("give pinned, forget_after or clear_forget_after")
+        if self.forget_after is not None and self.clear_forget_after:
+            raise ValueError("forget_after and clear_forget_after exclude each other")
+        if self.forget_after is not None and self.forget_after.tzinfo is None:
+            self.forget_after = self.forget_after.replace(tzinfo=UTC)
+        return self
 
 
 class ForgetMemoryResult(BaseModel):
@@ -243,6 +360,10 @@ class MemoryEventType(StrEnum):
     SAVED = "MemorySaved"
     UPDATED = "MemoryUpdated"
     FORGOTTEN = "MemoryForgotten"
+    SUPERSEDED = "MemorySuperseded"  # a later memory said what changed: valid_until, superseded_by
+    MERGED = "MemoryMerged"  # the same fact said again: a source added, repeats + 1
+    CONFLICT_SETTLED = "MemoryConflictSettled"  # a flagged pair settled by a person or agent
+    PINNED = "MemoryPinned"  # pinned / unpinned, or an expiry (forget_after) set
 
 
 #: the memory service's aggregate of memories (``<ns>.evt.<tenant>.memory.<id>``): every event's
@@ -255,6 +376,27 @@ class RecallMode(StrEnum):
     HYBRID = "hybrid"
     DENSE = "dense"
     KEYWORD = "keyword"
+
+
+def _as_of(value: object) -> object:
+    """An ISO 8601 date (its midnight, UTC) or date-time (UTC when it names no offset)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = datetime.fromisoformat(text.replace("Z", "+00:00")) if "T" in text or " " in text \
+                else datetime.combine(date.fromisoformat(text), datetime.min.time())
+        except ValueError:
+            raise ValueError("as_of must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z)") from None
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+_AS_OF_DESCRIPTION = (
+    "answer as Engram knew things at this moment (ISO 8601 date or date-time, UTC unless an offset is given): "
+    "only memories said by then, each as it stood then; what changed since is marked (superseded_by)"
+)
+AsOf = Annotated[datetime | None, BeforeValidator(_as_of)]
 
 
 class Recall(BaseModel):
@@ -279,6 +421,7 @@ class Recall(BaseModel):
         "(LoCoMo R@5 / R@10 0.73 / 0.80 → 0.73 / 0.81) but ~0.7 s more per call on 2 cores; hit scores are "
         "fused rank scores in (0, 1], 1 = first for both",
     )
+    as_of: AsOf = Field(None, description=_AS_OF_DESCRIPTION)
 
 
 class GetMemoryByKey(BaseModel):
@@ -305,6 +448,26 @@ class MemoryHistoryQuery(BaseModel):
     memory_id: UUID
 
 
+class ListConflicts(BaseModel):
+    """The memories flagged as possibly contradicting another, for a person or agent to settle."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, pattern=PROJECT_PATTERN)
+    limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+
+
+class ConflictView(BaseModel):
+    memory: MemoryView = Field(description="the memory flagged (the later of the two, when it was written)")
+    other: MemoryView = Field(description="the memory it may contradict")
+    reason: str
+    confidence: float
+
+
+class ConflictList(BaseModel):
+    conflicts: list[ConflictView]
+
+
 class GetMemory(BaseModel):
     """One memory by its id, as it stands now (its current version, forgotten or not); none outside
     the caller's project."""
@@ -329,6 +492,13 @@ class MemoryView(BaseModel):
     created_at: datetime
     updated_at: datetime
     provenance: Provenance | None = None
+    valid_from: datetime | None = Field(None, description="when it was said, when that differs from created_at")
+    valid_until: datetime | None = Field(None, description="when a later memory superseded it")
+    superseded_by: Supersession | None = Field(None, description="the memory that superseded it, and why")
+    supersedes: list[Supersession] = Field(default_factory=list, description="the memories it superseded, and why")
+    repeats: int = Field(1, description="how many times this fact was said (merged sayings)")
+    pinned: bool = False
+    forget_after: datetime | None = None
 
 
 class MemoryLookup(BaseModel):
@@ -372,10 +542,24 @@ class RelationKind(StrEnum):
     PREVIOUS_VERSION = "previous_version"  # ← the version this one replaced
     NEWER_VERSION = "newer_version"  # → a version written after the one recalled
     SIMILAR = "similar"  # ~ a nearest neighbour in the vector index
+    SUPERSEDES = "supersedes"  # ⇐ an older memory this one superseded (a changed fact; left out of recall)
+    SUPERSEDED_BY = "superseded_by"  # ⇒ the memory that superseded this one (recall as_of a past moment)
 
 
 MAX_HIT_RELATIONS = 4
 MAX_HIT_DOCUMENTS = 3
+EXCERPT_CHARS = 80
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The start of ``text`` on one line, cut at a word with an ellipsis when longer than ``limit``
+    (a related memory named in a recall hit)."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,.;:") + "…"
 
 
 class MemoryRelation(BaseModel):
@@ -521,12 +705,15 @@ for _name, _model, _result in (
     ("update_memory", UpdateMemory, SaveMemoryResult),
     ("forget_memory", ForgetMemory, ForgetMemoryResult),
     ("save_shared_memory", SaveSharedMemory, SaveSharedMemoryResult),
+    ("settle_conflict", SettleConflict, SettleConflictResult),
+    ("pin_memory", PinMemory, SaveMemoryResult),
 ):
     command(MEMORY, _name, result=_result)(_model)
 for _name, _model, _result in (
     ("recall", Recall, RecallResult),
     ("get_memory_by_key", GetMemoryByKey, MemoryLookup),
     ("get_memory", GetMemory, MemoryView),
+    ("list_conflicts", ListConflicts, ConflictList),
     ("recall_memory", RecallMemory, MemoryList),
     ("memory_history", MemoryHistoryQuery, MemoryHistory),
     ("get_shared_memories", GetSharedMemories, SharedMemoryList),

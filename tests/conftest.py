@@ -86,7 +86,10 @@ def infra() -> Iterator[Infra]:
     finally:
         for server in reversed(started):
             server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("ENGRAM_TEST_KEEP"):  # keep the services' logs to read after a failure
+            print(f"\nENGRAM_TEST_KEEP: the test stack's files (logs) are kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

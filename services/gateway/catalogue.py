@@ -54,12 +54,15 @@ from contracts.memory import (
     GetMemoryByKey,
     GetProfile,
     GetSharedMemories,
+    ListConflicts,
     ListProjects,
     MemoryHistoryQuery,
+    PinMemory,
     Recall,
     RecallMemory,
     SaveMemory,
     SaveSharedMemory,
+    SettleConflict,
     UpdateMemory,
 )
 from services.gateway.toolsets import ASSISTANT, MAINTENANCE
@@ -325,6 +328,33 @@ OPERATIONS += (
         GraphPageQuery, "memory-graph", "Memory graph", READ, Scope.MEMORY_READ, ASSISTANT,
         """One page of the memory graph (the MCP App's tools, entrypoints/graph_tools.py).""", ProjectRule.SEARCH,
         mcp=False,
+    ),
+    Operation(
+        ListConflicts, "list_conflicts", "Memories flagged as contradicting", READ, Scope.MEMORY_READ, ASSISTANT,
+        """List pairs of memories that may contradict each other, flagged when the later one was saved (a change
+        Engram's rules could not settle on their own: a second pet of the same kind, 'now' without what changed,
+        another language). Ask the user which holds, then settle_conflict. Most confident first.""",
+        ProjectRule.SEARCH, params={"limit": LIMIT},
+        rest=Rest("GET", "/memories/conflicts", "list_conflicts", "Memories flagged as contradicting", tags=()),
+    ),
+    Operation(
+        SettleConflict, "settle_conflict", "Settle a flagged pair", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Settle a pair from list_conflicts: keep both (they do not contradict), or say which one is current (the
+        other is then superseded by it: it leaves recall and stays in its history, marked).""",
+        ProjectRule.WRITE, params={"memory_id": "The flagged memory (list_conflicts' memory.id).",
+                                   "other_id": "The memory it was flagged against (list_conflicts' other.id).",
+                                   "keep": "both, memory (memory_id is current) or other (other_id is current).",
+                                   "reason": "Why, in a few words (kept with the supersession)."},
+        rest=Rest("POST", "/memories/conflicts/settle", "settle_conflict", "Settle a flagged pair", tags=()),
+    ),
+    Operation(
+        PinMemory, "pin_memory", "Pin a memory or set its expiry", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Pin a memory so it never fades in recall (or unpin it), or set when it leaves recall (forget_after: a
+        temporary fact, e.g. a parking spot for this week; it stays in its history).""",
+        ProjectRule.WRITE, params={"memory_id": "The memory's id.", "pinned": "true to pin, false to unpin.",
+                                   "forget_after": "ISO 8601 date-time in the future.",
+                                   "clear_forget_after": "true to remove an expiry set before."},
+        rest=Rest("POST", "/memories/{memory_id}/pin", "pin_memory", "Pin a memory or set its expiry", tags=()),
     ),
     Operation(
         GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,

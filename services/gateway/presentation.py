@@ -19,12 +19,15 @@ MAX_OUTPUT_CHARS = 200_000
 LEGEND = ("Legend: [rank] (score) content — project · date · id · ↻vN = revised N-1 times (updates its earlier "
           "versions) · from log DATE = extracted from that day's conversation log · then, indented: ← vN the "
           "version it replaced · → vN a newer version (trust it over this one) · ~ a similar memory (cosine "
-          "similarity; [rank] when it is a hit here)")
+          "similarity; [rank] when it is a hit here) · ⇐ an older fact this one replaced (no longer true) · "
+          "⇒ the fact that replaced this one since (trust it for now) · ×N = said N times")
 
 
 def _marker(m: MemoryView, documents: list[SourceDocument] | None = None) -> str:
-    revised = f" · ↻v{m.version}" if m.version > 1 else ""
-    return revised + _from_logs(m, documents)
+    revised = f" · ↻v{m.version}" if m.version > 1 and m.repeats < m.version else ""
+    said = f" · ×{m.repeats}" if m.repeats > 1 else ""
+    until = f" · until {m.valid_until.date().isoformat()}" if m.valid_until is not None else ""
+    return revised + said + until + _from_logs(m, documents)
 
 
 def _from_logs(m: MemoryView, documents: list[SourceDocument] | None) -> str:
@@ -41,12 +44,15 @@ def _from_logs(m: MemoryView, documents: list[SourceDocument] | None) -> str:
     return "".join(parts)
 
 
-_ARROWS = {RelationKind.PREVIOUS_VERSION: "←", RelationKind.NEWER_VERSION: "→", RelationKind.SIMILAR: "~"}
+_ARROWS = {RelationKind.PREVIOUS_VERSION: "←", RelationKind.NEWER_VERSION: "→", RelationKind.SIMILAR: "~",
+           RelationKind.SUPERSEDES: "⇐", RelationKind.SUPERSEDED_BY: "⇒"}
 
 
 def _relation(r: MemoryRelation) -> str:
     """One relation in the compact form: ``← v2 “…”``, ``→ v4 “…”``, ``~ [3] 0.84`` or ``~ “…” (id) 0.78``."""
     arrow = _ARROWS[r.kind]
+    if r.kind in (RelationKind.SUPERSEDES, RelationKind.SUPERSEDED_BY):
+        return f"{arrow} “{r.excerpt}” ({r.memory_id})" if r.excerpt else f"{arrow} ({r.memory_id})"
     if r.kind is not RelationKind.SIMILAR:
         return f"{arrow} v{r.version} “{r.excerpt}”" if r.excerpt else f"{arrow} v{r.version}"
     score = f" {r.score:.2f}" if r.score is not None else ""
@@ -115,7 +121,15 @@ def format_extraction_modes(modes: ExtractionModes) -> str:
 
 def format_save(result: SaveMemoryResult) -> str:
     if result.created:
-        return f"Saved to project '{result.project}' (id {result.memory_id})."
+        text = f"Saved to project '{result.project}' (id {result.memory_id})."
+        if result.supersedes:
+            text += f" It replaces {len(result.supersedes)} older memor{'y' if len(result.supersedes) == 1 else 'ies'}" \
+                    f" ({', '.join(str(i) for i in result.supersedes)}), now marked superseded."
+        if result.flagged:
+            text += f" It may contradict {', '.join(str(i) for i in result.flagged)}: flagged for review (list_conflicts)."
+        return text
+    if result.merged:
+        return f"Already remembered in project '{result.project}' (id {result.memory_id}): counted as said again."
     if result.updated:
         return f"Updated in project '{result.project}' (id {result.memory_id}, now version {result.version})."
     return f"Already remembered in project '{result.project}' (id {result.memory_id}); nothing duplicated."

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from contracts.graph import SimilarMemoryList
 from contracts.memory import (
+    EXCERPT_CHARS,
     MAX_HIT_DOCUMENTS,
     MAX_HIT_RELATIONS,
     MemoryHistory,
@@ -31,7 +32,10 @@ from contracts.memory import (
     RecallHit,
     RelationKind,
     SourceDocument,
+    excerpt,
 )
+
+__all__ = ["EXCERPT_CHARS", "excerpt", "relations_of", "with_relations", "documents_of", "wanted"]
 
 #: the best hits whose history and neighbours are fetched
 RELATED_HITS = 3
@@ -39,17 +43,6 @@ RELATED_HITS = 3
 SIMILAR_PER_HIT = 3
 #: neighbours below this cosine similarity are not "similar"
 SIMILAR_MIN_SCORE = 0.6
-EXCERPT_CHARS = 80
-
-
-def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
-    """The start of ``text`` on one line, cut at a word with an ellipsis when longer than ``limit``."""
-    flat = " ".join(text.split())
-    if len(flat) <= limit:
-        return flat
-    cut = flat[: limit - 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,.;:") + "…"
 
 
 def _document(p: Provenance) -> SourceDocument:
@@ -112,7 +105,9 @@ def with_relations(
     out = []
     for h in hits:
         history = histories.get(h.memory.id)
-        relations = relations_of(h.memory, history, similar.get(h.memory.id), ranks, contents)
+        # the memory service's own relations first (what a hit supersedes, or was superseded by since)
+        relations = [*h.relations, *relations_of(h.memory, history, similar.get(h.memory.id), ranks, contents)]
+        relations = relations[:MAX_HIT_RELATIONS]
         documents = documents_of(h.memory, history)
         out.append(h.model_copy(update={"relations": relations, "documents": documents})
                    if relations or documents else h)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.application.index_follow import IndexFollower
 from services.memory.application.service import MemoryService
 from services.memory.config import MemorySettings
+from services.memory.domain.decay import policy_from_settings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.replay import ReplayReport, ServiceRunning, ensure_service_stopped, rebuild
 from services.memory.search.embedding import PrimedEmbedder, PrimedLateEncoder
@@ -106,6 +108,7 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
         service = MemoryService(
             store, index, encoders, bus, settings.names, rerank_candidates=settings.rerank_candidates,
             late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
+            decay_policy=policy_from_settings(os.environ),  # ENGRAM_DECAY_HALF_LIFE_<CATEGORY> (docs/memory-truth.md)
             log_retention_days=settings.log_retention_days,
             portability=PgPortability(pool, settings.memory_schema),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 
 import pytest
 
@@ -20,6 +21,7 @@ from services.extractor.application.ports import (
     Written,
 )
 from services.extractor.domain.engine import BuiltinEngine, turns_from_text
+from services.extractor.domain.merge import as_of
 from services.extractor.domain.model import Extraction, Fact, Turn
 
 pytestmark = pytest.mark.unit
@@ -42,6 +44,8 @@ class Engine:
         return Extraction(facts=BuiltinEngine().extract(turns), engine=self.name, prompt_tokens=10)
 
 
+LOG_DAY = "2026-12-01"
+
 @dataclass
 class Logs:
     turns: list[Turn]
@@ -60,7 +64,7 @@ class Logs:
             self.outcomes[key] = won
         if not self.outcomes[key]:
             return None
-        return ClaimedLog(notice.tenant, notice.log_id, "default", "2026-12-01", self.turns)
+        return ClaimedLog(notice.tenant, notice.log_id, "default", LOG_DAY, self.turns)
 
     async def record_result(self, tenant: str, log_id: str, task_id: str, memory_ids: Sequence[uuid.UUID], *,
                             key: str) -> None:
@@ -115,7 +119,9 @@ class Memories:
         self.writes += 1
         known = self.by_key_.get(memory_key)
         mid = known.memory_id if known else uuid.uuid4()
-        self.by_key_[memory_key] = KnownMemory(mid, fact.content, memory_key, (known.version + 1) if known else 1)
+        # as the memory service's client reads it back: when the content was said (its log's day, first turn)
+        said = as_of(fact, date.fromisoformat(LOG_DAY))
+        self.by_key_[memory_key] = KnownMemory(mid, fact.content, memory_key, (known.version + 1) if known else 1, said)
         written = Written(mid, created=known is None, updated=known is not None)
         self.keys_seen[key] = written
         return written

@@ -279,8 +279,8 @@ def fact(content: str, key: str | None = None, category: Category = Category.USE
 
 def test_merge_saves_the_unknown_keeps_near_duplicates_and_updates_the_contradicted() -> None:
     assert decide(fact("The user lives in Lyon."), None) is Action.SAVE
-    assert decide(fact("The user lives in Lyon."), "the user lives in Lyon") is Action.KEEP
-    assert decide(fact("The user lives in Lyon now."), "The user lives in Lyon.") is Action.KEEP
+    assert decide(fact("The user lives in Lyon."), "the user lives in Lyon") is Action.REPEAT
+    assert decide(fact("The user lives in Lyon now."), "The user lives in Lyon.") is Action.REPEAT
     assert decide(fact("The user lives in Paris."), "The user lives in Lyon.") is Action.UPDATE
 
 

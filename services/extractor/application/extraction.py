@@ -20,6 +20,7 @@ event replays the same keys, so nothing is written twice.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import date
@@ -199,13 +200,23 @@ class Extractor:
         for fact in facts:
             key = memory_key_of(fact)
             known = await self.memories.by_key(claimed.tenant, claimed.project, key)
-            action = decide(fact, known.content if known else None, as_of(fact, log_date),
-                            known.as_of if known else None)
+            said = as_of(fact, log_date)
+            action = decide(fact, known.content if known else None, said, known.as_of if known else None)
+            if action is Action.REPEAT and known is not None and known.as_of == said:
+                action = Action.KEEP  # this very saying (a task resumed after a crash): nothing to count
             if action is Action.KEEP and known is not None:
                 report.kept += 1
                 ids.append(known.memory_id)
                 continue
             idem = fact_key(claimed.log_id, self.task_id, fact, action.value, claimed.episode)
+            if action is Action.REPEAT and known is not None:
+                # said again: saved in the words held, so the memory service counts this log among the
+                # memory's sources (MemoryMerged) without a new version (docs/memory-truth.md)
+                await self.memories.save(claimed.tenant, claimed.project, dataclasses.replace(fact, content=known.content),
+                                         key, key=idem, origin=origin)
+                report.kept += 1
+                ids.append(known.memory_id)
+                continue
             if action is Action.UPDATE:
                 written = await self.memories.update(claimed.tenant, claimed.project, fact, key, key=idem,
                                                      origin=origin)

@@ -30,7 +30,8 @@ NEAR_DUPLICATE = 0.8
 class Action(StrEnum):
     SAVE = "save"
     UPDATE = "update"
-    KEEP = "keep"  # what is known already says it
+    KEEP = "keep"  # what is known already is newer: nothing to write
+    REPEAT = "repeat"  # what is known already says it: counted as said again (the memory's sources)
 
 
 def _digest(*parts: str, size: int = 40) -> str:
@@ -70,7 +71,7 @@ def decide(fact: Fact, known_content: str | None, said: AsOf | None = None, know
     if known_content is None:
         return Action.SAVE
     if similarity(fact.content, known_content) >= NEAR_DUPLICATE:
-        return Action.KEEP
+        return Action.REPEAT
     if said is not None and known is not None and said < known:
         return Action.KEEP
     return Action.UPDATE

@@ -227,6 +227,12 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
             Field(description="Re-read the best candidates together with the query for a more precise order "
                   "(slower: up to about a second). Use it when the first answer missed."),
         ] = False,
+        as_of: Annotated[
+            str | None,
+            Field(description="Answer as of a past moment (ISO 8601 date or date-time, UTC unless an offset is "
+                  "given): only what was known then, each fact as it stood; facts replaced since are marked ⇒.",
+                  max_length=40),
+        ] = None,
     ) -> str:
         """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
 
@@ -237,7 +243,7 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         relations (← the version it replaced, → a newer version, ~ a similar memory; at most 4 each).
         """
         c = caller()
-        query_ = contract(Recall, query=query, limit=limit, rerank=rerank, include_profile=includeProfile)
+        query_ = contract(Recall, query=query, limit=limit, rerank=rerank, include_profile=includeProfile, as_of=as_of)
         found = await ops.run(c, operation(Recall), query_, project=containerTag)
         project = c.search_project(containerTag)
         return format_recall(query, found.hits, project, found.profile if includeProfile else None)

@@ -33,8 +33,11 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = (
     "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
-    "forget_reason, created_at, updated_at, last_seq, context, provenance"
+    "forget_reason, created_at, updated_at, last_seq, context, provenance, truth"
 )
+#: the state's fields kept in the ``truth`` JSON column (issue 30), absent when at their defaults
+_TRUTH_FIELDS = ("valid_from", "valid_until", "superseded_by", "supersedes", "conflicts", "repeats", "sources",
+                 "pinned", "forget_after")
 #: A replayed memory row: state, content hash, sequence, its late tokens if computed here, else the
 #: digest of its late-interaction document in the embedding cache (None: no late tokens)
 ReplayRow = tuple[MemoryState, str, int, bytes | None, bytes | None]
@@ -65,7 +68,16 @@ def _memory_fields(row: asyncpg.Record) -> dict[str, object]:
     fields = dict(row)
     if fields.get("provenance") is not None:
         fields["provenance"] = json.loads(fields["provenance"])
+    kept = fields.pop("truth", None)
+    if kept is not None:
+        fields.update(json.loads(kept))
     return {k: v for k, v in fields.items() if k in MemoryState.model_fields}
+
+
+def _truth(state: MemoryState) -> str | None:
+    """The ``truth`` column of a memory's row: its issue-30 fields that are not at their defaults."""
+    kept = state.model_dump(mode="json", include=set(_TRUTH_FIELDS))
+    return json.dumps(kept) if kept else None
 
 
 def _view(row: asyncpg.Record) -> MemoryView:
@@ -79,7 +91,7 @@ def _memory_args(state: MemoryState, content_hash: str, seq: int, late_tokens: b
         state.category.value if state.category else None, state.memory_key, state.importance,
         state.confidence, state.source, state.version, state.status.value, state.forget_reason,
         state.created_at, state.updated_at, seq, state.context,
-        state.provenance.model_dump_json() if state.provenance else None, content_hash, late_tokens,
+        state.provenance.model_dump_json() if state.provenance else None, _truth(state), content_hash, late_tokens,
     )
 
 
@@ -175,7 +187,7 @@ class Tx(ReadModelTx):
 
     def _upsert_sql(self) -> str:
         return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18,$19)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18::jsonb,$19,$20)
                 {self._on_conflict()}"""
 
     def _on_conflict(self) -> str:
@@ -186,7 +198,7 @@ class Tx(ReadModelTx):
                   status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
-                  late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance
+                  late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance, truth=EXCLUDED.truth
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq AND {self.s}.memories.tenant = EXCLUDED.tenant"""
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None:
@@ -330,12 +342,26 @@ class MemoryStore(ReadModel):
         )
         return {r["id"]: _view(r) for r in rows}
 
+    async def views(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, MemoryView]:
+        """The tenant's memories among ``ids``, whatever their status."""
+        rows = await self.pool.fetch(
+            f"SELECT {_COLUMNS} FROM {self.s}.memories WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids))
+        return {r["id"]: _view(r) for r in rows}
+
+    async def conflicted(self, tenant: str, project: str | None, limit: int) -> list[MemoryState]:
+        """The tenant's active memories carrying an open flag (within ``project``), newest first."""
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND truth ? 'conflicts' AND status = 'active' AND ($2::text IS NULL OR project = $2)
+                ORDER BY updated_at DESC LIMIT $3""", tenant, project, limit)
+        return [_state(r) for r in rows]
+
     async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]:
         """The packed late-interaction token vectors of the tenant's active memories among ``ids``
         (None where none were stored)."""
         rows = await self.pool.fetch(
             f"""SELECT id, late_tokens FROM {self.s}.memories
-                WHERE tenant = $1 AND id = ANY($2::uuid[]) AND status = 'active'""",
+                WHERE tenant = $1 AND id = ANY($2::uuid[]) AND status IN ('active', 'superseded')""",
             tenant, list(ids),
         )
         return {r["id"]: r["late_tokens"] for r in rows}
@@ -400,11 +426,11 @@ class MemoryStore(ReadModel):
             dynamic=[_view(r) for r in dynamic],
         )
 
-    async def active_memory_count(self) -> int:
-        return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.memories WHERE status = 'active'"))
+    async def indexed_memory_count(self) -> int:
+        return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.memories WHERE status <> 'forgotten'"))
 
-    async def active_memory_ids(self) -> list[UUID]:
-        return [r["id"] for r in await self.pool.fetch(f"SELECT id FROM {self.s}.memories WHERE status = 'active'")]
+    async def indexed_memory_ids(self) -> list[UUID]:
+        return [r["id"] for r in await self.pool.fetch(f"SELECT id FROM {self.s}.memories WHERE status <> 'forgotten'")]
 
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]:
         rows = await self.pool.fetch(

@@ -38,9 +38,10 @@ from uuid import UUID
 
 from contracts.envelope import EventEnvelope
 from contracts.events import Event
-from contracts.memory import MemoryState, MemoryStatus
+from contracts.memory import MemoryState
 from services.memory.application.ports import ReadModel
 from services.memory.application.projection import MemoryProjection, latest_states
+from services.memory.domain import model
 from services.memory.search.indexing import embedding_texts, point_for
 from services.memory.search.ports import VectorIndex
 
@@ -88,8 +89,8 @@ class IndexFollower:
         applied = await self._applied(last)
         # an event a later one has overtaken in the read model is not applied: the later one follows
         current = [st for mid, (st, seq) in last.items() if applied[mid] == seq]
-        active = [st for st in current if st.status is MemoryStatus.ACTIVE]
-        gone = [str(st.id) for st in current if st.status is not MemoryStatus.ACTIVE]
+        active = [st for st in current if model.indexed(st)]
+        gone = [str(st.id) for st in current if not model.indexed(st)]
         ids = [str(st.id) for st in active]
         fingerprints = [self.projection.encoders.fingerprint(st) for st in active]
         stored = await self.index.fingerprints(ids + gone)
@@ -111,9 +112,9 @@ class IndexFollower:
         """Delete the points of memories the read model does not hold as active (a purged user's);
         how many. Cheap when nothing is off: two counts. Run before the replica writes anything (a
         point its own command is projecting is in the index before its row commits)."""
-        if await self.index.size() == await self.store.active_memory_count():
+        if await self.index.size() == await self.store.indexed_memory_count():
             return 0
-        live = {str(mid) for mid in await self.store.active_memory_ids()}
+        live = {str(mid) for mid in await self.store.indexed_memory_ids()}
         stale = [pid for pid in await self.index.point_ids() if pid not in live]
         await self.index.delete(stale)
         self.written += len(stale)

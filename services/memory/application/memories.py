@@ -20,11 +20,15 @@ from pydantic import BaseModel
 from contracts.envelope import EventEnvelope, utcnow
 from contracts.events import Event
 from contracts.memory import (
+    ConflictList,
+    ConflictView,
+    DecidedBy,
     ForgetMemory,
     ForgetMemoryResult,
     GetMemory,
     GetMemoryByKey,
     GetProfile,
+    ListConflicts,
     ListProjects,
     MemoryEventType,
     MemoryHistory,
@@ -34,11 +38,15 @@ from contracts.memory import (
     MemoryState,
     MemoryStatus,
     MemoryView,
+    PinMemory,
     Profile,
     ProjectList,
     RecallMemory,
     SaveMemory,
     SaveMemoryResult,
+    SettleConflict,
+    SettleConflictResult,
+    Supersession,
     UpdateMemory,
 )
 from contracts.subjects import Names
@@ -47,10 +55,11 @@ from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
 from services.memory.application.ports import EventLog, ReadModel
 from services.memory.application.projection import MemoryProjection
-from services.memory.domain import model
-from services.memory.domain.errors import InvalidArgument, NotFound
+from services.memory.domain import model, truth
+from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
+from services.memory.domain.supersession import Verdict, decide_all
 from services.memory.search.encoders import Encoders
-from services.memory.search.indexing import active_filter, content_vector, memory_passages
+from services.memory.search.indexing import active_filter, content_vector, memory_passages, view_of
 from services.memory.search.ports import VectorIndex
 
 Content = tuple[str, str, str]  # (tenant, project, content hash)
@@ -80,7 +89,12 @@ class Memories:
         self._content_written: dict[Content, int] = {}
 
     async def save(self, call: CommandCall, cmd: SaveMemory) -> SaveMemoryResult:
-        """Save a memory: by content (the same content again is not duplicated) or by memory_key."""
+        """Save a memory: by content (the same content again is not duplicated) or by memory_key.
+
+        A free-form memory is first judged against the nearest current memories of its project
+        (:mod:`services.memory.domain.truth`): the same fact said again is merged into the memory
+        that holds it; a changed fact supersedes the memories it changes; what the rules cannot
+        settle is flagged."""
         call.require_project(cmd.project)
         cmd = await self._with_provenance(call, cmd)
         key = model.resolve_key(cmd)
@@ -88,6 +102,7 @@ class Memories:
             return await self._save_keyed(call, cmd, key)
         digest = model.content_hash(cmd.content)
         lock = self._content_locks[int(digest[:8], 16) % len(self._content_locks)]
+        when = truth.said_at(cmd.provenance, self.clock())
         async with lock:  # identical contents saved concurrently here still make one memory
             content = (call.tenant, cmd.project, digest)
             if content in self._absent_contents:
@@ -96,10 +111,81 @@ class Memories:
             else:
                 existing = await self.store.find_active_by_hash(call.tenant, cmd.project, digest)
             if existing is not None:
+                if cmd.provenance is not None and not truth.already_merged(existing, cmd):
+                    return await self._merge(call, existing.id, cmd, when)  # said again in another log
+                await self._carry_out(call, existing)  # (a retry whose first attempt stopped half-way)
                 return _unchanged(existing)
-            return await self._save_new_content(call, cmd, digest)
+            p = truth.plan(await self._judge(call.tenant, cmd.project, cmd.content, when, cmd))
+            if p.merge_into is not None:
+                return await self._merge(call, p.merge_into.candidate.ref, cmd, when)  # type: ignore[arg-type]
+            reply = await self._save_new_content(call, cmd, digest, p, when)
+        return reply
 
-    async def _save_new_content(self, call: CommandCall, cmd: SaveMemory, digest: str) -> SaveMemoryResult:
+    async def _judge(self, tenant: str, project: str, content: str, when: datetime, cmd: SaveMemory,
+                     exclude: UUID | None = None) -> list[truth.Decision]:
+        """The rules' decisions on ``content`` against the current memories of ``project`` nearest to it."""
+        text = model.normalize_content(content)
+        dense = await asyncio.to_thread(content_vector, self.encoders.embedder, text)
+        hits = await self.index.search(dense=dense, sparse=None, mode="dense", limit=truth.CANDIDATES,
+                                       filter=active_filter(tenant, project))
+        hits = [h for h in hits if h.score >= truth.MIN_SIMILARITY and h.id != str(exclude)]
+        if not hits:
+            return []
+        views = {h.id: v for h in hits if (v := view_of(h.id, h.payload)) is not None}
+        if len(views) < len(hits):
+            views.update({str(k): v for k, v in (await self.store.views(tenant, [UUID(h.id) for h in hits
+                                                                                 if h.id not in views])).items()})
+        candidates = [truth.candidate(views[h.id], h.score) for h in hits if h.id in views]
+        return decide_all(truth.statement(cmd.model_copy(update={"content": text}), when), candidates)
+
+    async def _merge(self, call: CommandCall, memory_id: UUID, cmd: SaveMemory, when: datetime) -> SaveMemoryResult:
+        """The same fact said again: one more saying of ``memory_id`` (``MemoryMerged``)."""
+
+        def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {memory_id}", "id")
+            current = model.state_of(loaded[0])
+            if current.status is not MemoryStatus.ACTIVE or truth.already_merged(current, cmd):
+                return Answer(_unchanged(current))
+            new_state = truth.merged(current, cmd, when, self.clock())
+            return Write(_event(call, new_state, MemoryEventType.MERGED),
+                         lambda stored: _saved(model.state_of(stored), created=False, merged=True))
+
+        reply = await self._write(call, memory_id, decide)
+        assert reply is not None
+        return reply
+
+    async def _carry_out(self, call: CommandCall, state: MemoryState | UUID,
+                         whys: Sequence[Supersession] | None = None) -> None:
+        """What a new memory's state says about others, carried out on them: each memory it
+        supersedes is marked superseded (``MemorySuperseded``; nothing when it already is, so a
+        retried command appends nothing). Each is its own aggregate's write; the command's outcome
+        is recorded after all of them (kit's runtime), so a command stopped half-way is run again."""
+        if isinstance(state, UUID):
+            loaded = await self.store.get(call.tenant, state)
+            if loaded is None:
+                return
+            state = loaded
+        new = state
+        for why in state.supersedes if whys is None else whys:
+            old_id = why.memory_id
+
+            def decide(loaded: Loaded, why: Supersession = why) -> Write[None] | Answer[None]:
+                if loaded is None:
+                    return Answer(None)
+                old = model.state_of(loaded[0])
+                marked = truth.superseded(old, new.id, truth.valid_from(new), why, self.clock())
+                if marked is None:
+                    return Answer(None)
+                event = model.event_for(marked, MemoryEventType.SUPERSEDED, command_id=call.command_id,
+                                        correlation_id=call.correlation_id, now=marked.updated_at)
+                return Write(event, lambda _: None)
+
+            await self.writes.write(call, memory_subject(self.names, call.tenant, old_id), decide, outcome=False,
+                                    what=f"memory {old_id}")
+
+    async def _save_new_content(self, call: CommandCall, cmd: SaveMemory, digest: str, p: truth.Plan,
+                                when: datetime) -> SaveMemoryResult:
         """A memory of a content no active memory holds, on its content's first free identity
         (:func:`model.content_memory_id`): a replica saving the same content at the same instant
         appends to the same aggregate, one of the two first events wins, and the other command
@@ -110,7 +196,7 @@ class Memories:
         purged meanwhile frees its identity again (the write path's retry appends anew)."""
         generation = 0
         while True:
-            state = model.new_memory(call.tenant, cmd, self.clock(), generation=generation)
+            state = truth.with_plan(model.new_memory(call.tenant, cmd, self.clock(), generation=generation), p, when)
             event = _event(call, state, MemoryEventType.SAVED)
 
             def decide(loaded: Loaded, state: MemoryState = state, event: EventEnvelope = event,
@@ -122,14 +208,18 @@ class Memories:
                     return Answer(_unchanged(current), project=loaded)  # (a no-op when its row is there)
                 return None  # another memory's since: the next generation, unless it was ours
 
-            reply = await self._write(call, state, decide, loaded=None)
-            if reply is not None:
-                return reply
-            subject = memory_subject(self.names, call.tenant, state.id)
-            first = await self.events.first_event(subject)
-            if first is not None and first[0].event_id == event.event_id:
-                return _saved(model.state_of(first[0]), created=True)
-            generation += 1
+            # with memories to supersede, the outcome is recorded once they are (kit's runtime)
+            reply = await self._write(call, state, decide, loaded=None, outcome=not state.supersedes)
+            if reply is None:
+                subject = memory_subject(self.names, call.tenant, state.id)
+                first = await self.events.first_event(subject)
+                if first is None or first[0].event_id != event.event_id:
+                    generation += 1
+                    continue
+                reply = _saved(model.state_of(first[0]), created=True)
+            if reply.created:
+                await self._carry_out(call, state)
+            return reply
 
     async def _with_provenance(self, call: CommandCall, cmd: C) -> C:
         """The command with its provenance's log date filled in; a provenance naming a log the
@@ -147,22 +237,49 @@ class Memories:
         return cmd.model_copy(update={"provenance": prov.model_copy(update={"log_date": log.log_date})})
 
     async def _save_keyed(self, call: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
-        """Save by memory_key: the first save creates, every later save writes a new version."""
+        """Save by memory_key: the first save creates, every later save writes a new version (the
+        key's own chain of supersession); the same content said again in another log is counted as
+        said again. Other memories the new content changes are superseded, doubtful ones flagged."""
         memory_id = model.keyed_memory_id(call.tenant, cmd.project, key)
+        when = truth.said_at(cmd.provenance, self.clock())
+        decisions = await self._judge(call.tenant, cmd.project, cmd.content, when, cmd, exclude=memory_id)
+        p = truth.plan([d for d in decisions if d.verdict is not Verdict.DUPLICATE])
+        p = truth.Plan(supersede=p.supersede, flags=p.flags)  # a keyed fact is its key's current value
+        added: list[Supersession] = []
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             now = self.clock()
             if loaded is None:
-                return self._decided(call, model.new_memory(call.tenant, cmd, now, memory_key=key),
-                                     MemoryEventType.SAVED, created=True)
+                state = truth.with_plan(model.new_memory(call.tenant, cmd, now, memory_key=key), p, when)
+                added[:] = state.supersedes
+                return self._decided(call, state, MemoryEventType.SAVED, created=True)
             current = model.state_of(loaded[0])
+            if (cmd.provenance is not None and current.status is MemoryStatus.ACTIVE
+                    and model.normalize_content(cmd.content) == current.content):
+                if truth.already_merged(current, cmd):
+                    return Answer(_unchanged(current))
+                # the same words from another log: said again, not a new version
+                return Write(_event(call, truth.merged(current, cmd, when, now), MemoryEventType.MERGED),
+                             lambda stored: _saved(model.state_of(stored), created=False, merged=True))
             new_state = model.save_over(current, cmd, now)
             if new_state is None:
+                added[:] = current.supersedes  # (a retry whose first attempt stopped half-way: idempotent)
                 return Answer(_unchanged(current))
+            new_state = truth.new_content(current, new_state, when)
+            if not p.quiet:
+                known = {w.memory_id for w in current.supersedes}
+                fresh = [truth.note(d, d.candidate.ref) for d in p.supersede  # type: ignore[arg-type]
+                         if d.candidate.ref not in known]
+                added[:] = fresh
+                new_state = new_state.model_copy(update={
+                    "supersedes": [*current.supersedes, *fresh],
+                    "conflicts": [truth.note(d, d.candidate.ref) for d in p.flags]})  # type: ignore[arg-type]
             return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
-        reply = await self._write(call, memory_id, decide, what=f"memory_key {key}")
+        reply = await self._write(call, memory_id, decide, what=f"memory_key {key}", outcome=not p.supersede)
         assert reply is not None
+        if added:
+            await self._carry_out(call, reply.memory_id, added)
         return reply
 
     async def update(self, call: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
@@ -182,9 +299,11 @@ class Memories:
             if loaded is None:
                 raise NotFound(f"no memory with memory_key {cmd.memory_key} in project {cmd.project}", "memory_key")
             current = model.state_of(loaded[0])
-            new_state = model.update(current, cmd, self.clock())
+            now = self.clock()
+            new_state = model.update(current, cmd, now)
             if new_state is None:
                 return Answer(_unchanged(current))
+            new_state = truth.new_content(current, new_state, truth.said_at(cmd.provenance, now))
             return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
         reply = await self._write(call, memory_id, decide)
@@ -199,7 +318,8 @@ class Memories:
         return Write(_event(call, state, event_type), lambda stored: _saved(model.state_of(stored), created))
 
     async def _write(self, call: CommandCall, memory: MemoryState | UUID, decide: Decide[R], *,
-                     loaded: Loaded | Literal["load"] = "load", what: str | None = None) -> R | None:
+                     loaded: Loaded | Literal["load"] = "load", what: str | None = None, outcome: bool = True,
+                     ) -> R | None:
         """Kit's write path on one memory; a content written is noted for ``prime_saves`` once its
         projection committed."""
         memory_id = memory.id if isinstance(memory, MemoryState) else memory
@@ -218,13 +338,84 @@ class Memories:
             return Write(decided.event, reply)
 
         reply = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), noted, loaded=loaded,
-                                        what=what or f"memory {memory_id}")
+                                        what=what or f"memory {memory_id}", outcome=outcome)
         if written:  # (appended, and projected: write returned)
             state = written[0]
             self._content_writes += 1
             content = (state.tenant, state.project, model.content_hash(state.content))
             self._content_written[content] = self._content_writes
             self._absent_contents.discard(content)
+        return reply
+
+    async def settle(self, call: CommandCall, cmd: SettleConflict) -> SettleConflictResult:
+        """Settle a flagged pair (``list_conflicts``): both stand (the flag is removed), or one is
+        current and the other superseded by it, decided by whoever settles (an agent over MCP, a
+        person over REST). The flag lives on ``memory_id``: its removal and, when it is the one
+        superseded, its supersession are one event; the other's supersession is its own."""
+        found = await self.store.get(call.tenant, cmd.memory_id)
+        if found is None or not call.sees(found.project):
+            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+        other = await self.store.get(call.tenant, cmd.other_id)
+        if other is None or not call.sees(other.project):
+            raise NotFound(f"no memory with id {cmd.other_id}", "other_id")
+        by = DecidedBy.AGENT if cmd.client else DecidedBy.PERSON
+        reason = cmd.reason or {"both": "both stand", "memory": "settled: the flagged memory is current",
+                                "other": "settled: the earlier memory is current"}[cmd.keep]
+
+        def decide(loaded: Loaded) -> Write[SettleConflictResult] | Answer[SettleConflictResult]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            current = model.state_of(loaded[0])
+            if not any(c.memory_id == cmd.other_id for c in current.conflicts):
+                return Answer(SettleConflictResult(settled=False, current=[current.id, cmd.other_id],
+                                                   message="No open conflict between these two memories."))
+            now = self.clock()
+            state = truth.settled(current, cmd.other_id, now)
+            why = Supersession(memory_id=cmd.other_id, reason=reason, confidence=1.0, decided_by=by)
+            kind = MemoryEventType.CONFLICT_SETTLED
+            if cmd.keep == "memory":
+                state = state.model_copy(update={"supersedes": [*state.supersedes, why]})
+            elif cmd.keep == "other":
+                marked = truth.superseded(state, cmd.other_id, truth.valid_from(other), why, now)
+                if marked is not None:
+                    state, kind = marked.model_copy(update={"version": state.version}), MemoryEventType.SUPERSEDED
+            keep = {"both": [current.id, cmd.other_id], "memory": [current.id], "other": [cmd.other_id]}[cmd.keep]
+            gone = {"both": None, "memory": cmd.other_id, "other": current.id}[cmd.keep]
+            return Write(model.event_for(state, kind, command_id=call.command_id, correlation_id=call.correlation_id,
+                                         now=now),
+                         lambda _: SettleConflictResult(settled=True, current=keep, superseded=gone,
+                                                        message="Settled." + (f" {gone} is superseded." if gone else "")))
+
+        reply = await self.writes.write(call, memory_subject(self.names, call.tenant, cmd.memory_id), decide,
+                                        outcome=cmd.keep != "memory", what=f"memory {cmd.memory_id}")
+        assert reply is not None
+        if reply.settled and cmd.keep == "memory":
+            await self._carry_out(call, cmd.memory_id,
+                                  [Supersession(memory_id=cmd.other_id, reason=reason, confidence=1.0, decided_by=by)])
+        return reply
+
+    async def pin(self, call: CommandCall, cmd: PinMemory) -> SaveMemoryResult:
+        """Pin or unpin a memory, or set or clear when it leaves recall (``forget_after``)."""
+        found = await self.store.get(call.tenant, cmd.memory_id)
+        if found is None or not call.sees(found.project):
+            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+        if cmd.forget_after is not None and cmd.forget_after <= self.clock():
+            raise InvalidArgument("forget_after must be in the future (forget_memory forgets now)", "forget_after")
+
+        def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            current = model.state_of(loaded[0])
+            if current.status is MemoryStatus.FORGOTTEN:
+                raise Conflict(f"memory {current.id} is forgotten", "memory_id")
+            state = truth.pinned(current, cmd.pinned, cmd.forget_after, cmd.clear_forget_after, self.clock())
+            if state is None:
+                return Answer(_unchanged(current))
+            return Write(_event(call, state, MemoryEventType.PINNED),
+                         lambda stored: _saved(model.state_of(stored), created=False))
+
+        reply = await self._write(call, cmd.memory_id, decide)
+        assert reply is not None
         return reply
 
     async def forget(self, call: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
@@ -328,10 +519,12 @@ def _event(call: CommandCall, state: MemoryState, event_type: MemoryEventType) -
                            now=state.updated_at)
 
 
-def _saved(state: MemoryState, created: bool) -> SaveMemoryResult:
+def _saved(state: MemoryState, created: bool, merged: bool = False) -> SaveMemoryResult:
     return SaveMemoryResult(
         memory_id=state.id, project=state.project, version=state.version, memory_key=state.memory_key,
-        created=created, updated=not created,
+        created=created, updated=not created and not merged, merged=merged,
+        supersedes=[w.memory_id for w in state.supersedes] if created else [],
+        flagged=[c.memory_id for c in state.conflicts] if created else [],
     )
 
 
@@ -378,6 +571,21 @@ class MemoryReads:
         if not events or not call.sees(model.state_of(events[-1][0]).project):
             raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
         return MemoryHistory(memory_id=hq.memory_id, versions=model.history(events))
+
+    async def versions(self, tenant: str, memory_id: UUID) -> list[MemoryState]:
+        """Every state of a memory, oldest first, from the event log (recall as_of a moment)."""
+        return [model.state_of(e) for e, _ in await self.events.history(memory_subject(self.names, tenant, memory_id))]
+
+    async def conflicts(self, call: Call, q: ListConflicts) -> ConflictList:
+        """The open flags of the caller's memories (within its project), most confident first."""
+        project = call.search_project(q.project)
+        flagged = await self.store.conflicted(call.tenant, project, q.limit)
+        others = await self.store.views(call.tenant, list({c.memory_id for st in flagged for c in st.conflicts}))
+        out = [ConflictView(memory=MemoryView.model_validate(st.model_dump()), other=others[c.memory_id],
+                            reason=c.reason, confidence=c.confidence)
+               for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)]
+        out.sort(key=lambda v: -v.confidence)
+        return ConflictList(conflicts=out[: q.limit])
 
     async def projects(self, call: Call, _: ListProjects) -> ProjectList:
         found = await self.store.projects(call.tenant)

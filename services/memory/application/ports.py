@@ -115,6 +115,10 @@ class ReadModel(RecallReads, Protocol):
 
     async def find_active_by_hash(self, tenant: str, project: str, content_hash: str) -> MemoryState | None: ...
 
+    async def conflicted(self, tenant: str, project: str | None, limit: int) -> list[MemoryState]: ...
+
+    async def views(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, MemoryView]: ...
+
     async def get(self, tenant: str, memory_id: UUID) -> MemoryState | None: ...
 
     async def list_active(
@@ -129,12 +133,12 @@ class ReadModel(RecallReads, Protocol):
 
     async def profile(self, tenant: str, project: str | None, static_limit: int, dynamic_limit: int) -> Profile: ...
 
-    async def active_memory_count(self) -> int:
-        """How many memories are active, of every tenant."""
+    async def indexed_memory_count(self) -> int:
+        """How many memories have a point in the vector index (active or superseded), of every tenant."""
         ...
 
-    async def active_memory_ids(self) -> list[UUID]:
-        """The ids of every active memory, of every tenant."""
+    async def indexed_memory_ids(self) -> list[UUID]:
+        """The ids of every memory with a point in the vector index, of every tenant."""
         ...
 
     async def applied_sequences(self, ids: Sequence[UUID]) -> dict[UUID, int]: ...

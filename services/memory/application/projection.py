@@ -26,7 +26,7 @@ from contracts.daily_logs import (
 )
 from contracts.envelope import EventEnvelope
 from contracts.events import Event
-from contracts.memory import MemoryState, MemoryStatus, SharedMemoryState
+from contracts.memory import MemoryState, SharedMemoryState
 from kit.command_log import OutcomeRecord
 from kit.events import typed
 from kit.projector import CheckpointedProjector
@@ -212,7 +212,7 @@ class MemoryProjection:
             applied.update(await self.store.applied_sequences(pending))
         self.projector.note_applied(applied)
         fresh = [st for mid, (st, seq) in states.items()
-                 if st.status is MemoryStatus.ACTIVE and applied.get(mid, 0) < seq]
+                 if model.indexed(st) and applied.get(mid, 0) < seq]
         await self.encoders.prime([text for st in fresh for text in embedding_texts(st)],
                     [late_document(st) for st in fresh])
 
@@ -235,7 +235,7 @@ class MemoryProjection:
         neither computed nor written. Other aggregates go event by event. Returns how many events
         were written."""
         last, others = latest_states(batch)
-        active = [st for st, _ in last.values() if st.status is MemoryStatus.ACTIVE]
+        active = [st for st, _ in last.values() if model.indexed(st)]  # (and superseded: as_of)
         sync = self.replay_sync
         ids = [str(st.id) for st in active]
         fingerprints = [self.encoders.fingerprint(st) for st in active]
@@ -261,7 +261,7 @@ class MemoryProjection:
                   for i, st, (dense, sparse) in zip(todo, changed, vectors, strict=True)]
         rows = [(st, model.content_hash(st.content), seq, late.get(st.id), digests.get(st.id))
                 for st, seq in last.values()]
-        gone = [str(mid) for mid, (st, _) in last.items() if st.status is not MemoryStatus.ACTIVE]
+        gone = [str(mid) for mid, (st, _) in last.items() if not model.indexed(st)]
 
         last_seq = max(seq for _, seq in batch) if batch else None
 

@@ -53,12 +53,15 @@ from contracts.memory import (
     GetMemoryByKey,
     GetProfile,
     GetSharedMemories,
+    ListConflicts,
     ListProjects,
     MemoryHistoryQuery,
+    PinMemory,
     Recall,
     RecallMemory,
     SaveMemory,
     SaveSharedMemory,
+    SettleConflict,
     UpdateMemory,
 )
 from contracts.portability import ExportPage, PurgeMemoryUser, RestoreRecords
@@ -74,6 +77,7 @@ from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S,
 from services.memory.application.shared import SharedMemories
 from services.memory.application.similar import SimilarSearch
 from services.memory.application.user_records import UserRecords, UserRecordsStore
+from services.memory.domain.decay import DecayPolicy
 from services.memory.search.encoders import Encoders, forget_local_texts
 from services.memory.search.late import LATE_CANDIDATES
 from services.memory.search.ports import VectorIndex
@@ -97,6 +101,7 @@ class MemoryService:
         rerank_candidates: int = 30,
         late_candidates: int = LATE_CANDIDATES,
         keyword_feedback: bool = False,
+        decay_policy: DecayPolicy | None = None,
         log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS,
         portability: UserRecordsStore | None = None,
     ) -> None:
@@ -112,7 +117,8 @@ class MemoryService:
         self.extraction = Extraction(store, typed_events, names, writes, clock)
         self.recall_pipeline = RecallPipeline(
             store, index, encoders, self.reads.cached_profile, rerank_candidates=rerank_candidates,
-            late_candidates=late_candidates, keyword_feedback=keyword_feedback,
+            late_candidates=late_candidates, keyword_feedback=keyword_feedback, clock=clock,
+            versions=self.reads.versions, decay_policy=decay_policy,
         )
         self.recall = self.recall_pipeline.recall
         self.similar = SimilarSearch(store, index, self.projection)
@@ -121,6 +127,7 @@ class MemoryService:
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {SaveMemory: self.memories.save, UpdateMemory: self.memories.update,
+                SettleConflict: self.memories.settle, PinMemory: self.memories.pin,
                 ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save,
                 SaveDailyLog: self.daily_logs.save, ClaimDailyLog: self.daily_logs.claim,
                 MarkLogProcessed: self.daily_logs.mark_processed, MarkLogFailed: self.daily_logs.mark_failed,
@@ -134,6 +141,7 @@ class MemoryService:
     def query_handlers(self) -> dict[type[BaseModel], Any]:
         return {Recall: self.recall_pipeline.recall_query, GetMemoryByKey: self.reads.get_by_key,
                 RecallMemory: self.reads.list_memories, MemoryHistoryQuery: self.reads.history, GetMemory: self.reads.get,
+                ListConflicts: self.reads.conflicts,
                 GetSharedMemories: self.shared.list, ListProjects: self.reads.projects,
                 GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
                 GetDailyLog: self.daily_logs.get, GetExtractionTasks: self.extraction.list_tasks,

@@ -71,6 +71,11 @@ IMPORTANCE_STEP = 0.15
 #: Each doubling of a merged fact's sources adds this share (repetition raises weight).
 REPEAT_STEP = 0.05
 MAX_REPEAT_BONUS = 0.3
+#: How much the weight moves a hit in recall: the order is by ``relevance + DECAY_BLEND * ln(weight)``
+#: (:func:`blended`). Relevance is a fused rank score (first = 1, the next ones a few hundredths
+#: apart), so the weight re-orders near-ties and sinks what faded, without overriding relevance
+#: (multiplying by the weight cost LoCoMo R@5 0.074: docs/memory-truth.md).
+DECAY_BLEND = 0.1
 
 _MOMENT = re.compile(
     r"\b(?:today|tonight|this (?:morning|afternoon|evening)|right now|at the moment|yesterday|last night|"
@@ -151,6 +156,12 @@ def weight(
         return factor
     age_days = (now - written_at).total_seconds() / 86_400
     return factor * recency(age_days, policy.half_life(category, content), policy.floor)
+
+
+def blended(relevance: float, weight_: float, blend: float = DECAY_BLEND) -> float:
+    """The key recall orders hits by: ``relevance`` moved by ``blend * ln(weight)`` (an expired
+    memory, weight 0, sinks below everything)."""
+    return relevance + blend * math.log(weight_) if weight_ > 0 else float("-inf")
 
 
 def policy_from_settings(settings: Mapping[str, str], base: DecayPolicy | None = None) -> DecayPolicy:

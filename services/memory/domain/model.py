@@ -63,6 +63,13 @@ def same_content_active(state: MemoryState, digest: str) -> bool:
     return state.status is MemoryStatus.ACTIVE and content_hash(state.content) == digest
 
 
+def indexed(state: MemoryState) -> bool:
+    """Whether a memory has a point in the vector index: a current one, and a superseded one (left
+    out of current recall by its status, found by recall ``as_of`` a moment it stood); a forgotten
+    memory has none."""
+    return state.status is not MemoryStatus.FORGOTTEN
+
+
 def keyed_memory_id(tenant: str, project: str, memory_key: str) -> UUID:
     """A keyed memory's identity is its key: every save of one key lands on one aggregate."""
     return uuid5(_NS, f"memory-key:{tenant}:{project}:{memory_key}")
@@ -129,6 +136,8 @@ def save_over(current: MemoryState, cmd: SaveMemory, now: datetime) -> MemorySta
         "source": cmd.source,
         "status": MemoryStatus.ACTIVE,
         "forget_reason": None,
+        "valid_until": None,
+        "superseded_by": None,
     }
     return _new_version(current, changes, now, cmd.provenance, cmd.client)
 

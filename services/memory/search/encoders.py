@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from contracts.memory import MemoryState, MemoryStatus
+from contracts.memory import MemoryState
+from services.memory.domain.model import indexed
 from services.memory.search.index_sync import fingerprint, point_recipe
 from services.memory.search.indexing import embedding_texts, point_for, state_vector
 from services.memory.search.late import document_matrix, late_document, pack
@@ -37,7 +38,7 @@ class Encoders:
 
     async def indexed(self, state: MemoryState) -> Indexed:
         """What ``state`` is indexed with (:data:`Indexed`), both encoders at once."""
-        if state.status is not MemoryStatus.ACTIVE:
+        if not indexed(state):
             return None, None, []
         vector, late = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
         point = point_for(state, vector, fingerprint=self.fingerprint(state))

@@ -263,6 +263,8 @@ def point_for(
             "version": state.version,
             "updated_at": state.updated_at.isoformat(),
             "provenance": state.provenance.model_dump(mode="json") if state.provenance else None,
+            # issue 30: recall as_of filters on these, decay weighs them, relations name them
+            **state.model_dump(mode="json", include=set(TRUTH_VIEW_FIELDS)),
         },
     )
     if fingerprint is not None:
@@ -270,9 +272,12 @@ def point_for(
     return point
 
 
+#: The view fields of memories that stay true (issue 30), in a point's payload only when not at
+#: their defaults (most memories never need them).
+TRUTH_VIEW_FIELDS = ("valid_from", "valid_until", "superseded_by", "supersedes", "repeats", "pinned", "forget_after")
 _VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id"}
 #: View fields added after points first carried views: a point without them takes their default.
-_LATER_VIEW_FIELDS = frozenset({"context", "provenance"})
+_LATER_VIEW_FIELDS = frozenset({"context", "provenance", *TRUTH_VIEW_FIELDS})
 
 
 def view_of(point_id: str, payload: Mapping[str, Any]) -> MemoryView | None:

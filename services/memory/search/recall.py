@@ -21,11 +21,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from contracts.memory import MAX_RECALL_LIMIT, GetProfile, Profile, Recall, RecallHit, RecallResult
+from contracts.envelope import utcnow
+from contracts.memory import (
+    MAX_HIT_RELATIONS,
+    MAX_RECALL_LIMIT,
+    GetProfile,
+    MemoryRelation,
+    MemoryState,
+    MemoryView,
+    Profile,
+    Recall,
+    RecallHit,
+    RecallResult,
+    RelationKind,
+    excerpt,
+)
 from kit.service import Call
+from services.memory.domain import decay, truth
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
 from services.memory.search.encoders import Encoders
@@ -57,6 +73,9 @@ log = logging.getLogger("engram.memory")
 #: as relevant, all of them are the background a feedback term must stand out from.
 FEEDBACK_POOL = 50
 _NO_KEYWORDS = SparseVector((), ())
+#: A recall ``as_of`` a moment searches this many times the candidates (current and superseded
+#: memories alike, then keeps those that stood at that moment): memories said since crowd the top.
+AS_OF_OVERFETCH = 3
 
 
 def feedback_pool_limit(limit: int) -> int:
@@ -96,6 +115,9 @@ class RecallPipeline:
         rerank_candidates: int = 30,
         late_candidates: int = LATE_CANDIDATES,
         keyword_feedback: bool = False,
+        decay_policy: decay.DecayPolicy | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        versions: Callable[[str, UUID], Awaitable[list[MemoryState]]] | None = None,
     ) -> None:
         for name, value in (("rerank_candidates", rerank_candidates), ("late_candidates", late_candidates)):
             if not 1 <= value <= MAX_RECALL_LIMIT:
@@ -107,6 +129,9 @@ class RecallPipeline:
         self.rerank_candidates = rerank_candidates
         self.late_candidates = late_candidates
         self.keyword_feedback = keyword_feedback
+        self.decay_policy = decay_policy or decay.DecayPolicy()
+        self.clock = clock
+        self.versions = versions
         self._late_missing_warned = False
 
     async def recall_query(self, call: Call, rq: Recall) -> RecallResult:
@@ -145,14 +170,22 @@ class RecallPipeline:
             self.late_candidates if late is not None else 0,
             self.rerank_candidates if query.rerank else 0,
         )
+        as_of = query.as_of
+        scope = active_filter(tenant, query.project)
+        if as_of is not None:  # current and superseded memories (forgotten ones have no point)
+            scope = SearchFilter(tenant=tenant, project=query.project, status=None)
+            candidates = min(MAX_RECALL_LIMIT * AS_OF_OVERFETCH, candidates * AS_OF_OVERFETCH)
         hits = await search(
             self.index, dense=dense, sparse=sparse, mode=mode, limit=candidates,  # type: ignore[arg-type]
-            filter=active_filter(tenant, query.project), keyword_feedback=self.keyword_feedback,
+            filter=scope, keyword_feedback=self.keyword_feedback,
             # each leg's best 2 × candidates are enough for a second stage to choose from; the default
             # (4 × limit) would read 200 per leg for 50 candidates (2.2 vs 1.1 ms at 100k, same LoCoMo recall)
             prefetch_limit=late_prefetch_limit(candidates) if late is not None else None,
         )
-        found = await self._hits(tenant, hits)
+        now = as_of or self.clock()
+        found = [h for h in await self._hits(tenant, hits) if decay.in_recall(now, h.memory.forget_after)]
+        if as_of is not None:
+            found = (await self._as_of(tenant, found, as_of))[: candidates // AS_OF_OVERFETCH]
         if query_tokens is not None:
             if len(found) > 1:  # the candidates' stored tokens are read while the query's are computed
                 tokens, stored = await asyncio.gather(
@@ -167,7 +200,62 @@ class RecallPipeline:
             texts = [rerank_text(h.memory) for h in found]
             relevance = await asyncio.to_thread(reranker.score, query.query, texts)
             found = reranked(found, relevance.tolist())
-        return RecallResult(hits=found[: query.limit])
+        found = self._weighed(found, now)
+        return RecallResult(hits=await self._truth_relations(tenant, found[: query.limit], as_of))
+
+    async def _as_of(self, tenant: str, found: list[RecallHit], as_of: datetime) -> list[RecallHit]:
+        """The hits as they stood at ``as_of``: a memory said later is left out; one whose content
+        changed since (a new version of a keyed fact) is the version that stood then, read from the
+        event log."""
+        changed = [h for h in found if not truth.valid_at(h.memory, as_of) and h.memory.version > 1
+                   and truth.valid_from(h.memory) > as_of]
+        then: dict[UUID, MemoryView | None] = {}
+        if changed and self.versions is not None:
+            histories = await asyncio.gather(*(self.versions(tenant, h.memory.id) for h in changed))
+            for h, states in zip(changed, histories, strict=True):
+                old = truth.version_at(states, as_of)
+                then[h.memory.id] = MemoryView.model_validate(old.model_dump()) if old is not None else None
+        out = []
+        for h in found:
+            if truth.valid_at(h.memory, as_of):
+                out.append(h)
+            elif (old := then.get(h.memory.id)) is not None:
+                out.append(h.model_copy(update={"memory": old}))
+        return out
+
+    def _weighed(self, found: list[RecallHit], now: datetime) -> list[RecallHit]:
+        """The hits re-ordered by relevance blended with :func:`decay.weight` (importance, recency
+        by category, pinned, repeats: :func:`decay.blended`); scores stay the relevance."""
+        if len(found) < 2:
+            return found
+        weights = [decay.weight(importance=h.memory.importance, category=h.memory.category,
+                                written_at=truth.valid_from(h.memory), now=now, content=h.memory.content,
+                                pinned=h.memory.pinned, forget_after=h.memory.forget_after,
+                                repeats=h.memory.repeats, policy=self.decay_policy) for h in found]
+        order = sorted(range(len(found)), key=lambda i: -decay.blended(found[i].score, weights[i]))
+        return [found[i] for i in order]
+
+    async def _truth_relations(self, tenant: str, hits: list[RecallHit], as_of: datetime | None) -> list[RecallHit]:
+        """Each hit with what changed around it: the memories it superseded (``supersedes``: left out
+        of recall, named here so an assistant knows the old value and that it is old); in a recall
+        as_of a moment, the memory that superseded it since (``superseded_by``)."""
+        wanted = {w.memory_id for h in hits for w in h.memory.supersedes[:MAX_HIT_RELATIONS]}
+        if as_of is not None:
+            wanted |= {h.memory.superseded_by.memory_id for h in hits if h.memory.superseded_by is not None}
+        if not wanted:
+            return hits
+        others = await self.store.views(tenant, list(wanted))
+        out = []
+        for h in hits:
+            relations = [MemoryRelation(kind=RelationKind.SUPERSEDES, memory_id=w.memory_id,
+                                        excerpt=excerpt(others[w.memory_id].content))
+                         for w in h.memory.supersedes if w.memory_id in others]
+            newer = h.memory.superseded_by
+            if as_of is not None and newer is not None and newer.memory_id in others:
+                relations.insert(0, MemoryRelation(kind=RelationKind.SUPERSEDED_BY, memory_id=newer.memory_id,
+                                                   excerpt=excerpt(others[newer.memory_id].content)))
+            out.append(h.model_copy(update={"relations": relations[:MAX_HIT_RELATIONS]}) if relations else h)
+        return out
 
     async def _hits(self, tenant: str, hits: list[SearchHit]) -> list[RecallHit]:
         """The hits with their memories' views: from the points' payloads, or from Postgres for

@@ -1,0 +1,118 @@
+"""Memories that stay true, from outside through the `mcp` SDK client against the running stack:
+a changed fact supersedes the old one (plain `memory` saves, no key), recall puts the current one
+first and marks the old one, recall `as_of` a moment between the two answers with the old one; the
+same through daily logs and the extractor (a keyed fact's versions); a fact said in many logs is
+one memory counting every saying; REST `POST /v1/recall` takes `as_of` too. Waits are bounded
+polls; nothing is timed."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_daily_log_tools import maintainer
+from tests.e2e.test_extraction_end_to_end import call, session, text_of
+from tests.e2e.test_project_restriction import auth
+
+pytestmark = pytest.mark.e2e
+
+_HIT = re.compile(r"^\[(\d+)\] \([\d.]+\) (.*?) — ", re.MULTILINE)
+
+
+def hits_of(text: str) -> list[str]:
+    """The contents of a recall's hits, in rank order."""
+    return [m.group(2) for m in _HIT.finditer(text)]
+
+
+async def recall(client: Any, query: str, project: str, **more: Any) -> str:
+    return text_of(await client.call_tool("recall", {"query": query, "containerTag": project,
+                                                     "includeProfile": False, **more}))
+
+
+async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived_then(running) -> None:  # type: ignore[no-untyped-def]
+    project = "truth-" + uuid.uuid4().hex[:8]
+    async with session(running) as client:
+        first = text_of(await client.call_tool("memory", {"content": "I live in Lisbon", "containerTag": project}))
+        assert first.startswith("Saved"), first
+        await asyncio.sleep(0.05)
+        between = datetime.now(UTC).isoformat()
+        await asyncio.sleep(0.05)
+        second = text_of(await client.call_tool("memory", {"content": "I moved to Berlin last month",
+                                                           "containerTag": project}))
+        assert "replaces 1 older memory" in second, second
+
+        now = await recall(client, "where does the user live", project)
+        hits = hits_of(now)
+        assert hits and "Berlin" in hits[0], now
+        assert not any("Lisbon" in h for h in hits), now  # the stale fact is no hit...
+        assert "⇐ “I live in Lisbon”" in now, now  # ...it is named under the fact that replaced it
+
+        then = await recall(client, "where does the user live", project, as_of=between)
+        hits = hits_of(then)
+        assert hits and hits[0] == "I live in Lisbon", then
+        assert not any("Berlin" in h for h in hits), then  # nothing said after that moment
+        assert "⇒ “I moved to Berlin last month”" in then, then  # what changed since is marked
+
+        before_all = await recall(client, "where does the user live", project, as_of="2001-01-01")
+        assert hits_of(before_all) == [], before_all
+
+        bad = await client.call_tool("recall", {"query": "x", "containerTag": project, "as_of": "last tuesday"})
+        assert bad.is_error and "as_of" in text_of(bad)
+
+        # the old memory is kept, superseded, pointing at the new one
+        lisbon_id = re.search(r"⇐ “I live in Lisbon” \(([0-9a-f-]{36})\)", now).group(1)  # type: ignore[union-attr]
+        old = await call(client, "get_memory", memory_id=lisbon_id)
+        assert old["status"] == "superseded" and old["valid_until"] and "berlin" in old["superseded_by"]["reason"]
+
+    # REST: the same question as of the same moment
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        got = h.post("/recall", json={"query": "where does the user live", "project": project, "as_of": between})
+        assert got.status_code == 200, got.text
+        body = got.json()
+        assert body["hits"][0]["memory"]["content"] == "I live in Lisbon"
+        assert body["hits"][0]["relations"][0]["kind"] == "superseded_by"
+        refused = h.post("/recall", json={"query": "x", "project": project, "as_of": "soon"})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "as_of", refused.text
+
+
+async def _wait_processed(client: Any, log_ids: list[str]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        states = [(await call(client, "get_daily_log", id=i))["log"]["processing_status"] for i in log_ids]
+        if all(s == "processed" for s in states):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"logs not processed in time: {log_ids}")
+
+
+async def test_the_same_through_daily_logs_and_a_fact_said_in_twenty_logs_is_one_memory(running) -> None:  # type: ignore[no-untyped-def]
+    project = "truth-logs-" + uuid.uuid4().hex[:8]
+    async with session(running, await maintainer(running)) as client:
+        lisbon = await call(client, "save_daily_log", log_date="2025-03-10", containerTag=project, turns=[
+            {"speaker": "user", "text": "I live in Lisbon."}, {"speaker": "assistant", "text": "Lovely city."}])
+        berlin = await call(client, "save_daily_log", log_date="2025-06-10", containerTag=project, turns=[
+            {"speaker": "user", "text": "I moved to Berlin."}, {"speaker": "assistant", "text": "Big change!"}])
+        await _wait_processed(client, [lisbon["id"], berlin["id"]])
+
+        now = await recall(client, "where does the user live", project)
+        assert "Berlin" in hits_of(now)[0] and not any("Lisbon" in h for h in hits_of(now)), now
+        then = await recall(client, "where does the user live", project, as_of="2025-04-01")
+        assert "Lisbon" in hits_of(then)[0] and not any("Berlin" in h for h in hits_of(then)), then
+
+        ids = []
+        for day in range(1, 21):
+            saved = await call(client, "save_daily_log", log_date=f"2025-08-{day:02d}", containerTag=project, turns=[
+                {"speaker": "user", "text": "I love green tea."}, {"speaker": "assistant", "text": "Noted."}])
+            ids.append(saved["id"])
+        await _wait_processed(client, ids)
+        found = await recall(client, "what does the user like to drink", project)
+        tea = [h for h in hits_of(found) if "green tea" in h]
+        assert len(tea) == 1, found  # one memory...
+        assert "×20" in found, found  # ...said twenty times

@@ -1,0 +1,132 @@
+"""The transitions of memories that stay true (services.memory.domain.truth): the plan a save
+makes of the rules' decisions, and the states of the events that carry it out."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from uuid import uuid4
+
+import pytest
+
+from contracts.memory import MemoryState, MemoryStatus, Provenance, SaveMemory, Supersession
+from services.memory.domain import truth
+from services.memory.domain.errors import Conflict
+from services.memory.domain.supersession import Candidate, decide_all
+
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def state(content: str, when: datetime = T0, **kw: object) -> MemoryState:
+    return MemoryState(id=uuid4(), tenant="alice", project="default", content=content, created_at=when,
+                       updated_at=when, **kw)  # type: ignore[arg-type]
+
+
+def candidate_of(s: MemoryState, similarity: float) -> Candidate:
+    return Candidate(content=s.content, created_at=truth.valid_from(s), project=s.project, similarity=similarity,
+                     ref=s.id)
+
+
+def test_a_changed_place_supersedes_and_the_plan_names_the_old_memory() -> None:
+    lisbon = state("I live in Lisbon")
+    later = T0 + timedelta(days=60)
+    decisions = decide_all(truth.statement(SaveMemory(content="I moved to Berlin last month"), later),
+                           [candidate_of(lisbon, 0.7)])
+    p = truth.plan(decisions)
+    assert [d.candidate.ref for d in p.supersede] == [lisbon.id] and p.merge_into is None
+    new = truth.with_plan(state("I moved to Berlin last month", later), p, later)
+    assert [w.memory_id for w in new.supersedes] == [lisbon.id] and new.status is MemoryStatus.ACTIVE
+    why = new.supersedes[0]
+    old = truth.superseded(lisbon, new.id, truth.valid_from(new), why, later)
+    assert old is not None and old.status is MemoryStatus.SUPERSEDED and old.valid_until == later
+    assert old.superseded_by is not None and old.superseded_by.memory_id == new.id and old.version == 2
+    assert "lisbon" in old.superseded_by.reason.casefold()
+    # a retry finds it superseded already: nothing more to append
+    assert truth.superseded(old, new.id, later, why, later) is None
+    assert truth.valid_at(old, T0 + timedelta(days=1)) and not truth.valid_at(old, later + timedelta(seconds=1))
+
+
+def test_a_fact_said_before_the_one_held_is_written_superseded_by_it() -> None:
+    """A late extraction of an old log: the memory said after it stays current."""
+    berlin = state("I moved to Berlin", T0 + timedelta(days=30))
+    decisions = decide_all(truth.statement(SaveMemory(content="I live in Lisbon"), T0), [candidate_of(berlin, 0.7)])
+    p = truth.plan(decisions)
+    assert p.superseded_by is not None and not p.supersede
+    old = truth.with_plan(state("I live in Lisbon", T0 + timedelta(days=40)), p, T0)
+    assert old.status is MemoryStatus.SUPERSEDED and old.valid_from == T0
+    assert old.superseded_by is not None and old.superseded_by.memory_id == berlin.id
+    assert old.valid_until == truth.valid_from(berlin)
+
+
+def test_a_duplicate_is_merged_and_nothing_else_happens() -> None:
+    held = state("My favourite colour is green")
+    decisions = decide_all(truth.statement(SaveMemory(content="my favourite colour is green"), T0),
+                           [candidate_of(held, 0.99)])
+    p = truth.plan(decisions)
+    assert p.merge_into is not None and p.merge_into.candidate.ref == held.id and not p.supersede
+
+
+def test_merging_counts_sayings_keeps_the_longer_words_and_raises_importance_on_doubling() -> None:
+    held = state("I like green tea")
+    log = Provenance(log_id=uuid4(), task_id="t1", turns=[3], log_date=date(2026, 3, 2))
+    cmd = SaveMemory(content="I like green tea a lot, especially sencha", provenance=log)
+    once = truth.merged(held, cmd, T0, T0)
+    assert once.repeats == 2 and once.importance == 4 and once.version == 2
+    assert once.content == "I like green tea a lot, especially sencha"
+    assert once.sources[0].content == "I like green tea" and once.sources[0].provenance == log  # nothing lost
+    assert truth.already_merged(once, cmd)
+    twice = truth.merged(once, SaveMemory(content="I like green tea"), T0, T0)
+    assert twice.repeats == 3 and twice.importance == 4  # 3 is no doubling
+    assert twice.content == once.content and twice.sources[-1].content == "I like green tea"
+    many = twice
+    for _ in range(30):
+        many = truth.merged(many, SaveMemory(content="I like green tea"), T0, T0)
+    assert many.importance == truth.MAX_MERGED_IMPORTANCE and many.repeats == 33
+
+
+def test_uncertain_cases_are_flagged_never_resolved() -> None:
+    rex = state("My dog is called Rex")
+    decisions = decide_all(truth.statement(SaveMemory(content="My dog is called Bruno"), T0 + timedelta(days=1)),
+                           [candidate_of(rex, 0.8)])
+    p = truth.plan(decisions)
+    assert p.flags and not p.supersede and p.merge_into is None
+    new = truth.with_plan(state("My dog is called Bruno", T0 + timedelta(days=1)), p, T0 + timedelta(days=1))
+    assert [c.memory_id for c in new.conflicts] == [rex.id] and new.status is MemoryStatus.ACTIVE
+    done = truth.settled(new, rex.id, T0 + timedelta(days=2))
+    assert done.conflicts == [] and done.version == new.version + 1
+    with pytest.raises(Conflict):
+        truth.settled(done, rex.id, T0)
+
+
+def test_another_subject_is_left_alone() -> None:
+    mine = state("I live in Lisbon")
+    decisions = decide_all(truth.statement(SaveMemory(content="My sister lives in Berlin"), T0 + timedelta(days=3)),
+                           [candidate_of(mine, 0.7)])
+    assert truth.plan(decisions).quiet
+
+
+def test_said_at_is_the_logs_day_never_the_future() -> None:
+    now = datetime(2026, 3, 10, 8, tzinfo=UTC)
+    old_log = Provenance(log_id=uuid4(), task_id="t", log_date=date(2026, 3, 1))
+    assert truth.said_at(old_log, now) == datetime(2026, 3, 1, 12, tzinfo=UTC)
+    today = Provenance(log_id=uuid4(), task_id="t", log_date=date(2026, 3, 10))
+    assert truth.said_at(today, now) == now and truth.said_at(None, now) == now
+
+
+def test_pin_and_expiry() -> None:
+    held = state("Parking spot B12 this week")
+    until = T0 + timedelta(days=7)
+    pinned = truth.pinned(held, True, until, False, T0)
+    assert pinned is not None and pinned.pinned and pinned.forget_after == until
+    assert truth.pinned(pinned, True, until, False, T0) is None  # nothing changes: no new version
+    cleared = truth.pinned(pinned, False, None, True, T0)
+    assert cleared is not None and not cleared.pinned and cleared.forget_after is None
+
+
+def test_the_new_fields_stay_out_of_events_that_do_not_need_them() -> None:
+    """Older events and plain memories keep their shape (the event log's schema stays compatible)."""
+    plain = state("nothing changed here").model_dump(mode="json")
+    assert not {"valid_from", "valid_until", "superseded_by", "supersedes", "conflicts", "repeats", "sources",
+                "pinned", "forget_after"} & plain.keys()
+    why = Supersession(memory_id=uuid4(), reason="r", confidence=0.9)
+    marked = state("x", superseded_by=why, status=MemoryStatus.SUPERSEDED).model_dump(mode="json")
+    assert marked["superseded_by"]["decided_by"] == "rules"
