@@ -116,3 +116,64 @@ async def test_the_same_through_daily_logs_and_a_fact_said_in_twenty_logs_is_one
         tea = [h for h in hits_of(found) if "green tea" in h]
         assert len(tea) == 1, found  # one memory...
         assert "×20" in found, found  # ...said twenty times
+
+
+async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_be_pinned(running) -> None:  # type: ignore[no-untyped-def]
+    project = "truth-flag-" + uuid.uuid4().hex[:8]
+    admin = (await asyncio.to_thread(running.stack.create_key, running.user_id, "admin", ["admin"]))["key"]
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        other = h.post("/keys", headers=auth(admin), json={
+            "user_id": running.user_id, "name": "elsewhere", "scopes": ["memory:read", "memory:write"],
+            "project": "elsewhere"})
+        assert other.status_code == 201, other.text
+    elsewhere = other.json()["key"]
+    async with session(running) as client:
+        await client.call_tool("memory", {"content": "My dog is called Rex", "containerTag": project})
+        said = text_of(await client.call_tool("memory", {"content": "My dog is called Bruno", "containerTag": project}))
+        assert "flagged for review" in said, said  # a second dog, or Rex renamed? not decided silently
+
+        listed = (await call(client, "list_conflicts", containerTag=project))["conflicts"]
+        assert len(listed) == 1, listed
+        flag = listed[0]
+        assert (flag["memory"]["content"], flag["other"]["content"]) == ("My dog is called Bruno", "My dog is called Rex")
+        both = await recall(client, "what is the dog called", project)
+        assert {"My dog is called Bruno", "My dog is called Rex"} <= set(hits_of(both)), both  # both stand meanwhile
+
+    # a key restricted to another project neither sees the flag nor settles it
+    async with session(running, auth(elsewhere)) as stranger:
+        assert (await call(stranger, "list_conflicts"))["conflicts"] == []
+        refused = await stranger.call_tool("settle_conflict", {"memory_id": flag["memory"]["id"],
+                                                               "other_id": flag["other"]["id"], "keep": "memory"})
+        assert refused.is_error and "memory_id" in text_of(refused), text_of(refused)
+
+    async with session(running) as client:
+        settled = await call(client, "settle_conflict", memory_id=flag["memory"]["id"], other_id=flag["other"]["id"],
+                             keep="memory", reason="Rex was renamed Bruno", containerTag=project)
+        assert settled["settled"] and settled["superseded"] == flag["other"]["id"], settled
+        assert (await call(client, "list_conflicts", containerTag=project))["conflicts"] == []
+        after = await recall(client, "what is the dog called", project)
+        assert hits_of(after)[0] == "My dog is called Bruno" and "My dog is called Rex" not in hits_of(after), after
+        assert "⇐ “My dog is called Rex”" in after, after
+        rex = await call(client, "get_memory", memory_id=flag["other"]["id"])
+        assert rex["status"] == "superseded" and rex["superseded_by"]["decided_by"] == "agent"
+        assert rex["superseded_by"]["reason"] == "Rex was renamed Bruno"
+        again = await call(client, "settle_conflict", memory_id=flag["memory"]["id"], other_id=flag["other"]["id"],
+                           keep="both", containerTag=project)
+        assert not again["settled"]  # nothing open any more: says so, changes nothing
+
+        pinned = await call(client, "pin_memory", memory_id=flag["memory"]["id"], pinned=True, containerTag=project)
+        assert pinned["version"] > 1
+        past = await client.call_tool("pin_memory", {"memory_id": flag["memory"]["id"], "containerTag": project,
+                                                     "forget_after": "2001-01-01T00:00:00Z"})
+        assert past.is_error and "forget_after" in text_of(past)
+
+    # REST: the same operations
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        assert h.get("/memories/conflicts", params={"project": project}).json() == {"conflicts": []}
+        expiry = h.post(f"/memories/{flag['memory']['id']}/pin",
+                        json={"project": project, "forget_after": "2999-01-01T00:00:00Z"})
+        assert expiry.status_code == 200, expiry.text
+        view = h.get(f"/memories/{flag['memory']['id']}").json()
+        assert view["pinned"] is True and view["forget_after"].startswith("2999-01-01"), view
+        empty = h.post(f"/memories/{flag['memory']['id']}/pin", json={"project": project})
+        assert empty.status_code == 422, empty.text
