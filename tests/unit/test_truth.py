@@ -130,3 +130,20 @@ def test_the_new_fields_stay_out_of_events_that_do_not_need_them() -> None:
     why = Supersession(memory_id=uuid4(), reason="r", confidence=0.9)
     marked = state("x", superseded_by=why, status=MemoryStatus.SUPERSEDED).model_dump(mode="json")
     assert marked["superseded_by"]["decided_by"] == "rules"
+
+
+def test_extracted_memories_in_the_third_person_are_read_as_the_user_says_them() -> None:
+    assert truth.first_person("The user lives in Oslo with their partner.") == "I live in Oslo with my partner."
+    assert truth.first_person("The user's sister is called Ana.") == "my sister is called Ana."
+    assert truth.first_person("The user no longer eats meat.") == "I no longer eat meat."
+    assert truth.first_person("Caroline lives in Oslo.") == "Caroline lives in Oslo."  # nobody else is rewritten
+    oslo = state("The user lives in Oslo with their partner.")
+    later = T0 + timedelta(days=30)
+    decisions = decide_all(truth.statement(SaveMemory(content="The user has moved to Austin for good."), later),
+                           [truth.candidate(_view(oslo), 0.4)])
+    assert truth.plan(decisions).supersede, decisions
+
+
+def _view(s: MemoryState):  # type: ignore[no-untyped-def]
+    from contracts.memory import MemoryView
+    return MemoryView.model_validate(s.model_dump())

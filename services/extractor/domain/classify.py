@@ -39,7 +39,8 @@ _RELATIONS = (r"(?:mom|mother|dad|father|parents?|sister|brother|siblings?|wife|
 _SLOTS: list[tuple[re.Pattern[str], Category, str, int]] = [
     (_rx(r"\bmy name is\b|\bi'm called\b|\bcall me\b"), C.USER_PROFILE, "name", 5),
     (_rx(r"\bi(?:'m| am) (\d{1,3}) (?:years? old|yo)\b|\bi turned (\d{1,3})\b"), C.USER_PROFILE, "age", 5),
-    (_rx(r"\bi (?:live|am living|'m living) in\b|\bi (?:just )?moved to\b|\bi'm based in\b"),
+    (_rx(r"\bi (?:live|am living|'m living|'m now living|am now living) in\b|"
+         r"\bi(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) to\b|\bi'm based in\b"),
      C.USER_PROFILE, "location", 5),
     (_rx(r"\bi(?:'m| am) (?:originally )?from\b|\bi grew up in\b|\bi was born in\b"), C.USER_PROFILE, "hometown", 4),
     (_rx(r"\bi work (?:as|at|for)\b|\bmy job\b|\bi(?:'m| am) an? (?:\w+ )?(?:engineer|developer|teacher|nurse|"

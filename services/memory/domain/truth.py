@@ -31,13 +31,14 @@ from contracts.memory import (
 )
 from services.memory.domain.errors import Conflict
 from services.memory.domain.keywords import STOPWORDS
-from services.memory.domain.supersession import Candidate, Decision, Statement, Verdict
+from services.memory.domain.supersession import DEFAULT_THRESHOLDS, Candidate, Decision, Statement, Verdict
 
 #: Current memories nearest to a new one that the rules judge it against.
 CANDIDATES = 8
-#: Candidates below this cosine similarity are not worth the rules' time (every verdict on them
-#: is UNRELATED but for text the rules cannot read, which the nearest ones cover).
-MIN_SIMILARITY = 0.3
+#: Candidates below this cosine similarity are not judged: the rules' own gate (below it a rule's
+#: verdict would only be UNCERTAIN). "Seattle is home now" and "I live in Mexico City with my
+#: partner" are this far apart and still a change.
+MIN_SIMILARITY = DEFAULT_THRESHOLDS.rule_gate
 #: A merged memory keeps at most this many sayings (the count, ``repeats``, goes on).
 MAX_SOURCES = 100
 #: Importance rises by one each time the number of sayings doubles (2, 4, 8, ...), at most to this.
@@ -84,13 +85,55 @@ def new_content(previous: MemoryState, state: MemoryState, when: datetime) -> Me
     return state.model_copy(update={"valid_from": when})
 
 
+_THE_USER = re.compile(r"\bthe user\b", re.IGNORECASE)
+_THIRD_PERSON = (
+    (re.compile(r"\bthe user's\b", re.IGNORECASE), "my"),
+    (re.compile(r"\bthe user (?:is|was)\b(?P<rest>)", re.IGNORECASE), "I am"),
+    (re.compile(r"\bthe user has\b", re.IGNORECASE), "I have"),
+    (re.compile(r"\bthe user (?:does not|doesn't)\b", re.IGNORECASE), "I do not"),
+    (re.compile(r"\bthe user (?:no longer|now|still|also|just|recently|finally|currently) (\w+)", re.IGNORECASE), None),
+    (re.compile(r"\bthe user (\w+)", re.IGNORECASE), None),
+    (re.compile(r"\btheir\b", re.IGNORECASE), "my"),
+)
+
+
+def _verb(word: str) -> str:
+    """A third-person verb in the first person: lives → live, studies → study, watches → watch."""
+    low = word.casefold()
+    if low.endswith("ies") and len(low) > 4:
+        return word[:-3] + "y"
+    if low.endswith(("ches", "shes", "sses", "xes", "oes")):
+        return word[:-2]
+    if low.endswith("s") and not low.endswith("ss") and len(low) > 3:
+        return word[:-1]
+    return word
+
+
+def first_person(text: str) -> str:
+    """A memory the extractor wrote about "the user" ("The user lives in Oslo with their partner.")
+    as the user would say it ("I live in Oslo with my partner."), so the rules, which read what people
+    say of themselves, read extracted memories too."""
+    if not _THE_USER.search(text):
+        return text
+    for pattern, replacement in _THIRD_PERSON:
+        if replacement is not None:
+            text = pattern.sub(replacement, text)
+            continue
+        def verb(m: re.Match[str]) -> str:
+            whole = m.group(0)
+            head = whole[: m.start(1) - m.start(0)]
+            return re.sub(r"(?i)\bthe user\b", "I", head) + _verb(m.group(1))
+        text = pattern.sub(verb, text)
+    return text
+
+
 def statement(cmd: SaveMemory, when: datetime) -> Statement:
-    return Statement(content=cmd.content, created_at=when, category=cmd.category.value if cmd.category else None,
+    return Statement(content=first_person(cmd.content), created_at=when, category=cmd.category.value if cmd.category else None,
                      memory_key=cmd.memory_key, project=cmd.project)
 
 
 def candidate(view: MemoryView, similarity: float) -> Candidate:
-    return Candidate(content=view.content, created_at=valid_from(view),
+    return Candidate(content=first_person(view.content), created_at=valid_from(view),
                      category=view.category.value if view.category else None, memory_key=view.memory_key,
                      project=view.project, similarity=similarity, ref=view.id)
 
