@@ -330,7 +330,7 @@ class PinMemory(BaseModel):
     memory_id: UUID
     pinned: bool | None = Field(None, description="true: never fades in recall; false: fades like others")
     forget_after: datetime | None = Field(None, description="leaves recall after this moment (ISO 8601; it stays in "
-                                          "its history); must be in the future")
+                                          "its history; a moment already past: it leaves recall now)")
     clear_forget_after: bool = Field(False, description="remove a forget_after set before")
     client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
                                description=_CLIENT_DESCRIPTION)
@@ -387,6 +387,8 @@ def _as_of(value: object) -> object:
                 else datetime.combine(date.fromisoformat(text), datetime.min.time())
         except ValueError:
             raise ValueError("as_of must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z)") from None
+    elif value is not None and not isinstance(value, datetime):
+        raise ValueError("as_of must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z) string")
     if isinstance(value, datetime) and value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value

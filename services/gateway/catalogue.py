@@ -145,6 +145,10 @@ UPDATE_RULES: dict[str, Any] = {"allOf": [
 ]}
 KEY_RULES: dict[str, Any] = {"not": {"required": ["project", "scopes"], "properties": {
     "project": {"type": "string"}, "scopes": {"type": "array", "contains": {"const": Scope.ADMIN.value}}}}}
+PIN_RULES: dict[str, Any] = {"allOf": [
+    {"anyOf": [_given("pinned"), _given("forget_after"), _given("clear_forget_after", {"const": True})]},
+    {"not": {"allOf": [_given("forget_after"), _given("clear_forget_after", {"const": True})]}},
+]}
 LOG_STATUS_RULES: dict[str, Any] = {"if": _given("processing_status", {"const": "processed"}),
                                     "then": {"properties": {"error_reason": {"type": "null"}}}}
 
@@ -352,9 +356,10 @@ OPERATIONS += (
         """Pin a memory so it never fades in recall (or unpin it), or set when it leaves recall (forget_after: a
         temporary fact, e.g. a parking spot for this week; it stays in its history).""",
         ProjectRule.WRITE, params={"memory_id": "The memory's id.", "pinned": "true to pin, false to unpin.",
-                                   "forget_after": "ISO 8601 date-time in the future.",
+                                   "forget_after": "ISO 8601 date-time (one already past: it leaves recall now).",
                                    "clear_forget_after": "true to remove an expiry set before."},
-        rest=Rest("POST", "/memories/{memory_id}/pin", "pin_memory", "Pin a memory or set its expiry", tags=()),
+        rest=Rest("POST", "/memories/{memory_id}/pin", "pin_memory", "Pin a memory or set its expiry", tags=(),
+                  rules=PIN_RULES),
     ),
     Operation(
         GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,

@@ -163,9 +163,10 @@ async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_
 
         pinned = await call(client, "pin_memory", memory_id=flag["memory"]["id"], pinned=True, containerTag=project)
         assert pinned["version"] > 1
-        past = await client.call_tool("pin_memory", {"memory_id": flag["memory"]["id"], "containerTag": project,
-                                                     "forget_after": "2001-01-01T00:00:00Z"})
-        assert past.is_error and "forget_after" in text_of(past)
+        both_ways = await client.call_tool("pin_memory", {"memory_id": flag["memory"]["id"], "containerTag": project,
+                                                          "forget_after": "2999-01-01T00:00:00Z",
+                                                          "clear_forget_after": True})
+        assert both_ways.is_error and "clear_forget_after" in text_of(both_ways)
 
     # REST: the same operations
     with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
@@ -177,3 +178,9 @@ async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_
         assert view["pinned"] is True and view["forget_after"].startswith("2999-01-01"), view
         empty = h.post(f"/memories/{flag['memory']['id']}/pin", json={"project": project})
         assert empty.status_code == 422, empty.text
+        # an expiry already past: the memory leaves recall at once, even pinned; its history stays
+        gone = h.post(f"/memories/{flag['memory']['id']}/pin", json={"project": project, "forget_after": "2001-01-01T00:00:00Z"})
+        assert gone.status_code == 200, gone.text
+        hits = h.post("/recall", json={"query": "what is the dog called", "project": project}).json()["hits"]
+        assert flag["memory"]["id"] not in [hit["memory"]["id"] for hit in hits], hits
+        assert h.get(f"/memories/{flag['memory']['id']}").json()["status"] == "active"

@@ -399,8 +399,6 @@ class Memories:
         found = await self.store.get(call.tenant, cmd.memory_id)
         if found is None or not call.sees(found.project):
             raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
-        if cmd.forget_after is not None and cmd.forget_after <= self.clock():
-            raise InvalidArgument("forget_after must be in the future (forget_memory forgets now)", "forget_after")
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:

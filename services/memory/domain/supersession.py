@@ -613,7 +613,10 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
     numbers_new, numbers_old = numbers_of(new.content), numbers_of(candidate.content)
     template_same = template_of(new.content) == template_of(candidate.content)
     if template_same and numbers_new != numbers_old:
-        return out(Verdict.SUPERSEDES, f"a changed number or date: {numbers_old} → {numbers_new}", 0.85)
+        if any(_FIRST_PERSON.search(t) or CHANGE_MARKERS.search(t) for t in (new.content, candidate.content)):
+            return out(Verdict.SUPERSEDES, f"a changed number or date: {numbers_old} → {numbers_new}", 0.85)
+        # "Room 101, code 4711" / "Room 102, code 4812": a change, or two things? nobody says
+        return out(Verdict.UNCERTAIN, f"other numbers {numbers_old} → {numbers_new} in a sentence about no one", 0.4)
     if template_same:
         return out(Verdict.DUPLICATE, "the same sentence but for filler words", 0.95)
     if new.memory_key and new.memory_key == candidate.memory_key:
