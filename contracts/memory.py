@@ -297,6 +297,32 @@ class SaveMemoryResult(BaseModel):
                                 description="memories this one may contradict: listed by list_conflicts to settle")
 
 
+def _moment(value: object) -> object:
+    """An ISO 8601 date (its midnight, UTC) or date-time (UTC when it names no offset); nothing else
+    (a number is not read as a Unix time)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = datetime.fromisoformat(text.replace("Z", "+00:00")) if "T" in text or " " in text \
+                else datetime.combine(date.fromisoformat(text), datetime.min.time())
+        except ValueError:
+            raise ValueError("must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z)") from None
+    elif value is not None and not isinstance(value, datetime):
+        raise ValueError("must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z) string")
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+_AS_OF_DESCRIPTION = (
+    "answer as Engram knew things at this moment (ISO 8601 date or date-time, UTC unless an offset is given): "
+    "only memories said by then, each as it stood then; what changed since is marked (superseded_by)"
+)
+#: a moment given by a caller: an ISO 8601 string, UTC unless it names an offset
+Moment = Annotated[datetime | None, BeforeValidator(_moment)]
+AsOf = Moment
+
+
 class SettleConflict(BaseModel):
     """Settle a pair of memories flagged as possibly contradicting each other (list_conflicts)."""
 
@@ -308,8 +334,8 @@ class SettleConflict(BaseModel):
     keep: Literal["both", "memory", "other"] = Field(
         description="both: they do not contradict, both stand; memory: memory_id is current, other_id is superseded "
         "by it; other: other_id is current, memory_id is superseded by it")
-    reason: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=500,
-                               description="why (kept with the supersession)")
+    reason: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=1_000,
+                               description="why (its first 500 characters are kept with the supersession)")
     client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
                                description=_CLIENT_DESCRIPTION)
 
@@ -329,7 +355,7 @@ class PinMemory(BaseModel):
     project: str = Project
     memory_id: UUID
     pinned: bool | None = Field(None, description="true: never fades in recall; false: fades like others")
-    forget_after: datetime | None = Field(None, description="leaves recall after this moment (ISO 8601; it stays in "
+    forget_after: Moment = Field(None, description="leaves recall after this moment (ISO 8601; it stays in "
                                           "its history; a moment already past: it leaves recall now)")
     clear_forget_after: bool = Field(False, description="remove a forget_after set before")
     client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
@@ -378,27 +404,6 @@ class RecallMode(StrEnum):
     KEYWORD = "keyword"
 
 
-def _as_of(value: object) -> object:
-    """An ISO 8601 date (its midnight, UTC) or date-time (UTC when it names no offset)."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = datetime.fromisoformat(text.replace("Z", "+00:00")) if "T" in text or " " in text \
-                else datetime.combine(date.fromisoformat(text), datetime.min.time())
-        except ValueError:
-            raise ValueError("as_of must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z)") from None
-    elif value is not None and not isinstance(value, datetime):
-        raise ValueError("as_of must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z) string")
-    if isinstance(value, datetime) and value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
-_AS_OF_DESCRIPTION = (
-    "answer as Engram knew things at this moment (ISO 8601 date or date-time, UTC unless an offset is given): "
-    "only memories said by then, each as it stood then; what changed since is marked (superseded_by)"
-)
-AsOf = Annotated[datetime | None, BeforeValidator(_as_of)]
 
 
 class Recall(BaseModel):

@@ -359,7 +359,7 @@ class Memories:
         if other is None or not call.sees(other.project):
             raise NotFound(f"no memory with id {cmd.other_id}", "other_id")
         by = DecidedBy.AGENT if cmd.client else DecidedBy.PERSON
-        reason = cmd.reason or {"both": "both stand", "memory": "settled: the flagged memory is current",
+        reason = (cmd.reason or "")[:500] or {"both": "both stand", "memory": "settled: the flagged memory is current",
                                 "other": "settled: the earlier memory is current"}[cmd.keep]
 
         def decide(loaded: Loaded) -> Write[SettleConflictResult] | Answer[SettleConflictResult]:

@@ -79,9 +79,12 @@ DEFAULT_THRESHOLDS = Thresholds()
 #: to be flagged even when the encoder, trained on English, finds them apart.
 FOREIGN_SHARED_WORDS = 0.5
 #: Share of content words two texts must share (of the larger set) to be the same sentence when
-#: the rules read no fact in them; and at most this many content words may differ between them.
+#: the rules read no fact in them; and at most this many content words may differ between them:
+#: one word more, never one word for another ("progress item 1 legacy" / "progress item 1
+#: stateless", "meeting with Anna" / "meeting with Bob" are two things; 3 merged them once wired
+#: in; 1 keeps pairwise repeats merged at 0.93 fit / 0.94 report, 0 would at 0.84).
 SAME_WORDS = 0.6
-MAX_WORDS_APART = 3
+MAX_WORDS_APART = 1
 #: Two texts stating the same fact share at least this share of content words (or are
 #: ``fact_duplicate`` similar): else one says more than the other.
 FACT_SHARED_WORDS = 0.5
@@ -354,6 +357,12 @@ _NEGATION = re.compile(r"\b(?:not|no longer|never|n't|don't|doesn't|didn't|isn't
 _WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?", re.UNICODE)
 _FILLER_WORDS = frozenset("""
 now currently still actually really just also recently finally officially already anymore these days nowadays
+""".split())
+#: Small words that turn a sentence's meaning ("before" / "after" the trip): texts that differ in
+#: one are never merged as the same words, however close their embeddings.
+_TURNING_WORDS = frozenset("""
+before after not never no without until since above below more less first last next previous
+earlier later early late yes
 """.split())
 _STOP = frozenset("""
 a an the i i'm i've i'd me my mine we our us you your he she they his her their it its is are was were be been
@@ -678,8 +687,9 @@ def _by_similarity(
     overlap = len(words_new & words_old) / max(len(words_new), len(words_old), 1)
     negation_differs = bool(_NEGATION.search(new.content)) != bool(_NEGATION.search(candidate.content))
     apart = len(words_new ^ words_old)
+    turned = _TURNING_WORDS & (set(_WORD.findall(new.content.casefold())) ^ set(_WORD.findall(candidate.content.casefold())))
     if (sim >= thresholds.duplicate and overlap >= SAME_WORDS and apart <= MAX_WORDS_APART
-            and numbers_new == numbers_old
+            and numbers_new == numbers_old and not turned
             and not negation_differs and readable and not (facts_new or facts_old)):
         return Decision(Verdict.DUPLICATE, f"the same words and meaning (similarity {sim:.2f})", round(sim * 0.9, 2),
                         candidate)
