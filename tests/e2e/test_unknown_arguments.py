@@ -17,8 +17,9 @@ pytestmark = pytest.mark.e2e
 def test_an_unknown_argument_is_refused_naming_it(running) -> None:  # type: ignore[no-untyped-def]
     async def case() -> None:
         async with session(running.mcp_url, {"Authorization": f"Bearer {running.key}"}) as client:
-            refused = await client.call_tool("recall", {"query": "tea", "as_of": "2025-01-01"})
-            assert refused.is_error and "as_of" in refused.content[0].text and "query" in refused.content[0].text
+            # (as_of is recall's own since issue 30; `since` is not)
+            refused = await client.call_tool("recall", {"query": "tea", "since": "2025-01-01"})
+            assert refused.is_error and "since" in refused.content[0].text and "query" in refused.content[0].text
             refused = await client.call_tool("save_memory", {"category": "preference", "content": "x", "tags": ["a"]})
             assert refused.is_error and "tags" in refused.content[0].text
             assert not (await client.call_tool("recall", {"query": "tea"})).is_error

@@ -282,7 +282,8 @@ def test_an_older_memory_gains_a_closer_neighbour_saved_after_it(stack: Stack) -
         assert first[(tea, drinks)] == pytest.approx(first[(drinks, tea)])
         worker.limit = 1  # every list keeps its single closest neighbour from here on
         try:
-            closer = await stack.save(user, "Green tea is my favourite drink")
+            # (not "Green tea is my favourite drink": the same fact said again is merged into `tea`, no new memory)
+            closer = await stack.save(user, "Green tea is my favourite drink to have with friends")
             edges = await until(lambda: _having_similar(similar_edges, {(closer, tea)}), "the closer memory's edges")
             await until(lambda: _settled(stack), "the similar queue drained")
             edges = await similar_edges()

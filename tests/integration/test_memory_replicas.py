@@ -176,5 +176,5 @@ async def test_two_replicas_saving_one_content_at_once_make_one_memory(base: dic
         assert changed.ok, changed.error
         third = await both({"content": contents[0]})
         assert len({r["memory_id"] for r in third}) == 1
-        assert third[0]["memory_id"] not in (first, again[0]["memory_id"])
+        assert third[0]["memory_id"] not in (first, again[0]["memory_id"]), (third, again, changed.result)
         assert len(await active(contents[0])) == 1

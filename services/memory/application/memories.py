@@ -112,12 +112,18 @@ class Memories:
                 existing = await self.store.find_active_by_hash(call.tenant, cmd.project, digest)
             if existing is not None:
                 if cmd.provenance is not None and not truth.already_merged(existing, cmd):
-                    return await self._merge(call, existing.id, cmd, when)  # said again in another log
+                    merged = await self._merge(call, existing.id, cmd, when, judged=truth.first_person(existing.content))
+                    if merged is not None:
+                        return merged
                 await self._carry_out(call, existing)  # (a retry whose first attempt stopped half-way)
                 return _unchanged(existing)
             p = truth.plan(await self._judge(call.tenant, cmd.project, cmd.content, when, cmd))
             if p.merge_into is not None:
-                return await self._merge(call, p.merge_into.candidate.ref, cmd, when)  # type: ignore[arg-type]
+                merged = await self._merge(call, p.merge_into.candidate.ref, cmd, when,  # type: ignore[arg-type]
+                                           judged=p.merge_into.candidate.content)
+                if merged is not None:
+                    return merged
+                p = truth.Plan()  # (the duplicate is no longer current: this replica's index was behind)
             reply = await self._save_new_content(call, cmd, digest, p, when)
         return reply
 
@@ -138,22 +144,25 @@ class Memories:
         candidates = [truth.candidate(views[h.id], h.score) for h in hits if h.id in views]
         return decide_all(truth.statement(cmd.model_copy(update={"content": text}), when), candidates)
 
-    async def _merge(self, call: CommandCall, memory_id: UUID, cmd: SaveMemory, when: datetime) -> SaveMemoryResult:
-        """The same fact said again: one more saying of ``memory_id`` (``MemoryMerged``)."""
+    async def _merge(self, call: CommandCall, memory_id: UUID, cmd: SaveMemory, when: datetime, *,
+                     judged: str) -> SaveMemoryResult | None:
+        """The same fact said again: one more saying of ``memory_id`` (``MemoryMerged``); None when
+        that memory is no longer what was judged (forgotten, superseded or changed since this
+        replica's index saw it: ``judged`` is the content the rules compared)."""
 
-        def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
+        def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult] | None:
             if loaded is None:
-                raise NotFound(f"no memory with id {memory_id}", "id")
+                return None
             current = model.state_of(loaded[0])
-            if current.status is not MemoryStatus.ACTIVE or truth.already_merged(current, cmd):
+            if current.status is not MemoryStatus.ACTIVE or truth.first_person(current.content) != judged:
+                return None
+            if truth.already_merged(current, cmd):
                 return Answer(_unchanged(current))
             new_state = truth.merged(current, cmd, when, self.clock())
             return Write(_event(call, new_state, MemoryEventType.MERGED),
                          lambda stored: _saved(model.state_of(stored), created=False, merged=True))
 
-        reply = await self._write(call, memory_id, decide)
-        assert reply is not None
-        return reply
+        return await self._write(call, memory_id, decide)
 
     async def _carry_out(self, call: CommandCall, state: MemoryState | UUID,
                          whys: Sequence[Supersession] | None = None) -> None:

@@ -507,6 +507,14 @@ def _readable(text: str) -> bool:
     return not any(w in _FOREIGN for w in _WORD.findall(text.casefold()))
 
 
+#: A sentence telling of something done (past tense of doing verbs): with other numbers, another event.
+_EVENT = re.compile(r"\b(?:visited|went|ran|bought|saw|met|read|watched|played|ate|made|did|took|won|lost|finished|"
+                    r"completed|attended|walked|cycled|swam|drove|flew|wrote|cooked|baked|booked|sent|called|"
+                    r"scored|climbed|hiked|painted|built|sold|paid|spent|travell?ed|stayed|tried)\b", re.IGNORECASE)
+#: A number that names which one ("project 2", "room 101", "Heron2", "#4"), not how many: another one, not a change.
+_NUMBERED = re.compile(r"\b(?:number|no\.|nr\.?|#|project|room|flat|apartment|item|version|v|step|chapter|"
+                       r"season|episode|level|floor|gate|seat|table|line|bus|route|ticket)\s*\d|[A-Za-z]\d",
+                       re.IGNORECASE)
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|my|me|we|our)\b", re.IGNORECASE)
 #: Common function words of other languages in Latin script: a sentence with one is not read
 #: by the (English) phrasing rules.
@@ -622,8 +630,16 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
     numbers_new, numbers_old = numbers_of(new.content), numbers_of(candidate.content)
     template_same = template_of(new.content) == template_of(candidate.content)
     if template_same and numbers_new != numbers_old:
-        if any(_FIRST_PERSON.search(t) or CHANGE_MARKERS.search(t) for t in (new.content, candidate.content)):
+        changed_word = any(CHANGE_MARKERS.search(t) for t in (new.content, candidate.content))
+        same_moment = bool(_MOMENT.search(new.content) and _MOMENT.search(candidate.content))  # (and day: above)
+        if not changed_word and not same_moment and _EVENT.search(new.content):
+            # "I visited museum number 1" / "… number 2": two events, not a changed number
+            return Decision(Verdict.UNRELATED, f"two events: {numbers_old} / {numbers_new}", 0.6, candidate)
+        if changed_word:
             return out(Verdict.SUPERSEDES, f"a changed number or date: {numbers_old} → {numbers_new}", 0.85)
+        if any(_FIRST_PERSON.search(t) for t in (new.content, candidate.content)) and not _NUMBERED.search(
+                new.content):
+            return out(Verdict.SUPERSEDES, f"a changed number or date: {numbers_old} → {numbers_new}", 0.8)
         # "Room 101, code 4711" / "Room 102, code 4812": a change, or two things? nobody says
         return out(Verdict.UNCERTAIN, f"other numbers {numbers_old} → {numbers_new} in a sentence about no one", 0.4)
     if template_same:
