@@ -207,6 +207,7 @@ async def run(
     embedder: MiniLMEmbedder | None = None,
     modes: Sequence[str] = MODES[:4],
     categories: Sequence[int] = (1, 2, 3, 4, 5),
+    asked: Sequence[int] | None = None,
     batch: int = 64,
     search: Callable[..., Any] | None = None,
     keyword_feedback: bool = False,
@@ -221,6 +222,8 @@ async def run(
     ``decay_policy``: order the final hits by relevance times the decay weight
     (:func:`services.memory.domain.decay.weight`, as ``RecallPipeline`` does), the question asked
     just after its conversation's last session.
+    ``asked``: the positions (0–9) of the conversations whose questions are asked (default all);
+    every conversation is indexed all the same, so the tenant's keyword statistics do not change.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -228,7 +231,8 @@ async def run(
     embedder = embedder or MiniLMEmbedder()
     timings["load data + model"] = time.perf_counter() - t0
     states = [m for c in convs for m in c.memories]
-    questions = [q for c in convs for q in c.questions if q.category in categories]
+    chosen = {convs[i].sample_id for i in asked} if asked is not None else {c.sample_id for c in convs}
+    questions = [q for c in convs if c.sample_id in chosen for q in c.questions if q.category in categories]
 
     late_encoder = ColbertEncoder() if {"late", "rerank"} & set(modes) else None
     stored_tokens: dict[str, bytes] = {}  # memory id -> packed token vectors, as Postgres keeps them
@@ -394,6 +398,17 @@ def markdown(r: Run) -> list[str]:
     return lines
 
 
+def conversation_range(text: str) -> list[int]:
+    """``"0-4"`` → [0, 1, 2, 3, 4]; ``"5-9"``, ``"0,2,7"`` and mixes (``"0-2,7"``) likewise."""
+    out: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"not a conversation range: {text!r}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--record", action="store_true", help="append the results to docs/benchmarks.md")
@@ -415,13 +430,18 @@ def main() -> None:
         "--no-context", action="store_true",
         help="save each turn without the turn before it as its context (the form measured before session 6)",
     )
+    parser.add_argument(
+        "--convs", type=conversation_range, default=None, metavar="RANGE",
+        help="ask only the questions of these conversations (positions 0–9 in the file, e.g. 0-4 — the ones "
+        "ranking constants are fitted on — or 5-9, held out); all ten are indexed all the same",
+    )
     args = parser.parse_args()
     console = Console()
     if not LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {LOCOMO} (set ENGRAM_LOCOMO)")
     modes = MODES if args.rerank else MODES[:4]
     convs = load(context=not args.no_context)
-    result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes,
+    result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes, asked=args.convs,
                              decay_policy=policy_from_settings(os.environ) if args.decay else None))
     console.print(table(result))
     timing = Table(title="phases")
@@ -438,6 +458,7 @@ def main() -> None:
         title += " (with rerank)" if args.rerank else ""
         title += " (turns without context)" if args.no_context else ""
         title += " (decay on)" if args.decay else ""
+        title += f" (questions of conversations {args.convs[0]}–{args.convs[-1]})" if args.convs else ""
         record(title, markdown(result))
         console.print("appended to docs/benchmarks.md")
 
