@@ -47,6 +47,7 @@ from contracts.memory import (
     GetProfile,
     Provenance,
     Recall,
+    RecallMode,
     SaveMemory,
     UpdateMemory,
 )
@@ -233,6 +234,12 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
                   "given): only what was known then, each fact as it stood; facts replaced since are marked ⇒.",
                   max_length=40),
         ] = None,
+        deep: Annotated[
+            bool,
+            Field(description="Search again with what the first hits name (people, places, things) and, for a "
+                  "question joining two things ('X and Y', 'before/after X'), each part on its own; for questions "
+                  "that need several memories put together (slower: a few more searches)."),
+        ] = False,
     ) -> str:
         """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
 
@@ -243,7 +250,8 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         relations (← the version it replaced, → a newer version, ~ a similar memory; at most 4 each).
         """
         c = caller()
-        query_ = contract(Recall, query=query, limit=limit, rerank=rerank, include_profile=includeProfile, as_of=as_of)
+        query_ = contract(Recall, query=query, limit=limit, rerank=rerank, include_profile=includeProfile, as_of=as_of,
+                          mode=RecallMode.DEEP if deep else RecallMode.HYBRID)
         found = await ops.run(c, operation(Recall), query_, project=containerTag)
         project = c.search_project(containerTag)
         return format_recall(query, found.hits, project, found.profile if includeProfile else None)

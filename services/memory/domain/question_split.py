@@ -34,7 +34,9 @@ _JOINERS = re.compile(r"\s+\b(?:both|together|each other|each)\b", re.IGNORECASE
 _WORD = r"[a-z][a-z'-]+"
 _LIST = re.compile(rf"\b({_WORD})((?:,\s+{_WORD})*),?\s+(?:and|or)\s+({_WORD})\b")
 _ANCHOR = re.compile(r"\b(before|after)\s+(.+?)\s*[?.!]*$", re.IGNORECASE)
-_WHO = re.compile(r"\b(?:the|a|an)\s+(\w+)\s+(who)\s+(.+?)(?=\s+(?:is|was|are|were)\b|[?.!]*$)")
+_WHO = re.compile(
+    r"\b(the|a|an)\s+(\w+)\s+(who)\s+(.+?)(?=\s+(?:is|was|are|were|no|not|still|never)\b|[?.!]*$)", re.IGNORECASE
+)
 _MONTHS = (
     "january february march april may june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec yesterday today tomorrow week weekend month year"
@@ -103,8 +105,8 @@ def _split_who(question: str) -> list[str]:
     match = _WHO.search(question)
     if match is None:
         return []
-    clause = f"{match.group(1)} {match.group(2)} {match.group(3)}"
-    rest = question[: match.start()] + match.group(1) + question[match.end():]
+    clause = f"{match.group(2)} {match.group(3)} {match.group(4)}"
+    rest = question[: match.start()] + f"{match.group(1)} {match.group(2)}" + question[match.end():]
     return [_tidy(clause), _tidy(rest)]
 
 

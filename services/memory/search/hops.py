@@ -22,19 +22,26 @@ The weights were fitted on LoCoMo conversations 0–4 and are reported on 5–9
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TypeVar
+from uuid import UUID
 
+from contracts.memory import MAX_RECALL_LIMIT, Recall, RecallHit, RecallMode, RecallResult
+from services.memory.domain.entities import entity_ranking
 from services.memory.domain.keywords import expand_query
+from services.memory.domain.question_split import split_question
 from services.memory.search.ports import SparseVector
 
 __all__ = [
+    "ENTITY_WEIGHT",
     "HOP_FUSION_K",
     "SECOND_HOP_DOCS",
     "SECOND_HOP_TERMS",
     "SECOND_HOP_WEIGHT",
     "SECOND_HOP_TERM_WEIGHT",
     "SUBQUESTION_WEIGHT",
+    "deep_hops",
     "fuse_rankings",
     "second_hop_query",
 ]
@@ -49,6 +56,8 @@ SECOND_HOP_TERM_WEIGHT = 0.5
 SECOND_HOP_WEIGHT = 1.0
 #: Each sub-question's list in the fusion.
 SUBQUESTION_WEIGHT = 0.5
+#: The list of first-hop hits that name what the question names, in the fusion.
+ENTITY_WEIGHT = 0.5
 #: The rank offset of the fusion: ``weight / (HOP_FUSION_K + rank)``, ranks from 1.
 HOP_FUSION_K = 10
 
@@ -87,3 +96,37 @@ def fuse_rankings(
     best = sum(weights) / (k + 1) or 1.0
     order = sorted(score, key=lambda item: (-score[item], first_seen[item]))
     return [(item, score[item] / best) for item in order]
+
+
+async def deep_hops(
+    query: Recall, found: Sequence[RecallHit], recall: Callable[[Recall], Awaitable[RecallResult]],
+) -> list[RecallHit]:
+    """Deep recall's fusion over the first hop's ``found`` (the default recall's candidates, best
+    first): the entity list (those of them that name what the question names,
+    :func:`~services.memory.domain.entities.entity_ranking`) and, for a question that joins two
+    things, each sub-question's own default recall (``recall``, run side by side). The fused score
+    becomes each hit's score."""
+    lists: list[list[UUID]] = [[h.memory.id for h in found]]
+    weights = [1.0]
+    by_id = {h.memory.id: h for h in found}
+    if ENTITY_WEIGHT > 0:
+        entity = entity_ranking(query.query, ((h.memory.id, h.memory.content) for h in found))
+        if entity:
+            lists.append(entity)
+            weights.append(ENTITY_WEIGHT)
+    subquestions = split_question(query.query) if SUBQUESTION_WEIGHT > 0 else []
+    if subquestions:
+        limit = max(query.limit, len(found))
+        results = await asyncio.gather(*(
+            recall(query.model_copy(update={"query": sub, "mode": RecallMode.HYBRID, "rerank": False,
+                                            "include_profile": False, "limit": min(limit, MAX_RECALL_LIMIT)}))
+            for sub in subquestions
+        ))
+        for result in results:
+            for hit in result.hits:
+                by_id.setdefault(hit.memory.id, hit)
+            lists.append([hit.memory.id for hit in result.hits])
+            weights.append(SUBQUESTION_WEIGHT)
+    if len(lists) == 1:
+        return list(found)
+    return [RecallHit(memory=by_id[i].memory, score=round(score, 6)) for i, score in fuse_rankings(lists, weights)]

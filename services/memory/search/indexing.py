@@ -28,7 +28,10 @@ from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallHit, R
 from services.memory.domain.keywords import SparseVector, add_sparse, document_vector, keyword_terms
 from services.memory.search.ports import FINGERPRINT_FIELD, Embedder, SearchFilter, VectorPoint
 
-SEARCH_MODES = {RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse"}
+SEARCH_MODES = {
+    RecallMode.HYBRID: "hybrid", RecallMode.DENSE: "dense", RecallMode.KEYWORD: "sparse",
+    RecallMode.DEEP: "hybrid",  # its first hop (services/memory/search/hops.py)
+}
 
 #: At most this many sentences are embedded apart; the rest of a long memory joins the last one.
 MAX_SENTENCES = 32

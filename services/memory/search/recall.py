@@ -10,7 +10,9 @@
    from 0.711 to 0.725 (docs/recall-quality.md); keyword searches stay literal;
 3. **late interaction** (hybrid mode, when an encoder is configured): the best
    ``max(limit, late_candidates)`` re-ordered by MaxSim over their stored token vectors;
-4. **rerank** (on request): the best ``max(limit, rerank_candidates)`` re-ordered by the
+4. **deep** (``mode="deep"``): a second hop and the question's parts, fused with the above
+   (:mod:`services.memory.search.hops`);
+5. **rerank** (on request): the best ``max(limit, rerank_candidates)`` re-ordered by the
    cross-encoder.
 
 The vector index only runs queries (:class:`~services.memory.search.ports.VectorIndex`).
@@ -36,6 +38,7 @@ from contracts.memory import (
     Profile,
     Recall,
     RecallHit,
+    RecallMode,
     RecallResult,
     RelationKind,
     excerpt,
@@ -45,6 +48,7 @@ from services.memory.domain import decay, truth
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
 from services.memory.search.encoders import Encoders
+from services.memory.search.hops import deep_hops
 from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
 from services.memory.search.late import (
     LATE_CANDIDATES,
@@ -194,6 +198,8 @@ class RecallPipeline:
                 found = reranked(found, await self._late_scores(tokens, found, stored))
             else:
                 await query_tokens
+        if query.mode is RecallMode.DEEP and len(found) > 1:
+            found = await deep_hops(query, found, lambda sub: self.recall(tenant, sub))
         if query.rerank and found:
             assert reranker is not None
             found = found[: max(query.limit, self.rerank_candidates)]

@@ -1,0 +1,104 @@
+"""Deep recall's pure parts: questions taken apart, names matched, ranked lists fused (issue 34)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.memory.domain.entities import entity_ranking, memory_entities, question_entities
+from services.memory.domain.question_split import MAX_SUBQUESTIONS, split_question
+from services.memory.search.hops import fuse_rankings, second_hop_query
+from services.memory.search.ports import SparseVector
+
+
+# --- question splitting --------------------------------------------------------------------------
+@pytest.mark.parametrize(("question", "parts"), [
+    ("What subject have Caroline and Melanie both painted?",
+     ["What subject have Caroline painted?", "What subject have Melanie painted?"]),
+    ("Which city have both Jean and John visited?", ["Which city have Jean visited?", "Which city have John visited?"]),
+    ("When did Caroline and Melanie go to a pride festival together?",
+     ["When did Caroline go to a pride festival?", "When did Melanie go to a pride festival?"]),
+    ("When did Melanie go on a hike after the roadtrip?", ["When did Melanie go on a hike?", "Melanie the roadtrip?"]),
+    ("What did Jean go through before meeting Maria?", ["What did Jean go through?", "Jean meeting Maria?"]),
+    ("Is the friend who wrote Deborah the motivational quote no longer alive?",
+     ["friend who wrote Deborah the motivational quote?", "Is the friend no longer alive?"]),
+    ("When did Caroline meet up with her friends, family, and mentors?",
+     ["When did Caroline meet up with her friends?", "When did Caroline meet up with her family?",
+      "When did Caroline meet up with her mentors?"]),
+    ("What pets and hobbies does Melanie have?", ["What pets does Melanie have?", "What hobbies does Melanie have?"]),
+])
+def test_joined_questions_are_taken_apart(question: str, parts: list[str]) -> None:
+    assert split_question(question) == parts
+
+
+@pytest.mark.parametrize("question", [
+    "What books has John read?",                              # one thing: nothing to take apart
+    "What did John do the week before August 3, 2023?",       # a date is the anchor: left to the search
+    "What did Maria do after 10 May?",
+    "Where did Caroline move from 4 years ago?",
+    "Which 青茶 do I like?",                                    # not English
+    "Who is up and running?",                                 # "up and running" joins no things
+    "",
+])
+def test_other_questions_are_left_whole(question: str) -> None:
+    assert split_question(question) == []
+
+
+def test_sub_questions_are_few_and_distinct() -> None:
+    parts = split_question("What did Ana buy: apples, pears, plums, figs and grapes?")
+    assert 2 <= len(parts) <= MAX_SUBQUESTIONS
+    assert len(set(parts)) == len(parts)
+    assert split_question("Did Jon and Jon go?") == []  # the same name twice is not two things
+
+
+# --- entities ------------------------------------------------------------------------------------
+def test_question_entities_leave_out_question_words() -> None:
+    assert question_entities("What did Caroline's dog Biscuit eat in Lisbon?") == {"caroline", "biscuit", "lisbon"}
+    assert question_entities("When did I go?") == frozenset()
+
+
+def test_a_memory_names_its_speaker_and_whom_it_mentions() -> None:
+    assert memory_entities("Caroline: I walked Biscuit with Ana.") == {"caroline", "biscuit", "ana"}
+    assert memory_entities("walked the dog") == frozenset()
+
+
+def test_entity_ranking_keeps_the_order_of_the_matching_hits() -> None:
+    ranked = [(1, "Tim: I read Dune."), (2, "John: I read The Alchemist."), (3, "the weather was nice"),
+              (4, "Tim: John lent me a book.")]
+    assert entity_ranking("What books has John read?", ranked) == [2, 4]
+    assert entity_ranking("what books did i read?", ranked) == []
+
+
+# --- fusion --------------------------------------------------------------------------------------
+def test_fusion_is_weighted_reciprocal_rank() -> None:
+    fused = fuse_rankings([["a", "b", "c"], ["c", "d"]], [1.0, 0.5], k=10)
+    expected = {"a": 1 / 11, "b": 1 / 12, "c": 1 / 13 + 0.5 / 11, "d": 0.5 / 12}
+    best = 1.5 / 11
+    assert [item for item, _ in fused] == sorted(expected, key=lambda i: -expected[i])
+    assert dict(fused) == pytest.approx({i: s / best for i, s in expected.items()})
+
+
+def test_fusion_scores_one_for_first_everywhere_and_breaks_ties_by_first_appearance() -> None:
+    fused = fuse_rankings([["x", "y"], ["x", "z"]], [1.0, 1.0])
+    assert fused[0] == ("x", pytest.approx(1.0))
+    assert [i for i, _ in fused] == ["x", "y", "z"]  # y and z tie: y was seen first
+    assert fuse_rankings([["a", "a", "b"]], [1.0]) == fuse_rankings([["a", "b"]], [1.0])  # a repeat counts once
+    assert fuse_rankings([["a"]], [0.0])[0][0] == "a"
+
+
+def test_fusion_refuses_mismatched_or_negative_weights() -> None:
+    with pytest.raises(ValueError):
+        fuse_rankings([["a"], ["b"]], [1.0])
+    with pytest.raises(ValueError):
+        fuse_rankings([["a"]], [-1.0])
+
+
+def test_second_hop_adds_what_the_first_hits_share_and_the_background_lacks() -> None:
+    query = SparseVector((1, 2), (1.0, 1.0))
+    title = 99  # a term of the best hits only (a book's title)
+    best = [SparseVector((1, title), (1.0, 1.0)) for _ in range(5)]
+    rest = [SparseVector((1, 50 + i), (1.0, 1.0)) for i in range(20)]
+    expanded = second_hop_query(query, best + rest)
+    weights = dict(zip(expanded.indices, expanded.values, strict=True))
+    assert weights[1] == 1.0 and weights[2] == 1.0  # the question's own terms keep their weight
+    assert max(weights, key=lambda i: weights[i] if i not in (1, 2) else -1) == title
+    assert second_hop_query(query, best) == query  # too few hits to tell what stands out
