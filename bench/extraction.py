@@ -313,7 +313,10 @@ def extract(engine: BuiltinEngine, turns: list[Turn], day: date | None, undated:
     return facts if undated or day is None else dated(facts, day)
 
 
-def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str = "both", undated: bool = False) -> None:
+def recall_with_extraction(
+    keep_record: bool, engine: BuiltinEngine, runs: str = "both", undated: bool = False, deep: bool = False,
+    asked: list[int] | None = None,
+) -> None:
     import uuid
 
     import locomo as L
@@ -354,21 +357,26 @@ def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str =
                         conv.dia_of[str(mid)] = dia[int(fact.turn_refs[0].split(":")[1])]  # provenance → turn
                         facts_added += 1
                     n += 1
-        result = asyncio.run(L.run(convs=convs, modes=("late",), categories=(1, 2, 3, 4)))
-        figures[label] = (result, facts_added)
-        print(f"{label}: {result.memories:,} memories; " + "; ".join(
-            f"{name} " + "/".join(f"{result.scores.mean('late', cats, k):.3f}" for k in L.KS)
-            for name, cats in (("1–4", L.HEADLINE), *((f"{c} {L.CATEGORIES[c]}", (c,)) for c in L.HEADLINE))))
+        modes = ("late", "deep") if deep else ("late",)
+        result = asyncio.run(L.run(convs=convs, modes=modes, categories=(1, 2, 3, 4), asked=asked))
+        for mode in modes:
+            name_ = label if mode == "late" else f"{label}, deep recall"
+            figures[name_] = (result, facts_added, mode)
+            print(f"{name_}: {result.memories:,} memories; " + "; ".join(
+                f"{name} " + "/".join(f"{result.scores.mean(mode, cats, k):.3f}" for k in L.KS)
+                for name, cats in (("1–4", L.HEADLINE), *((f"{c} {L.CATEGORIES[c]}", (c,)) for c in L.HEADLINE))))
     lines = [
         "LoCoMo evidence recall @5/@10/@25 (categories 1–4, 1,536 questions), default recall (hybrid + late "
         "interaction) through bench/locomo.py's harness; extracted memories mapped back to their turn through "
         "provenance, a turn counted once at its best rank",
     ]
-    for label, (result, added) in figures.items():
+    if asked is not None:
+        lines[0] += f"; questions of conversations {asked[0]}–{asked[-1]} only"
+    for label, (result, added, mode) in figures.items():
         lines.append(
             f"**{label}** ({result.memories:,} memories" + (f", {added:,} extracted" if added else "") + "): 1–4 "
-            + " / ".join(f"{result.scores.mean('late', L.HEADLINE, k):.3f}" for k in L.KS) + "; per category: "
-            + "; ".join(f"{c} {L.CATEGORIES[c]} " + "/".join(f"{result.scores.mean('late', (c,), k):.3f}"
+            + " / ".join(f"{result.scores.mean(mode, L.HEADLINE, k):.3f}" for k in L.KS) + "; per category: "
+            + "; ".join(f"{c} {L.CATEGORIES[c]} " + "/".join(f"{result.scores.mean(mode, (c,), k):.3f}"
                                                            for k in L.KS) for c in L.HEADLINE)
         )
     for line in lines:
@@ -376,6 +384,12 @@ def recall_with_extraction(keep_record: bool, engine: BuiltinEngine, runs: str =
     if keep_record:
         record("Recall with extraction on LoCoMo (built-in engine)", lines)
         print("recorded in docs/benchmarks.md")
+
+
+def L_range(text: str) -> list[int]:  # noqa: N802 - bench/locomo.py's parser, imported late like the rest of it
+    import locomo as L
+
+    return L.conversation_range(text)
 
 
 def main() -> None:
@@ -394,12 +408,16 @@ def main() -> None:
                         "the turns with the extracted memories")
     parser.add_argument("--undated", action="store_true",
                         help="leave relative dates as said (the figures before they were resolved)")
+    parser.add_argument("--deep", action="store_true", help='--recall: also recall with mode="deep"')
+    parser.add_argument("--convs", type=L_range, default=None, metavar="RANGE",
+                        help="--recall: ask only the questions of these conversations (e.g. 0-4 or 5-9)")
     parser.add_argument("--recall", action="store_true",
                         help="LoCoMo evidence recall with the extracted memories beside the turns (see above)")
     args = parser.parse_args()
     engine = BuiltinEngine(EngineSettings(threshold=args.threshold) if args.threshold is not None else None)
     if args.recall:
-        recall_with_extraction(args.record, engine, runs=args.runs, undated=args.undated)
+        recall_with_extraction(args.record, engine, runs=args.runs, undated=args.undated, deep=args.deep,
+                               asked=args.convs)
         return
     if args.pipeline:
         pipeline(args.pipeline, args.interval, args.record)

@@ -49,6 +49,8 @@ from services.memory.adapters.vector_factory import build_vector_index
 from services.memory.config import MemorySettings
 from services.memory.domain.decay import DECAY_BLEND, DecayPolicy, blended, policy_from_settings, weight
 from services.memory.domain.keywords import query_vector
+from services.memory.domain.question_split import split_question
+from services.memory.search.hops import deep_fusion
 from services.memory.search.indexing import (
     active_filter,
     embed_memories,
@@ -69,10 +71,11 @@ from services.memory.search.recall import search as recall_search
 TENANT = "locomo"
 KS = (5, 10, 25)
 LIMIT = max(KS)
-MODES = ("dense", "sparse", "hybrid", "late", "rerank")
+MODES = ("dense", "sparse", "hybrid", "late", "rerank", "deep")
 MODE_LABEL = {
     "dense": "dense", "sparse": "keyword", "hybrid": "hybrid search",
     "late": "hybrid + late interaction (default)", "rerank": "hybrid + late + rerank",
+    "deep": "deep (mode=\"deep\")",
 }
 RERANK_CANDIDATES: int = MemorySettings.model_fields["rerank_candidates"].default
 LATE_CANDIDATES: int = MemorySettings.model_fields["late_candidates"].default
@@ -234,7 +237,7 @@ async def run(
     chosen = {convs[i].sample_id for i in asked} if asked is not None else {c.sample_id for c in convs}
     questions = [q for c in convs if c.sample_id in chosen for q in c.questions if q.category in categories]
 
-    late_encoder = ColbertEncoder() if {"late", "rerank"} & set(modes) else None
+    late_encoder = ColbertEncoder() if {"late", "rerank", "deep"} & set(modes) else None
     stored_tokens: dict[str, bytes] = {}  # memory id -> packed token vectors, as Postgres keeps them
     home = Path(tempfile.mkdtemp(prefix="engram-locomo-"))
     index: VectorIndex = build_vector_index(qdrant_url=None, path=home / "shard", dim=embedder.dim)
@@ -278,11 +281,25 @@ async def run(
             task = progress.add_task("searching questions", total=len(questions))
             t = time.perf_counter()
             reranker = CrossEncoderReranker() if "rerank" in modes else None
+            content_of = {str(m.id): m.content for c in convs for m in c.memories}
+
+            async def late_ranked(text: str, conv: str) -> list[str]:
+                """The default recall's order for ``text`` (a sub-question of deep recall)."""
+                assert late_encoder is not None
+                found = await do_search(
+                    index, dense=[float(x) for x in embedder.embed([text])[0]], sparse=query_vector(text),
+                    mode="hybrid", limit=LATE_CANDIDATES, filter=active_filter(TENANT, conv),
+                    prefetch_limit=late_prefetch_limit(LATE_CANDIDATES),
+                )
+                ids = [h.id for h in found]
+                late = maxsim_packed(late_encoder.encode_query(text), [stored_tokens[i] for i in ids], late_encoder.dim)
+                return [ids[i] for i, _ in rerank_order(late.tolist(), [h.score for h in found])]
+
             for q, qvec in zip(questions, qvecs, strict=True):
                 for mode in modes:
                     # exactly what RecallPipeline.recall does, minus the Postgres lookups
                     s = time.perf_counter()
-                    late_mode = late_encoder is not None and mode in ("late", "rerank")
+                    late_mode = late_encoder is not None and mode in ("late", "rerank", "deep")
                     dense = qvec if mode != "sparse" else None
                     sparse = query_vector(q.question) if mode != "dense" else None
                     limit = LIMIT
@@ -300,6 +317,10 @@ async def run(
                         late = maxsim_packed(tokens, [stored_tokens[i] for i in ids], late_encoder.dim)
                         fused = rerank_order(late.tolist(), scores_)
                         ids, scores_ = [ids[i] for i, _ in fused], [f for _, f in fused]
+                    if mode == "deep" and late_encoder is not None:
+                        # what hops.deep_hops does: each part of a joined question recalled alone, then the fusion
+                        parts = [await late_ranked(sub, q.conv) for sub in split_question(q.question)]
+                        ids = [i for i, _ in deep_fusion(q.question, [(i, content_of[i]) for i in ids], parts)]
                     if reranker is not None and mode == "rerank":
                         ids, scores_ = ids[:RERANK_CANDIDATES], scores_[:RERANK_CANDIDATES]
                         relevance = reranker.score(q.question, [rerank_text_of[i] for i in ids]).tolist()
@@ -427,6 +448,11 @@ def main() -> None:
         "as the recall pipeline does, each question asked just after its conversation's last session",
     )
     parser.add_argument(
+        "--deep", action="store_true",
+        help='also measure recall with mode="deep" (the first hits about what the question names, and each part '
+        "of a question that joins two things, fused with the default recall; services/memory/search/hops.py)",
+    )
+    parser.add_argument(
         "--no-context", action="store_true",
         help="save each turn without the turn before it as its context (the form measured before session 6)",
     )
@@ -439,7 +465,7 @@ def main() -> None:
     console = Console()
     if not LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {LOCOMO} (set ENGRAM_LOCOMO)")
-    modes = MODES if args.rerank else MODES[:4]
+    modes = [*MODES[:4], *(["rerank"] if args.rerank else []), *(["deep"] if args.deep else [])]
     convs = load(context=not args.no_context)
     result = asyncio.run(run(convs=convs, keyword_feedback=args.keyword_feedback, modes=modes, asked=args.convs,
                              decay_policy=policy_from_settings(os.environ) if args.decay else None))
@@ -456,6 +482,7 @@ def main() -> None:
     if args.record:
         title = "LoCoMo recall quality" + (" (keyword feedback on)" if args.keyword_feedback else "")
         title += " (with rerank)" if args.rerank else ""
+        title += " (with deep recall)" if args.deep else ""
         title += " (turns without context)" if args.no_context else ""
         title += " (decay on)" if args.decay else ""
         title += f" (questions of conversations {args.convs[0]}–{args.convs[-1]})" if args.convs else ""

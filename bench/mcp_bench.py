@@ -139,6 +139,22 @@ async def recall_latency(url: str, key: str, queries: list[str], warmup: list[st
     return out
 
 
+async def recall_latency_deep(url: str, key: str, queries: list[str], warmup: list[str]) -> tuple[list[float], list[float]]:
+    """Recall latency of the default recall and of ``deep: true``, interleaved (one question each
+    way in turn, distinct questions: the embedder caches single queries), after ``warmup``."""
+    default: list[float] = []
+    deep: list[float] = []
+    async with client(url, key) as c:
+        for q in warmup:
+            await c.call_tool("recall", {"query": q, "containerTag": "bench"})
+        for i, q in enumerate(queries):
+            t0 = time.perf_counter()
+            r = await c.call_tool("recall", {"query": q, "containerTag": "bench", "limit": 10, "deep": i % 2 == 1})
+            (deep if i % 2 else default).append((time.perf_counter() - t0) * 1000)
+            assert not r.is_error, text(r)
+    return default, deep
+
+
 async def preload(
     stack: Stack, tenant: str, texts: list[str], window: int = 2000, trace: list[tuple[float, int]] | None = None
 ) -> float:
@@ -238,6 +254,8 @@ def main() -> None:
     parser.add_argument("--preload", action="store_true",
                         help="load memories through the command stream (bulk) instead of MCP calls")
     parser.add_argument("--state", type=Path, help="keep the loaded stack in this folder and reuse it next time")
+    parser.add_argument("--deep", action="store_true",
+                        help="measure recall with deep: true beside the default, on alternate questions")
     args = parser.parse_args()
 
     texts = contents(args.memories)
@@ -278,7 +296,11 @@ def main() -> None:
             groups = process_groups(stack, "MCP client (this script)")
             logs = log_sizes(stack)
             cpu0 = cpu_seconds(groups)
-            rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
+            if args.deep:
+                default_ms, deep_ms = asyncio.run(recall_latency_deep(url, state["key"], questions, warmup))
+                rec, rec_deep = percentiles(default_ms), percentiles(deep_ms)
+            else:
+                rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
             cpu1 = cpu_seconds(groups)
             vis, vis_saves, vis_recalls = (percentiles(x) for x in asyncio.run(visibility(url, state["key"], args.visibility)))
             stalled = stalls(stack, logs)
@@ -293,6 +315,9 @@ def main() -> None:
         f"recall through MCP (query embedding included, includeProfile, top 10, {len(questions)} distinct "
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
+        *([f"recall with deep: true through MCP, on the other half of the same questions, interleaved with the "
+           f"default ({len(questions) - len(questions) // 2} default, {len(questions) // 2} deep): default "
+           f"{fmt(rec)}; deep {fmt(rec_deep)}"] if args.deep else []),
         f"save → visible to recall: {fmt(vis)} (the save alone: {fmt(vis_saves)}; each recall: {fmt(vis_recalls)})",
         f"event-loop stalls over 30 ms during the recall and visibility runs: {stalled}",
         "CPU per recall by process (ms, mean over warm-up and measured recalls): {}; total {:.1f}".format(

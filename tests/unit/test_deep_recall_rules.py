@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.memory.domain.entities import entity_ranking, memory_entities, question_entities
+from services.memory.domain.entities import entity_ranking, memory_subjects, question_entities
 from services.memory.domain.question_split import MAX_SUBQUESTIONS, split_question
-from services.memory.search.hops import fuse_rankings, second_hop_query
-from services.memory.search.ports import SparseVector
+from services.memory.search.hops import ENTITY_WEIGHT, SUBQUESTION_WEIGHT, deep_fusion, fuse_rankings
 
 
 # --- question splitting --------------------------------------------------------------------------
@@ -56,16 +55,28 @@ def test_question_entities_leave_out_question_words() -> None:
     assert question_entities("When did I go?") == frozenset()
 
 
-def test_a_memory_names_its_speaker_and_whom_it_mentions() -> None:
-    assert memory_entities("Caroline: I walked Biscuit with Ana.") == {"caroline", "biscuit", "ana"}
-    assert memory_entities("walked the dog") == frozenset()
+def test_a_memory_is_about_its_speaker_or_else_whom_it_names() -> None:
+    assert memory_subjects("Tim: John lent me a book.") == {"tim"}  # the speaker, not whom they talk to
+    assert memory_subjects("John lent Tim a book.") == {"john", "tim"}
+    assert memory_subjects("lent a book") == frozenset()
 
 
-def test_entity_ranking_keeps_the_order_of_the_matching_hits() -> None:
+def test_entity_ranking_keeps_the_order_of_the_hits_about_what_the_question_names() -> None:
     ranked = [(1, "Tim: I read Dune."), (2, "John: I read The Alchemist."), (3, "the weather was nice"),
-              (4, "Tim: John lent me a book.")]
-    assert entity_ranking("What books has John read?", ranked) == [2, 4]
+              (4, "Tim: John lent me a book."), (5, "John finished Dune.")]
+    assert entity_ranking("What books has John read?", ranked) == [2, 5]
     assert entity_ranking("what books did i read?", ranked) == []
+
+
+def test_deep_fusion_lifts_the_hits_about_the_question_and_its_parts() -> None:
+    first = [("a", "Tim: I read Dune."), ("b", "Tim: Great bookshelf!"), ("c", "John: I read The Alchemist.")]
+    fused = deep_fusion("What books has John read?", first)
+    expected = fuse_rankings([["a", "b", "c"], ["c"]], [1.0, ENTITY_WEIGHT])
+    assert fused == expected
+    assert [k for k, _ in fused].index("c") < 2  # John's turn is no longer last
+    with_parts = deep_fusion("What books has John read?", first, [["d", "c"]])
+    assert with_parts == fuse_rankings([["a", "b", "c"], ["c"], ["d", "c"]], [1.0, ENTITY_WEIGHT, SUBQUESTION_WEIGHT])
+    assert deep_fusion("what is new?", first) == fuse_rankings([["a", "b", "c"]], [1.0])
 
 
 # --- fusion --------------------------------------------------------------------------------------
@@ -90,15 +101,3 @@ def test_fusion_refuses_mismatched_or_negative_weights() -> None:
         fuse_rankings([["a"], ["b"]], [1.0])
     with pytest.raises(ValueError):
         fuse_rankings([["a"]], [-1.0])
-
-
-def test_second_hop_adds_what_the_first_hits_share_and_the_background_lacks() -> None:
-    query = SparseVector((1, 2), (1.0, 1.0))
-    title = 99  # a term of the best hits only (a book's title)
-    best = [SparseVector((1, title), (1.0, 1.0)) for _ in range(5)]
-    rest = [SparseVector((1, 50 + i), (1.0, 1.0)) for i in range(20)]
-    expanded = second_hop_query(query, best + rest)
-    weights = dict(zip(expanded.indices, expanded.values, strict=True))
-    assert weights[1] == 1.0 and weights[2] == 1.0  # the question's own terms keep their weight
-    assert max(weights, key=lambda i: weights[i] if i not in (1, 2) else -1) == title
-    assert second_hop_query(query, best) == query  # too few hits to tell what stands out
