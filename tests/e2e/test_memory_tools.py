@@ -174,6 +174,31 @@ async def test_recall_with_rerank_through_mcp_and_rest(running) -> None:  # type
         assert bad.status_code == 422 and "rerank" in bad.text
 
 
+async def test_deep_recall_through_mcp_and_rest(running) -> None:  # type: ignore[no-untyped-def]
+    # issue 34: John's one book among six turns of Tim's about books; deep recall puts John's first
+    tag = "deep-" + uuid.uuid4().hex[:6]
+    dune = "John: I just finished Dune by Frank Herbert, what a ride."
+    turns = ["Tim: I have read so many fantasy books this year, John.", "Tim: Reading books before bed is my habit.",
+             "Tim: John, have you read any good books lately? I read a lot.", "Tim: My bookshelf is full of books.",
+             "Tim: I read books about dragons and wizards all the time.", "Tim: I've read every book by Rothfuss.",
+             dune]
+    question = "What books has John read?"
+    async with connect(running) as c:
+        for content in turns:
+            assert not (await c.call_tool("memory", {"content": content, "containerTag": tag})).is_error
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert tools["recall"].input_schema["properties"]["deep"]["default"] is False
+        text = text_of(await c.call_tool("recall", {
+            "query": question, "containerTag": tag, "deep": True, "includeProfile": False, "limit": 1,
+        }))
+        assert "[1] (" in text and "Dune" in text
+    async with httpx.AsyncClient(base_url=running.base_url, headers={"Authorization": f"Bearer {running.key}"}, timeout=30) as h:
+        found = (await h.post("/v1/recall", json={"query": question, "project": tag, "mode": "deep", "limit": 3})).json()
+        assert found["hits"][0]["memory"]["content"] == dune
+        bad = await h.post("/v1/recall", json={"query": "x", "project": tag, "mode": "deeper"})
+        assert bad.status_code == 422 and "mode" in bad.text
+
+
 async def test_context_helps_recall_and_is_not_content(running) -> None:  # type: ignore[no-untyped-def]
     tag = "context-" + uuid.uuid4().hex[:6]
     answer = "Nate: I've had them for 3 years now."
