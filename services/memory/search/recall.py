@@ -10,8 +10,8 @@
    from 0.711 to 0.725 (docs/recall-quality.md); keyword searches stay literal;
 3. **late interaction** (hybrid mode, when an encoder is configured): the best
    ``max(limit, late_candidates)`` re-ordered by MaxSim over their stored token vectors;
-4. **deep** (``mode="deep"``): a second hop and the question's parts, fused with the above
-   (:mod:`services.memory.search.hops`);
+4. **deep** (``mode="deep"``): the candidates about whom the question names, and each part of a
+   question joining two things recalled alone, fused with the above (:mod:`services.memory.search.hops`);
 5. **rerank** (on request): the best ``max(limit, rerank_candidates)`` re-ordered by the
    cross-encoder.
 
