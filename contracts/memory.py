@@ -414,10 +414,10 @@ class Recall(BaseModel):
     candidates are re-ordered by token-level late interaction, fused with the search's order (hit scores
     are then fused rank scores in (0, 1], 1 = first for both; RRF sums where the server has late
     interaction off). ``dense`` and ``keyword`` modes return the engine's own order and scores. ``deep`` is
-    ``hybrid`` followed by a second hop, for questions that need several memories put together: the
-    people, places and things the question names and the first hits mention are searched for as well,
-    a question joining two things ("X and Y", "before/after X") is also searched part by part, and the
-    lists are fused (scores are fused rank scores in (0, 1])."""
+    ``hybrid`` followed by a second pass, for questions that need several memories put together: the
+    candidates about the people the question names are ranked up, a question joining two things ("X and
+    Y", "before/after X") is also searched part by part, and the lists are fused (scores are fused rank
+    scores in (0, 1])."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -236,9 +236,9 @@ def memory_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]], s
         ] = None,
         deep: Annotated[
             bool,
-            Field(description="Search again with what the first hits name (people, places, things) and, for a "
-                  "question joining two things ('X and Y', 'before/after X'), each part on its own; for questions "
-                  "that need several memories put together (slower: a few more searches)."),
+            Field(description="For questions that need several memories put together: rank up the memories about "
+                  "the people the question names and, for a question joining two things ('X and Y', "
+                  "'before/after X'), search each part on its own too (slower when there are parts)."),
         ] = False,
     ) -> str:
         """Search the user's long-term memory (semantic + keyword, fused) and return the most relevant memories.
