@@ -71,6 +71,16 @@ async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived
         old = await call(client, "get_memory", memory_id=lisbon_id)
         assert old["status"] == "superseded" and old["valid_until"] and "berlin" in old["superseded_by"]["reason"]
 
+        # the graph draws it: Berlin's memory updates Lisbon's (the projection follows the log: a bounded wait)
+        updates: list[dict[str, Any]] = []
+        for _ in range(300):
+            page = await call(client, "fetch-graph-data", project=project)
+            updates = [e for e in page["edges"] if e["type"] == "updates" and lisbon_id in e["target"]]
+            if updates:
+                break
+            await asyncio.sleep(0.1)
+        assert updates and updates[0]["source"] != updates[0]["target"], page
+
     # REST: the same question as of the same moment
     with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
         got = h.post("/recall", json={"query": "where does the user live", "project": project, "as_of": between})

@@ -12,7 +12,8 @@ Edge rules:
 - ``extends``: a memory → the memory before it (in the graph's order) of its key family in its
   project, and → the memory before it extracted from the same log;
 - ``updates``: a memory → a forgotten memory of its key family it followed (the first memory of the
-  family after the forgotten one); a memory saved again after being forgotten loses it;
+  family after the forgotten one); a memory saved again after being forgotten loses it; and a
+  memory → the memory it superseded (a changed fact, ``superseded_by``: docs/memory-truth.md);
 - ``similar``: asked of the memory service after the projection (:mod:`.similar`): a saved or
   changed memory is queued in the same transaction (its neighbours' lists are offered it then,
   and a changed one's edges from lists that do not take it again go); a forgotten one loses its
@@ -140,6 +141,9 @@ class GraphProjection:
                 await tx.add_edges(tenant, [GraphEdge(source=row.id, target=o, type=EdgeType.UPDATES) for o in olds])
             elif before.forgotten:  # saved again: no longer superseded
                 await tx.drop_edges_into(tenant, row.id, EdgeType.UPDATES)
+        if state.superseded_by is not None:  # a changed fact: the memory that said what changed updates this one
+            await tx.add_edges(tenant, [GraphEdge(source=memory_node_id(state.superseded_by.memory_id), target=row.id,
+                                                  type=EdgeType.UPDATES)])
         if row.forgotten:
             # off the queue first: a similar-edge round writing this memory's edges right now holds
             # its queue row, so the delete below runs after that round committed and takes its edges too
