@@ -142,7 +142,9 @@ class Memories:
             views.update({str(k): v for k, v in (await self.store.views(tenant, [UUID(h.id) for h in hits
                                                                                  if h.id not in views])).items()})
         candidates = [truth.candidate(views[h.id], h.score) for h in hits if h.id in views]
-        return decide_all(truth.statement(cmd.model_copy(update={"content": text}), when), candidates)
+        # the rules are CPU (3 ms at p50, 25 ms at p99 for 8 LoCoMo turns): off the event loop
+        return await asyncio.to_thread(decide_all, truth.statement(cmd.model_copy(update={"content": text}), when),
+                                       candidates)
 
     async def _merge(self, call: CommandCall, memory_id: UUID, cmd: SaveMemory, when: datetime, *,
                      judged: str) -> SaveMemoryResult | None:
