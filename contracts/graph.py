@@ -123,5 +123,34 @@ class SimilarMemoryList(BaseModel):
                                 "current one in the memory service's read model)")
 
 
+MAX_RELATED_MEMORIES = 10
+
+
+class RelatedMemories(BaseModel):
+    """Several memories' ``similar`` edges as the graph's read model holds them (found once, when
+    each memory was saved): a recall's ``~`` markers for its best hits in one call, without a
+    vector search (graph service)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_ids: list[UUID] = Field(min_length=1, max_length=MAX_RELATED_MEMORIES)
+    limit: int = Field(3, ge=1, le=MAX_SIMILAR, description="at most this many neighbours per memory, closest first")
+    min_score: float = Field(0.6, ge=-1.0, le=1.0)
+
+
+class RelatedMemory(BaseModel):
+    memory_id: UUID
+    found: bool = Field(description="false when the graph does not hold the memory (unknown, forgotten, not "
+                        "visible to the caller, or not projected yet)")
+    version: int | None = Field(None, description="the memory's version its neighbours were found for; None while "
+                                "they are still being found (then ``similar`` is what an older version earned)")
+    similar: list[SimilarMemory] = Field(default_factory=list)
+
+
+class RelatedMemoryList(BaseModel):
+    memories: list[RelatedMemory] = Field(description="one per asked memory, in the order asked")
+
+
 query(GRAPH, "graph_page", result=GraphPage)(GraphPageQuery)
+query(GRAPH, "related_memories", result=RelatedMemoryList)(RelatedMemories)
 query(MEMORY, "similar_memories", result=SimilarMemoryList)(SimilarMemories)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from contracts.auth import Scope
 from contracts.errors import ErrorCode
-from contracts.graph import SimilarMemories, SimilarMemoryList
+from contracts.graph import RelatedMemories, RelatedMemoryList, SimilarMemories, SimilarMemoryList
 from contracts.memory import MAX_CLIENT_CHARS, ListProjects, MemoryHistory, MemoryHistoryQuery, ProjectList
 from contracts.messages import spec_of
 from kit.client import Client, ServiceFailure
@@ -39,7 +39,8 @@ log = logging.getLogger("engram.gateway")
 #: machine), never more than 0.5 s — relations at most double a recall's time
 RELATIONS_BUDGET_S = 0.1
 RELATIONS_MAX_BUDGET_S = 0.5
-#: after SimilarMemories went unanswered, how long recall leaves similar memories out
+#: after SimilarMemories (or the graph's RelatedMemories) went unanswered, how long recall does
+#: without it (no similar memories, or each asked of the memory service's vector index)
 SIMILAR_RETRY_S = 300.0
 _NOT_ANSWERED = (ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAVAILABLE)
 
@@ -96,6 +97,7 @@ class Operations:
         self.client = client
         self.projects = ProjectCache()
         self._similar_off_until = 0.0  # SimilarMemories unanswered: not asked again before this time
+        self._graph_off_until = 0.0  # RelatedMemories unanswered: not asked again before this time
 
     async def _send(self, c: Caller, command: BaseModel, key: str | None = None) -> Any:
         return await self.client.send(c.tenant, command, key=key, project_scope=c.project_scope,
@@ -105,21 +107,39 @@ class Operations:
         return await self.client.ask(c.tenant, query, project_scope=c.project_scope)
 
     async def _related(self, c: Caller, hits: list[Any], budget_s: float = RELATIONS_BUDGET_S) -> list[Any]:
-        """The hits with their relations and source documents (``relations.py``): the best hits'
-        histories and nearest neighbours are asked for in one batch, and whatever has not answered
-        within ``budget_s`` is left out, so relations never hold a recall up for long."""
+        """The hits with their relations and source documents (``relations.py``), whatever has not
+        answered within ``budget_s`` left out, so relations never hold a recall up for long.
+
+        The best hits' similar memories come from the graph's read model in one call
+        (:class:`RelatedMemories`: the neighbours found once, when each memory was saved), together
+        with the revised hits' histories; only a hit the graph has not caught up with (just saved or
+        changed, or a graph that does not answer) is asked of the memory service's vector index
+        (:class:`SimilarMemories`, one search each)."""
+        deadline = time.monotonic() + budget_s
         revised, best = relations.wanted(hits)
         asks: dict[tuple[str, Any], asyncio.Task[Any]] = {
             ("history", i): asyncio.ensure_future(self._ask(c, MemoryHistoryQuery(memory_id=i))) for i in revised
         }
+        similar: dict[Any, SimilarMemoryList] = {}
+        if best and time.monotonic() >= self._graph_off_until:
+            graph = asyncio.ensure_future(self._ask(c, RelatedMemories(
+                memory_ids=best, limit=relations.SIMILAR_PER_HIT, min_score=relations.SIMILAR_MIN_SCORE)))
+            await asyncio.wait({graph}, timeout=budget_s)
+            if not graph.done():
+                graph.cancel()
+            elif graph.exception() is None and isinstance(graph.result(), RelatedMemoryList):
+                similar = relations.similar_from_graph(graph.result(), {h.memory.id: h.memory.version for h in hits})
+            elif isinstance(error := graph.exception(), ServiceFailure) and error.error.code in _NOT_ANSWERED:
+                self._graph_off_until = time.monotonic() + SIMILAR_RETRY_S
+                log.info("graph related memories unavailable (%s); recall asks the memory service for %.0f s",
+                         error, SIMILAR_RETRY_S)
         if time.monotonic() >= self._similar_off_until:
             asks.update({("similar", i): asyncio.ensure_future(self._ask(c, SimilarMemories(
                 memory_id=i, limit=relations.SIMILAR_PER_HIT + 1, min_score=relations.SIMILAR_MIN_SCORE)))
-                for i in best})
+                for i in best if i not in similar})
         if asks:
-            await asyncio.wait(asks.values(), timeout=budget_s)
+            await asyncio.wait(asks.values(), timeout=max(deadline - time.monotonic(), 0.001))
         histories: dict[Any, MemoryHistory] = {}
-        similar: dict[Any, SimilarMemoryList] = {}
         for (kind, i), task in asks.items():
             if not task.done():
                 task.cancel()

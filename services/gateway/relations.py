@@ -7,19 +7,21 @@ In Engram a memory's versions share its id (an update writes version N+1 of the 
 - ``←`` **previous version**: the version the recalled one replaced (from the memory's history);
 - ``→`` **newer version**: a version written after the one recalled — rare (the index answered
   before a newer version was projected), shown so the model does not trust a stale fact;
-- ``~`` **similar**: the memory's nearest neighbours in the vector index (the memory service's
-  ``SimilarMemories``), by rank when the neighbour is a hit of the same recall;
+- ``~`` **similar**: the memory's nearest neighbours in the vector index, by rank when the neighbour
+  is a hit of the same recall: the ``similar`` edges the graph's read model holds (found once, when
+  the memory was saved: the graph's ``RelatedMemories``, one call for all the best hits), or, for a
+  hit the graph has not caught up with, the memory service's ``SimilarMemories`` (a vector search);
 - **documents**: the daily logs the memory (any of its versions, newest first) was extracted from.
 
-The gateway fetches history and neighbours for the best :data:`RELATED_HITS` hits only, in one
-batch under a time box; every other hit gets the documents its own provenance names.
+The gateway fetches history and neighbours for the best :data:`RELATED_HITS` hits only, under a
+time box; every other hit gets the documents its own provenance names.
 """
 
 from __future__ import annotations
 
 from uuid import UUID
 
-from contracts.graph import SimilarMemoryList
+from contracts.graph import RelatedMemoryList, SimilarMemoryList
 from contracts.memory import (
     EXCERPT_CHARS,
     MAX_HIT_DOCUMENTS,
@@ -35,7 +37,8 @@ from contracts.memory import (
     excerpt,
 )
 
-__all__ = ["EXCERPT_CHARS", "excerpt", "relations_of", "with_relations", "documents_of", "wanted"]
+__all__ = ["EXCERPT_CHARS", "excerpt", "relations_of", "with_relations", "documents_of", "wanted",
+           "similar_from_graph"]
 
 #: the best hits whose history and neighbours are fetched
 RELATED_HITS = 3
@@ -118,3 +121,12 @@ def wanted(hits: list[RecallHit]) -> tuple[list[UUID], list[UUID]]:
     """Which of the best hits need their history read (revised ones) and their neighbours asked for."""
     best = hits[:RELATED_HITS]
     return [h.memory.id for h in best if h.memory.version > 1], [h.memory.id for h in best]
+
+
+def similar_from_graph(related: RelatedMemoryList, versions: dict[UUID, int]) -> dict[UUID, SimilarMemoryList]:
+    """The neighbours the graph holds for the hits whose recalled version they were found for
+    (``versions``: each hit's); a hit the graph does not hold, or holds at another version or with
+    a round of its neighbours still queued, is left out (asked of the vector index instead)."""
+    return {r.memory_id: SimilarMemoryList(found=True, similar=r.similar, version=r.version)
+            for r in related.memories
+            if r.found and r.version is not None and r.version == versions.get(r.memory_id)}

@@ -21,7 +21,16 @@ from hypothesis import strategies as st
 
 from contracts.daily_logs import RecordExtractionResult, SaveDailyLog, Turn
 from contracts.errors import ErrorCode
-from contracts.graph import EdgeType, GraphPage, GraphPageQuery, NodeState, NodeType, SimilarMemories
+from contracts.graph import (
+    EdgeType,
+    GraphPage,
+    GraphPageQuery,
+    NodeState,
+    NodeType,
+    RelatedMemories,
+    RelatedMemoryList,
+    SimilarMemories,
+)
 from contracts.memory import Category, ForgetMemory, Provenance, SaveMemory, UpdateMemory
 from kit.client import Client, ServiceFailure
 from services.graph import main as graph_main
@@ -375,6 +384,62 @@ async def _having_similar(edges: Callable[[], Awaitable[dict[tuple[str, str], fl
 
 async def _settled(stack: Stack) -> bool:
     return await stack.graph.store.similar_backlog() == 0
+
+
+def test_related_memories_serve_a_recalls_markers_from_the_similar_edges(stack: Stack) -> None:
+    """The graph's RelatedMemories (a recall's ``~`` markers, issue 33): the similar edges its read
+    model holds for several memories in one call — the same neighbours, closest first, as the
+    memory service's vector index gives, within the caller's project; version None while a newer
+    round is queued; a forgotten neighbour left out; a memory outside the scope not found."""
+    user = tenant()
+
+    async def related(ids: list[str], scope: str | None = None, limit: int = 3) -> RelatedMemoryList:
+        result: RelatedMemoryList = await stack.client.ask(
+            user, RelatedMemories(memory_ids=[uuid.UUID(i) for i in ids], limit=limit), project_scope=scope)
+        return result
+
+    async def case() -> None:
+        tea = await stack.save(user, "My favourite drink is green tea", project="home")
+        drinks = await stack.save(user, "I love drinking green tea every morning", project="home")
+        closer = await stack.save(user, "I brew a pot of green tea after lunch", project="home")
+        tax = await stack.save(user, "The quarterly tax report is due in April", project="home")
+        other = await stack.save(user, "Green tea is my favourite drink at work", project="work")
+        await until(lambda: _settled(stack), "the similar queue drained", timeout=60)
+        await until(lambda: _having_similar(partial(_similar_edges, stack, user), {(tea, drinks)}), "tea's edges")
+
+        answer = await related([tea, tax, other, drinks])
+        assert [str(r.memory_id) for r in answer.memories] == [tea, tax, other, drinks]  # the order asked
+        first, lone = answer.memories[0], answer.memories[1]
+        assert first.found and first.version == 1 and lone.found and lone.similar == []
+        index = await stack.client.ask(user, SimilarMemories(memory_id=uuid.UUID(tea), limit=4))
+        assert [str(s.memory_id) for s in first.similar] == [str(s.memory_id) for s in index.similar
+                                                             if str(s.memory_id) != tea][:3]
+        assert [s.score for s in first.similar] == sorted((s.score for s in first.similar), reverse=True)
+        assert str(first.similar[0].memory_id) == drinks and all(s.score >= 0.6 for s in first.similar)
+        assert other not in {str(s.memory_id) for s in first.similar}  # neighbours stay within a project
+        assert [len(r.similar) for r in (await related([tea], limit=1)).memories] == [1]
+
+        scoped = await related([tea, other], scope="work")
+        assert [r.found for r in scoped.memories] == [False, True] and scoped.memories[0].similar == []
+
+        await stack.client.send(user, ForgetMemory(memory_id=uuid.UUID(closer)))
+
+        async def without_closer() -> RelatedMemoryList | None:
+            found = await related([drinks, closer])
+            return found if closer not in {str(s.memory_id) for s in found.memories[0].similar} else None
+
+        after = await until(without_closer, "the forgotten neighbour gone from the markers")
+        assert not after.memories[1].found
+
+        await stack.client.send(user, UpdateMemory(id=uuid.UUID(tea), content="I drink green tea daily", project="home"))
+
+        async def changed() -> RelatedMemoryList | None:
+            found = await related([tea])
+            return found if found.memories[0].version == 2 else None
+
+        await until(changed, "the changed memory's new round")
+
+    stack.run(case())
 
 
 # isolation and refusals ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from pydantic import BaseModel
 
-from contracts.graph import SimilarMemories
+from contracts.graph import RelatedMemories, SimilarMemories
 from contracts.memory import MemoryHistoryQuery, Profile, Recall, RecallResult
 from services.gateway.entrypoints.mcp_tools import build_tools
 from services.gateway.operations import Operations
@@ -33,7 +33,7 @@ class RecordingClient:
         self.calls: list[BaseModel] = []
 
     async def ask(self, tenant: str | None, query: BaseModel, *, project_scope: str | None = None) -> Any:
-        if isinstance(query, SimilarMemories | MemoryHistoryQuery):  # relations: not what these tests are about
+        if isinstance(query, RelatedMemories | SimilarMemories | MemoryHistoryQuery):  # relations: not what these tests are about
             raise TimeoutError
         self.calls.append(query)
         assert isinstance(query, Recall)

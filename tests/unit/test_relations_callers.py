@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,7 +13,14 @@ import pytest
 from pydantic import BaseModel
 
 from contracts.errors import ErrorBody, ErrorCode
-from contracts.graph import SimilarMemories, SimilarMemoryList
+from contracts.graph import (
+    RelatedMemories,
+    RelatedMemory,
+    RelatedMemoryList,
+    SimilarMemories,
+    SimilarMemory,
+    SimilarMemoryList,
+)
 from contracts.memory import MemoryHistoryQuery, ProjectInfo, ProjectList, RecallHit, RecallResult
 from kit.client import ServiceFailure
 from services.gateway.catalogue import operation
@@ -110,15 +118,23 @@ HIT = {"memory": {"id": "00000000-0000-0000-0000-000000000001", "content": "Like
 
 
 class SlowClient:
-    """Answers recall at once; relations slowly, or with a refusal."""
+    """Answers recall at once; relations slowly, or with a refusal; the graph holds ``graph`` (the
+    neighbours of the hit at that version) or does not know the hit."""
 
-    def __init__(self, delay_s: float, similar_error: ErrorCode | None = None) -> None:
+    def __init__(self, delay_s: float, similar_error: ErrorCode | None = None,
+                 graph: tuple[int | None, list[SimilarMemory]] | None = None) -> None:
         self.delay_s = delay_s
         self.similar_error = similar_error
+        self.graph = graph
         self.asked: list[type[BaseModel]] = []
 
     async def ask(self, tenant: str | None, query: BaseModel, *, project_scope: str | None = None) -> Any:
         self.asked.append(type(query))
+        if isinstance(query, RelatedMemories):
+            await asyncio.sleep(self.delay_s)
+            return RelatedMemoryList(memories=[
+                RelatedMemory(memory_id=i, found=self.graph is not None, version=self.graph[0] if self.graph else None,
+                              similar=self.graph[1] if self.graph else []) for i in query.memory_ids])
         if isinstance(query, SimilarMemories) and self.similar_error is not None:
             raise ServiceFailure(ErrorBody(code=self.similar_error, message="unknown query 'similar_memories'"))
         if isinstance(query, SimilarMemories | MemoryHistoryQuery):
@@ -147,6 +163,30 @@ async def test_a_memory_service_without_similar_memories_is_not_asked_again_at_o
     await ops.run(CALLER, operation(Recall), Recall(query="tea"))
     await ops.run(CALLER, operation(Recall), Recall(query="tea"))
     assert client.asked.count(SimilarMemories) == 1
+
+
+NEIGHBOUR = SimilarMemory(memory_id=uuid.UUID("00000000-0000-0000-0000-000000000002"), score=0.8123)
+
+
+async def test_similar_memories_come_from_the_graph_in_one_call_without_a_vector_search() -> None:
+    from contracts.memory import Recall
+
+    client = SlowClient(delay_s=0.0, graph=(2, [NEIGHBOUR]))  # the hit is at version 2, its edges too
+    result = await Operations(client).run(CALLER, operation(Recall), Recall(query="tea"))  # type: ignore[arg-type]
+    assert client.asked.count(RelatedMemories) == 1 and SimilarMemories not in client.asked
+    similar = [r for r in result.hits[0].relations if r.kind.value == "similar"]
+    assert [(r.memory_id, r.score) for r in similar] == [(NEIGHBOUR.memory_id, 0.812)]
+
+
+@pytest.mark.parametrize("graph", [None, (1, [NEIGHBOUR]), (None, [NEIGHBOUR])])
+async def test_a_hit_the_graph_has_not_caught_up_with_is_asked_of_the_vector_index(graph: Any) -> None:
+    """Not in the graph yet, its edges found for an older version, or a newer round queued."""
+    from contracts.memory import Recall
+
+    client = SlowClient(delay_s=0.0, graph=graph)
+    result = await Operations(client).run(CALLER, operation(Recall), Recall(query="tea"))  # type: ignore[arg-type]
+    assert client.asked.count(SimilarMemories) == 1
+    assert not [r for r in result.hits[0].relations if r.kind.value == "similar"]  # the index found none
 
 
 async def test_who_am_i_names_the_user_and_the_calling_client() -> None:

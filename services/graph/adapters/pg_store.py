@@ -351,6 +351,32 @@ class PgGraphStore:
         return [(int(r["seq"]), _row(r)) for r in rows], found
 
     # similar edges -------------------------------------------------------------------------
+    async def related(self, tenant: str, project: str | None, ids: Sequence[str], limit: int,
+                      min_score: float) -> dict[str, tuple[int | None, bool, list[tuple[str, float]]]]:
+        """See :meth:`GraphStore.related`: index lookups only (nodes and edges by primary key, the
+        queue by its key), whatever the graph's size."""
+        args: list[Any] = [tenant, list(ids), min_score, limit]
+        scope = ""
+        if project is not None:
+            args.append(project)
+            scope = f" AND n.project = ${len(args)}"
+        rows = await self.pool.fetch(
+            f"SELECT n.id, n.version, NOT EXISTS (SELECT 1 FROM {self.s}.similar_queue q"
+            f"  WHERE q.tenant = n.tenant AND q.memory_id = n.id) AS current, x.target, x.weight"
+            f" FROM {self.s}.nodes n LEFT JOIN LATERAL (SELECT e.target, e.weight FROM {self.s}.edges e"
+            f"  JOIN {self.s}.nodes t ON t.tenant = e.tenant AND t.id = e.target"
+            f"  WHERE e.tenant = n.tenant AND e.source = n.id AND e.type = 'similar' AND e.weight >= $3"
+            f"  AND NOT t.forgotten ORDER BY e.weight DESC, e.target LIMIT $4) x ON true"
+            f" WHERE n.tenant = $1 AND n.id = ANY($2::text[]) AND n.type = 'memory' AND NOT n.forgotten{scope}",
+            *args,
+        )
+        out: dict[str, tuple[int | None, bool, list[tuple[str, float]]]] = {}
+        for r in rows:
+            version, current, edges = out.setdefault(r["id"], (r["version"], r["current"], []))
+            if r["target"] is not None:
+                edges.append((r["target"], r["weight"]))
+        return out
+
     async def claim_similar(self, limit: int) -> list[SimilarTask]:
         rows = await self.pool.fetch(
             f"UPDATE {self.s}.similar_queue q SET next_at = now() + interval '30 seconds' FROM ("

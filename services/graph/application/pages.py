@@ -7,7 +7,14 @@ from collections.abc import Callable
 from datetime import datetime
 
 from contracts.envelope import utcnow
-from contracts.graph import GraphPage, GraphPageQuery
+from contracts.graph import (
+    GraphPage,
+    GraphPageQuery,
+    RelatedMemories,
+    RelatedMemory,
+    RelatedMemoryList,
+    SimilarMemory,
+)
 from kit.service import Call
 from services.graph.application.ports import GraphStore, PageFilter
 from services.graph.domain.model import decode_cursor, encode_cursor, filters_digest, graph_node
@@ -49,6 +56,25 @@ class GraphPages:
             rows, more = rows[: len(rows) // 2], True
             edges = await self.store.page_edges(f, [row.id for _, row in rows], rows[-1][0])
 
+    async def related_memories(self, call: Call, q: RelatedMemories) -> RelatedMemoryList:
+        """Each asked memory's ``similar`` edges from the read model (found when it was saved; a
+        recall's ``~`` markers without a vector search), within the caller's project scope: a memory
+        outside it, forgotten or not projected yet is not found. ``version`` is None while a newer
+        round of its neighbours is queued (the edges are an older version's)."""
+        project = call.search_project(None)
+        found = await self.store.related(call.tenant, project, [str(i) for i in dict.fromkeys(q.memory_ids)],
+                                         q.limit, q.min_score)
+        out = []
+        for i in q.memory_ids:
+            row = found.get(str(i))
+            if row is None:
+                out.append(RelatedMemory(memory_id=i, found=False))
+                continue
+            version, current, edges = row
+            out.append(RelatedMemory(memory_id=i, found=True, version=version if current else None,
+                                     similar=[SimilarMemory(memory_id=t, score=w) for t, w in edges]))
+        return RelatedMemoryList(memories=out)
+
     def query_handlers(self) -> dict[type, object]:
         """The service's query table (kit's ServiceRuntime dispatches through it)."""
-        return {GraphPageQuery: self.graph_page}
+        return {GraphPageQuery: self.graph_page, RelatedMemories: self.related_memories}

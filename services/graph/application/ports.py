@@ -102,6 +102,13 @@ class GraphStore(Protocol):
     async def page_edges(self, f: PageFilter, ids: Sequence[str], last: int) -> list[GraphEdge]:
         """The edges of a page given its nodes (``last``: the largest order number among them)."""
 
+    async def related(self, tenant: str, project: str | None, ids: Sequence[str], limit: int,
+                      min_score: float) -> dict[str, tuple[int | None, bool, list[tuple[str, float]]]]:
+        """Each of ``ids`` that is a live memory node (within ``project`` when given): its version,
+        whether its similar edges are current (not queued for a newer round), and its ``limit``
+        strongest similar edges at ``min_score`` or above to live memories (target, weight) — one
+        round trip."""
+
     async def claim_similar(self, limit: int) -> list[SimilarTask]: ...
 
     async def set_similar(self, task: SimilarTask, found: SimilarMemoryList | None, *, offer_limit: int = 0) -> bool:
