@@ -181,21 +181,3 @@ def test_primed_late_encoder_forgets_the_least_recently_used() -> None:
     primed.prime([(None, "c")])
     assert primed.cached([(None, "b")]) is None and primed.cached([(None, "a")]) is not None
     assert primed.cached([(None, "c")]) is not None and len(inner.calls) == 2
-
-
-def test_a_repeated_query_is_encoded_once_and_the_least_recent_forgotten() -> None:
-    from services.memory.adapters.late_encoder import ColbertEncoder
-
-    inner = ColbertEncoder()
-    primed = PrimedLateEncoder(inner, query_capacity=2)
-    first = primed.encode_query("what does the user drink?")
-    np.testing.assert_array_equal(first, inner.encode_query("what does the user drink?"))  # the encoder's own
-    assert primed.encode_query("what does the user drink?") is first and not first.flags.writeable
-    where = primed.encode_query("where does the user live?")
-    primed.encode_query("what does the user drink?")  # read: now the most recently used
-    primed.encode_query("who is the user's sister?")  # "where…" goes
-    assert primed.encode_query("what does the user drink?") is first
-    again = primed.encode_query("where does the user live?")
-    assert again is not where  # encoded again
-    np.testing.assert_array_equal(again, inner.encode_query("where does the user live?"))
-    assert primed.encode_query("who is the user's sister?") is not None and len(primed._queries) == 2

@@ -123,37 +123,18 @@ class PrimedLateEncoder:
 
     Primed entries stay cached (least recently used evicted past ``capacity``). A document primed
     twice at once is encoded twice; the results are identical (every document is encoded alone).
-
-    A query's token vectors are kept too (the last ``query_capacity`` queries, issue 33): the
-    embedder's own cache already spares a repeated question its sentence vector, and the late
-    encoder's pass (~5.7 ms of CPU on this VM's cores) was then the only encoding it still paid.
     """
 
-    def __init__(self, inner: LateEncoder, capacity: int = 2048, query_capacity: int = 512) -> None:
+    def __init__(self, inner: LateEncoder, capacity: int = 2048) -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.dim = inner.dim
         self.capacity = capacity
-        self.query_capacity = query_capacity
         self._primed: OrderedDict[tuple[str | None, str], DocumentTokens] = OrderedDict()
-        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def encode_query(self, text: str) -> np.ndarray:
-        """The query's token vectors (read-only), from the query cache when asked recently."""
-        with self._lock:
-            hit = self._queries.get(text)
-            if hit is not None:
-                self._queries.move_to_end(text)
-                return hit
-        tokens = self.inner.encode_query(text)
-        tokens.setflags(write=False)
-        if self.query_capacity:
-            with self._lock:
-                self._queries[text] = tokens
-                while len(self._queries) > self.query_capacity:
-                    self._queries.popitem(last=False)
-        return tokens
+        return self.inner.encode_query(text)
 
     def prime(self, documents: Sequence[tuple[str | None, str]]) -> int:
         """Encode the documents not primed yet in one call; return how many were encoded."""
