@@ -78,11 +78,15 @@ def relations_of(
     relations: list[MemoryRelation] = []
     if history is not None:
         versions = {v.version: v for v in history.versions}
-        previous = versions.get(memory.version - 1)
+        # the version whose words this one replaced: versions that changed no words (a merge, a pin,
+        # a supersession) are passed over
+        earlier = [v for n, v in sorted(versions.items(), reverse=True) if n < memory.version]
+        previous = next((v for v in earlier if v.content != memory.content), None)
         if previous is not None:
             relations.append(MemoryRelation(kind=RelationKind.PREVIOUS_VERSION, memory_id=memory.id,
                                             version=previous.version, excerpt=excerpt(previous.content)))
-        newer = [v for v in history.versions if v.version > memory.version and v.status is MemoryStatus.ACTIVE]
+        newer = [v for v in history.versions if v.version > memory.version and v.status is MemoryStatus.ACTIVE
+                 and v.content != memory.content]
         if newer:
             latest = max(newer, key=lambda v: v.version)
             relations.append(MemoryRelation(kind=RelationKind.NEWER_VERSION, memory_id=memory.id,
@@ -108,8 +112,11 @@ def with_relations(
     out = []
     for h in hits:
         history = histories.get(h.memory.id)
-        # the memory service's own relations first (what a hit supersedes, or was superseded by since)
-        relations = [*h.relations, *relations_of(h.memory, history, similar.get(h.memory.id), ranks, contents)]
+        found = relations_of(h.memory, history, similar.get(h.memory.id), ranks, contents)
+        versions = [r for r in found if r.kind is not RelationKind.SIMILAR]
+        # the hit's own versions, then the memory service's (what it supersedes, or was superseded by
+        # since), then similar memories: the same order whichever arrived first
+        relations = [*versions, *h.relations, *(r for r in found if r.kind is RelationKind.SIMILAR)]
         relations = relations[:MAX_HIT_RELATIONS]
         documents = documents_of(h.memory, history)
         out.append(h.model_copy(update={"relations": relations, "documents": documents})

@@ -11,6 +11,7 @@ kind matters, one more gateway process).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -86,8 +87,16 @@ async def test_recall_shows_the_previous_version_similar_memories_and_the_log_ov
         data_of(await c.call_tool("save_memory", {"category": "preference", "memory_key": "preference.tea",
                                                   "content": "The user drinks green tea in the morning",
                                                   "containerTag": tag}))
-        text = text_of(await c.call_tool("recall", {"query": "what does the user drink every morning?",
-                                                    "containerTag": tag, "includeProfile": False}))
+        # the similar markers come from the graph's read model, which follows the log: a bounded wait
+        # until it holds the memory saved last among the updated one's neighbours
+        for _ in range(150):
+            text = text_of(await c.call_tool("recall", {"query": "what does the user drink every morning?",
+                                                        "containerTag": tag, "includeProfile": False}))
+            lines = text.splitlines()
+            at = next((i for i, line in enumerate(lines) if updated["memory_id"] in line), None)
+            if at is not None and at + 1 < len(lines) and "~ [" in lines[at + 1]:
+                break
+            await asyncio.sleep(0.1)
     lines = text.splitlines()
     assert lines[1].startswith("Legend:") and "← vN" in lines[1] and "~ a similar memory" in lines[1]
     first = next(i for i, line in enumerate(lines) if updated["memory_id"] in line)
