@@ -213,7 +213,7 @@ async function oauthCallback() {
 }
 
 // ---- routing ----------------------------------------------------------------------------------
-const VIEWS = { memories: viewMemories, memory: viewMemory, logs: viewLogs, log: viewLog, projects: viewProjects,
+const VIEWS = { memories: viewMemories, memory: viewMemory, conflicts: viewConflicts, logs: viewLogs, log: viewLog, projects: viewProjects,
   keys: viewKeys, transfer: viewTransfer };
 function parseHash() {
   const [path, query] = location.hash.replace(/^#\/?/, '').split('?');
@@ -342,9 +342,12 @@ function renderMemoryList(list, rows, scores, query) {
     fill(body, ...rows.map((m) => {
       const box = h('input', { type: 'checkbox', 'aria-label': `Select: ${m.content.slice(0, 60)}`, checked: state.selected.has(m.id) });
       box.addEventListener('change', () => { if (box.checked) state.selected.add(m.id); else state.selected.delete(m.id); all.checked = state.selected.size === rows.length; renderBulk(); });
-      return h('tr', { dataset: { id: m.id } },
+      return h('tr', { dataset: { id: m.id, status: m.status || 'active' }, class: m.status === 'superseded' ? 'superseded' : null },
         h('td', { class: 'pick' }, box),
         h('td', { class: 'content' }, h('a', { href: memoryHref(m) }, m.content),
+          m.status === 'superseded' ? h('span', { class: 'badge superseded', title: m.superseded_by ? `replaced: ${m.superseded_by.reason}` : 'replaced by a newer memory' }, 'superseded') : null,
+          m.pinned ? h('span', { class: 'badge pinned' }, 'pinned') : null,
+          (m.repeats || 1) > 1 ? h('span', { class: 'badge repeats' }, `said ${m.repeats} times`) : null,
           m.provenance ? h('span', { class: 'badge', title: 'extracted from a daily log' }, 'from a log') : null),
         h('td', { 'data-label': 'Category' }, m.category || '—'),
         h('td', { 'data-label': 'Project' }, m.project),
@@ -411,14 +414,17 @@ async function viewMemory(root, args) {
   const last = versions[versions.length - 1];
   const project = (current && current.project) || projectArg || 'default';
   const forgotten = last.status === 'forgotten';
+  const superseded = !forgotten && current && current.status === 'superseded';
   const head = h('div', { class: 'memory-head' },
     h('p', { class: 'memory-text', id: 'memory-content' }, last.content),
+    current ? truthBadges(current) : null,
+    current ? replacedBy(current) : null,
     last.context ? h('p', { class: 'muted' }, `Context: ${last.context}`) : null,
     h('dl', { class: 'facts' },
-      ...[['Status', forgotten ? `forgotten${last.forget_reason ? ` — ${last.forget_reason}` : ''}` : 'current'], ['Version', `v${last.version}`],
+      ...[['Status', forgotten ? `forgotten${last.forget_reason ? ` — ${last.forget_reason}` : ''}` : superseded ? 'superseded (replaced by a newer memory)' : 'current'], ['Version', `v${last.version}`],
         ['Project', project], ['Category', last.category || '—'], ['Key', last.memory_key || '—'], ['Importance', String(last.importance)],
         ['Confidence', String(last.confidence)], ['Source', last.source || (current && current.source) || '—'],
-        ['Last change', when(last.occurred_at)], ['Valid until', last.valid_until ? when(last.valid_until) : '—']]
+        ['Last change', when(last.occurred_at)], ['Valid until', (current && current.valid_until) || last.valid_until ? when((current && current.valid_until) || last.valid_until) : '—']]
         .flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])));
   const prov = [...versions].reverse().find((v) => v.provenance);
   const provenance = prov ? h('section', { class: 'card', 'aria-labelledby': 'prov-title' }, h('h2', { id: 'prov-title' }, 'Where it came from'),
@@ -441,14 +447,71 @@ async function viewMemory(root, args) {
   from.addEventListener('change', showDiff); to.addEventListener('change', showDiff);
   showDiff();
 
-  const sections = [h('p', {}, h('a', { href: '#/memories' }, '← Memories')), h('h1', {}, forgotten ? 'Memory (forgotten)' : 'Memory'), head];
+  const sections = [h('p', {}, h('a', { href: '#/memories' }, '← Memories')), h('h1', {}, forgotten ? 'Memory (forgotten)' : superseded ? 'Memory (superseded)' : 'Memory'), head];
+  if (current && current.supersedes && current.supersedes.length) sections.push(replacedList(current));
+  if (current && !forgotten && can('memory:write') && state.routes && state.routes.has('/v1/memories/{memory_id}/pin')) sections.push(pinForm(current));
   if (provenance) sections.push(provenance);
   sections.push(h('section', { class: 'card', 'aria-labelledby': 'ver-title' }, h('h2', { id: 'ver-title' }, `Versions (${numbers.length})`),
     numbers.length > 1 ? h('div', { class: 'filters' }, field('Compare', from), field('with', to)) : null, numbers.length > 1 ? diffOut : null, list));
   if (!forgotten && can('memory:write')) sections.push(editForm(id, project, last), forgetForm(id, project));
   else if (!forgotten) sections.push(needs('memory:write', 'Editing or forgetting'));
-  sections.push(h('p', { class: 'muted small' }, 'Relations, pinning and moving to another project are not offered by the REST API yet.'));
+  sections.push(h('p', { class: 'muted small' }, 'Relations other than supersession, and moving to another project, are not offered by the REST API yet.'));
   fill(root, ...sections);
+}
+// what the truth rules say about a memory: superseded, said N times, pinned, expires on …
+function truthBadges(m) {
+  const badges = [];
+  if (m.status === 'superseded') badges.push(h('span', { class: 'badge superseded' }, 'superseded'));
+  if (m.status === 'forgotten') badges.push(h('span', { class: 'badge forgotten' }, 'forgotten'));
+  if ((m.repeats || 1) > 1) badges.push(h('span', { class: 'badge repeats', title: 'the same fact, said again, merged into this memory' }, `said ${m.repeats} times`));
+  if (m.pinned) badges.push(h('span', { class: 'badge pinned', title: 'never fades in recall' }, 'pinned'));
+  if (m.forget_after) badges.push(h('span', { class: 'badge expires', title: 'leaves recall then; stays in its history' },
+    `${new Date(m.forget_after) <= new Date() ? 'expired' : 'expires'} on ${when(m.forget_after)}`));
+  return badges.length ? h('div', { class: 'badges', id: 'truth-badges' }, ...badges) : null;
+}
+const decider = (s) => ({ rules: 'Engram\'s rules', person: 'a person', agent: 'an agent' }[s.decided_by] || s.decided_by || 'Engram');
+function replacedBy(m) {
+  const s = m.superseded_by;
+  if (!s) return null;
+  return h('p', { class: 'replaced', id: 'replaced-by' }, 'Replaced by ', h('a', { href: memoryHref({ id: s.memory_id, project: m.project }), id: 'replaced-by-link' }, 'a newer memory'),
+    m.valid_until ? ` on ${when(m.valid_until)}` : '', ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`));
+}
+function replacedList(m) {
+  return h('section', { class: 'card', 'aria-labelledby': 'replaced-title' }, h('h2', { id: 'replaced-title' }, `It replaced ${m.supersedes.length} older memor${m.supersedes.length === 1 ? 'y' : 'ies'}`),
+    h('ul', { class: 'links', id: 'supersedes' }, ...m.supersedes.map((s) => h('li', { dataset: { id: s.memory_id } },
+      h('a', { href: memoryHref({ id: s.memory_id, project: m.project }) }, 'an older memory'), ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`)))));
+}
+const localInput = (iso) => {   // an ISO moment as a datetime-local value (the browser's time zone)
+  const d = new Date(iso);
+  if (isNaN(d)) return '';
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+};
+function pinForm(m) {
+  const out = h('div', { role: 'status', id: 'pin-out' });
+  const expiry = h('input', { type: 'datetime-local', value: m.forget_after ? localInput(m.forget_after) : '' });
+  const send = async (button, body, done) => {
+    button.disabled = true;
+    try {
+      await api('POST', `/v1/memories/${encodeURIComponent(m.id)}/pin`, { body: { ...body, project: m.project }, key: idem() });
+      await route();
+      notice(done, 'ok');
+    } catch (err) { failed(err, out); button.disabled = false; }
+  };
+  const pin = h('button', { type: 'button', id: 'pin-toggle', class: m.pinned ? null : 'primary', 'aria-pressed': m.pinned ? 'true' : 'false',
+    onclick: (e) => send(e.currentTarget, { pinned: !m.pinned }, m.pinned ? 'Unpinned: it fades like other memories.' : 'Pinned: it never fades in recall.') },
+  m.pinned ? 'Unpin' : 'Pin');
+  const setExpiry = h('button', { type: 'button', id: 'expiry-set', onclick: (e) => {
+    if (!expiry.value) { fill(out, h('p', { class: 'error' }, 'Choose a date and time first.')); expiry.focus(); return; }
+    const at = new Date(expiry.value);
+    if (isNaN(at)) { fill(out, h('p', { class: 'error' }, 'That is not a date and time.')); return; }
+    send(e.currentTarget, { forget_after: at.toISOString() }, `It leaves recall on ${when(at.toISOString())}.`);
+  } }, 'Set expiry');
+  const clear = m.forget_after ? h('button', { type: 'button', id: 'expiry-clear', onclick: (e) => send(e.currentTarget, { clear_forget_after: true }, 'Expiry removed.') }, 'Clear expiry') : null;
+  return h('section', { class: 'card', id: 'pin', 'aria-labelledby': 'pin-title' }, h('h2', { id: 'pin-title' }, 'Keep or let go'),
+    h('p', { class: 'muted small' }, 'A pinned memory never fades in recall. One with an expiry leaves recall then (a parking spot for this week) and stays in its history.'),
+    h('div', { class: 'actions' }, pin),
+    h('div', { class: 'filters' }, field('Leaves recall on (optional)', expiry), h('div', { class: 'actions' }, setExpiry, clear)), out);
 }
 function editForm(id, project, last) {
   const content = h('textarea', { rows: 3, maxlength: 4000, required: true }, last.content);
@@ -492,6 +555,50 @@ function forgetForm(id, project) {
   } }, h('h2', { id: 'forget-title' }, 'Forget'), h('p', { class: 'muted small' }, 'Recall stops returning it; its history keeps every version.'),
     field('Reason', reason), h('div', { class: 'actions' }, button), out);
   return form;
+}
+
+// ---- conflicts: pairs the truth rules flagged for a person to settle ---------------------------
+const pct = (x) => `${Math.round((Number(x) || 0) * 100)}%`;
+async function viewConflicts(root, _args, query) {
+  const project = select(projectOptions(), query.get('project') || state.restricted || '');
+  project.addEventListener('change', () => { location.hash = `#/conflicts${project.value ? `?project=${encodeURIComponent(project.value)}` : ''}`; });
+  const out = h('div', { id: 'conflict-out', role: 'status', 'aria-live': 'polite' });
+  const intro = h('p', { class: 'muted small' }, 'When a new memory may contradict an older one and Engram\'s rules cannot tell which holds ' +
+    '(a second dog\'s name, a "now" without what changed, another language), the pair waits here. Say which is true: the other leaves ' +
+    'recall and stays in its history, marked as replaced.');
+  const conflicts = (await api('GET', '/v1/memories/conflicts', { query: { project: query.get('project'), limit: LIST_LIMIT } })).conflicts || [];
+  const head = [h('h1', {}, 'Conflicts'), intro, h('form', { class: 'filters', 'aria-label': 'Filter conflicts', onsubmit: (e) => e.preventDefault() }, field('Project', project)), out];
+  if (!conflicts.length) { fill(root, ...head, h('p', { class: 'empty', id: 'no-conflicts' }, 'No conflict waiting: nothing Engram was told contradicts itself as far as it can tell.')); return; }
+  const side = (m, label) => h('div', { class: 'side' },
+    h('p', { class: 'muted small' }, label),
+    h('p', { class: 'side-text' }, h('a', { href: memoryHref(m) }, m.content)),
+    h('p', { class: 'muted small' }, `${m.category || 'no category'} · ${m.project} · said ${when(m.valid_from || m.created_at)}`));
+  const pairs = conflicts.map((c, i) => {
+    const titleId = uid('conflict');
+    const settle = async (e, keep) => {
+      const buttons = [...e.currentTarget.closest('.conflict').querySelectorAll('button')];
+      buttons.forEach((b) => { b.disabled = true; });
+      try {
+        const result = await api('POST', '/v1/memories/conflicts/settle', { key: idem(),
+          body: { memory_id: c.memory.id, other_id: c.other.id, keep, project: c.memory.project, reason: reason.value.trim() || null } });
+        const kept = keep === 'both' ? 'Both stand.' : `Kept “${(keep === 'memory' ? c.memory : c.other).content}”; the other is replaced.`;
+        await route();
+        fill($('conflict-out'), h('p', { class: result.settled ? 'ok-text' : 'error-text' }, result.settled ? `Settled. ${kept} ${result.message || ''}` : (result.message || 'Nothing was settled.')));
+      } catch (err) { failed(err, $('conflict-out')); buttons.forEach((b) => { b.disabled = false; }); }
+    };
+    const reason = h('input', { type: 'text', maxlength: 1000, placeholder: 'why (optional), kept with the decision' });
+    const writes = can('memory:write');
+    return h('li', { class: 'conflict card', dataset: { memory: c.memory.id, other: c.other.id }, 'aria-labelledby': titleId },
+      h('h2', { id: titleId, class: 'small-title' }, `Conflict ${i + 1}: ${c.reason}`, h('span', { class: 'badge', title: 'how sure the rules are that these clash' }, `confidence ${pct(c.confidence)}`)),
+      h('div', { class: 'pair' }, side(c.memory, 'This one (said later)'), side(c.other, 'The other (said before)')),
+      writes ? field('Reason (optional)', reason) : needs('memory:write', 'Settling a conflict'),
+      writes ? h('div', { class: 'actions' },
+        h('button', { type: 'button', class: 'keep-both', 'aria-label': `Both are true: “${c.memory.content}” and “${c.other.content}”`, onclick: (e) => settle(e, 'both') }, 'Both are true'),
+        h('button', { type: 'button', class: 'primary keep-memory', 'aria-label': `Keep this one: “${c.memory.content}”`, onclick: (e) => settle(e, 'memory') }, 'Keep this one'),
+        h('button', { type: 'button', class: 'primary keep-other', 'aria-label': `Keep the other: “${c.other.content}”`, onclick: (e) => settle(e, 'other') }, 'Keep the other')) : null);
+  });
+  fill(root, ...head, h('p', { class: 'muted small', id: 'conflict-count' }, `${conflicts.length} pair${conflicts.length === 1 ? '' : 's'} to settle, the surest first.`),
+    h('ol', { class: 'conflicts', id: 'conflict-list' }, ...pairs));
 }
 
 // ---- logs and extraction ----------------------------------------------------------------------
