@@ -449,6 +449,43 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         assert _memory(h, bruno_id)["status"] == "active"
         assert h.get("/v1/memories/conflicts", params={"project": project}).json()["conflicts"] == []
 
+        # Rex's page: superseded, replaced by Bruno (linked), with the reason; Bruno's page names what it replaced
+        await _go(page, f"#/memory/{project}/{rex_id}")
+        assert "superseded" in (await page.inner_text("#view h1")).lower()
+        assert await page.locator("#truth-badges .badge.superseded").count() == 1
+        link = page.locator("#replaced-by-link")
+        assert "My dog is called Bruno" in await link.inner_text() and bruno_id in (await link.get_attribute("href") or "")
+        assert old["superseded_by"]["reason"] in await page.inner_text("#replaced-by")
+        await page.screenshot(path=str(shots / "console-memory-superseded.png"), full_page=True)
+        before = await _rendered(page)
+        await link.click()
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "My dog is called Rex" in await page.inner_text(f"#supersedes li[data-id='{rex_id}']")
+
+        # pin Bruno, give it an expiry, clear it: each checked through REST, each shown as a badge
+        assert await page.inner_text("#pin-toggle") == "Pin"
+        before = await _rendered(page)
+        await page.click("#pin-toggle")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert _memory(h, bruno_id)["pinned"] is True
+        assert await page.inner_text("#pin-toggle") == "Unpin" and await page.locator("#truth-badges .badge.pinned").count() == 1
+        await page.fill("#pin input[type=datetime-local]", "2030-01-02T10:30")
+        before = await _rendered(page)
+        await page.click("#expiry-set")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        expiry = _memory(h, bruno_id)["forget_after"]
+        assert expiry and expiry.startswith("2030-01-0"), expiry
+        assert "expires on" in await page.inner_text("#truth-badges .badge.expires")
+        await page.screenshot(path=str(shots / "console-memory-pinned.png"), full_page=True)
+        before = await _rendered(page)
+        await page.click("#expiry-clear")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert _memory(h, bruno_id)["forget_after"] is None and await page.locator("#truth-badges .badge.expires").count() == 0
+        before = await _rendered(page)
+        await page.click("#pin-toggle")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert _memory(h, bruno_id)["pinned"] is False and await page.inner_text("#pin-toggle") == "Pin"
+
         assert not errors, errors
         await context.close()
     h.close()

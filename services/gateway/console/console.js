@@ -258,6 +258,7 @@ async function viewMemories(root, _args, query) {
   const keyword = h('input', { type: 'search', value: query.get('keyword') || '', maxlength: 200, placeholder: 'word in the text' });
   const q = h('input', { type: 'search', value: query.get('q') || '', maxlength: 1000, placeholder: 'what are you looking for?' });
   const mode = select([['hybrid', 'hybrid (words + meaning)'], ['dense', 'meaning'], ['keyword', 'words']], query.get('mode') || 'hybrid');
+  const asOf = h('input', { type: 'date', value: query.get('as_of') || '', max: new Date().toISOString().slice(0, 10), id: 'as-of' });
   const sort = select([['updated-desc', 'Newest first'], ['updated-asc', 'Oldest first'], ['importance', 'Most important'],
     ['category', 'Category'], ...(query.get('q') ? [['score', 'Best match']] : [])], query.get('sort') || (query.get('q') ? 'score' : 'updated-desc'));
   const go = (extra) => {
@@ -265,7 +266,7 @@ async function viewMemories(root, _args, query) {
     if (project.value) p.set('project', project.value);
     if (category.value) p.set('category', category.value);
     if (keyword.value.trim()) p.set('keyword', keyword.value.trim());
-    if (extra && extra.search && q.value.trim()) { p.set('q', q.value.trim()); p.set('mode', mode.value); }
+    if (extra && extra.search && q.value.trim()) { p.set('q', q.value.trim()); p.set('mode', mode.value); if (asOf.value) p.set('as_of', asOf.value); }
     const searching = !!(extra && extra.search);
     // a new search sorts by match; a sort chosen for a search (or for the list) stays with it
     if (sort.value && !(sort.value === 'score' && !searching) && !(searching && !query.get('q'))) p.set('sort', sort.value);
@@ -276,17 +277,27 @@ async function viewMemories(root, _args, query) {
     field('Project', project), field('Category', category), field('Keyword', keyword), field('Sort', sort),
     h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Apply')));
   const search = h('form', { class: 'filters', role: 'search', 'aria-label': 'Search memories', onsubmit: (e) => { e.preventDefault(); go({ search: true }); } },
-    field('Search', q), field('Search by', mode), h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Search'),
-      query.get('q') ? h('button', { type: 'button', onclick: () => { q.value = ''; go(); } }, 'Clear search') : null));
+    field('Search', q), field('Search by', mode), field('As of (optional)', asOf, 'what Engram knew at the end of that day'),
+    h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Search'),
+      query.get('q') ? h('button', { type: 'button', onclick: () => { q.value = ''; asOf.value = ''; go(); } }, 'Clear search') : null));
   sort.addEventListener('change', () => go({ search: !!query.get('q') }));
   const list = h('div', { id: 'memory-list' }, h('p', { class: 'muted' }, 'Loading…'));
   fill(root, h('h1', {}, 'Memories'), search, filters,
-    h('p', { class: 'muted small' }, 'Filters by status (superseded, forgotten), date range and source are not offered by the REST API yet; the list shows current memories.'),
+    h('p', { class: 'muted small' }, 'The list shows current memories (the REST API has no status, date range or source filter yet); a search as of a past day shows what was true then, superseded ones marked.'),
     list);
   let rows, scores = new Map();
+  state.replacedBy = new Map();     // a hit's id -> the newer memory that replaced it (its relation's excerpt)
   if (query.get('q')) {
-    const result = await api('POST', '/v1/recall', { body: { query: query.get('q'), project: query.get('project') || null, limit: LIST_LIMIT, mode: query.get('mode') || 'hybrid' } });
-    rows = result.hits.map((hit) => { scores.set(hit.memory.id, hit.score); return hit.memory; });
+    const body = { query: query.get('q'), project: query.get('project') || null, limit: LIST_LIMIT, mode: query.get('mode') || 'hybrid' };
+    // a day means its end (all that was said that day), in the browser's time zone
+    if (query.get('as_of')) { const end = new Date(`${query.get('as_of')}T23:59:59.999`); body.as_of = isNaN(end) ? query.get('as_of') : end.toISOString(); }
+    const result = await api('POST', '/v1/recall', { body });
+    rows = result.hits.map((hit) => {
+      scores.set(hit.memory.id, hit.score);
+      const newer = (hit.relations || []).find((r) => r.kind === 'superseded_by');
+      if (newer) state.replacedBy.set(hit.memory.id, newer);
+      return hit.memory;
+    });
     if (query.get('category')) rows = rows.filter((m) => m.category === query.get('category'));
   } else {
     rows = (await api('GET', '/v1/memories', { query: { project: query.get('project'), category: query.get('category'), keyword: query.get('keyword'), limit: LIST_LIMIT } })).memories;
@@ -342,10 +353,13 @@ function renderMemoryList(list, rows, scores, query) {
     fill(body, ...rows.map((m) => {
       const box = h('input', { type: 'checkbox', 'aria-label': `Select: ${m.content.slice(0, 60)}`, checked: state.selected.has(m.id) });
       box.addEventListener('change', () => { if (box.checked) state.selected.add(m.id); else state.selected.delete(m.id); all.checked = state.selected.size === rows.length; renderBulk(); });
-      return h('tr', { dataset: { id: m.id, status: m.status || 'active' }, class: m.status === 'superseded' ? 'superseded' : null },
+      const newer = state.replacedBy && state.replacedBy.get(m.id);
+      const superseded = m.status === 'superseded' || !!m.superseded_by || !!newer;
+      return h('tr', { dataset: { id: m.id, status: superseded ? 'superseded' : (m.status || 'active') }, class: superseded ? 'superseded' : null },
         h('td', { class: 'pick' }, box),
         h('td', { class: 'content' }, h('a', { href: memoryHref(m) }, m.content),
-          m.status === 'superseded' ? h('span', { class: 'badge superseded', title: m.superseded_by ? `replaced: ${m.superseded_by.reason}` : 'replaced by a newer memory' }, 'superseded') : null,
+          superseded ? h('span', { class: 'badge superseded', title: m.superseded_by ? `replaced: ${m.superseded_by.reason}` : 'replaced by a newer memory' }, 'superseded') : null,
+          newer ? h('span', { class: 'muted small replaced-note' }, ' → now: ', h('a', { href: memoryHref({ id: newer.memory_id, project: m.project }) }, newer.excerpt || 'the newer memory')) : null,
           m.pinned ? h('span', { class: 'badge pinned' }, 'pinned') : null,
           (m.repeats || 1) > 1 ? h('span', { class: 'badge repeats' }, `said ${m.repeats} times`) : null,
           m.provenance ? h('span', { class: 'badge', title: 'extracted from a daily log' }, 'from a log') : null),
@@ -415,10 +429,18 @@ async function viewMemory(root, args) {
   const project = (current && current.project) || projectArg || 'default';
   const forgotten = last.status === 'forgotten';
   const superseded = !forgotten && current && current.status === 'superseded';
+  const related = new Map();       // the texts of the memories that replaced this one or that it replaced
+  if (current) {
+    const ids = [...(current.superseded_by ? [current.superseded_by.memory_id] : []), ...(current.supersedes || []).map((s) => s.memory_id)].slice(0, 20);
+    await Promise.all(ids.map(async (other) => {
+      try { const f = await api('GET', `/v1/memories/${encodeURIComponent(other)}`); const m = f.memory || (f.id ? f : null); if (m) related.set(other, m); }
+      catch (err) { if (err.status === 401) throw err; }
+    }));
+  }
   const head = h('div', { class: 'memory-head' },
     h('p', { class: 'memory-text', id: 'memory-content' }, last.content),
     current ? truthBadges(current) : null,
-    current ? replacedBy(current) : null,
+    current ? replacedBy(current, related) : null,
     last.context ? h('p', { class: 'muted' }, `Context: ${last.context}`) : null,
     h('dl', { class: 'facts' },
       ...[['Status', forgotten ? `forgotten${last.forget_reason ? ` — ${last.forget_reason}` : ''}` : superseded ? 'superseded (replaced by a newer memory)' : 'current'], ['Version', `v${last.version}`],
@@ -448,8 +470,8 @@ async function viewMemory(root, args) {
   showDiff();
 
   const sections = [h('p', {}, h('a', { href: '#/memories' }, '← Memories')), h('h1', {}, forgotten ? 'Memory (forgotten)' : superseded ? 'Memory (superseded)' : 'Memory'), head];
-  if (current && current.supersedes && current.supersedes.length) sections.push(replacedList(current));
-  if (current && !forgotten && can('memory:write') && state.routes && state.routes.has('/v1/memories/{memory_id}/pin')) sections.push(pinForm(current));
+  if (current && current.supersedes && current.supersedes.length) sections.push(replacedList(current, related));
+  if (current && !forgotten && !superseded && can('memory:write') && state.routes && state.routes.has('/v1/memories/{memory_id}/pin')) sections.push(pinForm(current));
   if (provenance) sections.push(provenance);
   sections.push(h('section', { class: 'card', 'aria-labelledby': 'ver-title' }, h('h2', { id: 'ver-title' }, `Versions (${numbers.length})`),
     numbers.length > 1 ? h('div', { class: 'filters' }, field('Compare', from), field('with', to)) : null, numbers.length > 1 ? diffOut : null, list));
@@ -470,16 +492,18 @@ function truthBadges(m) {
   return badges.length ? h('div', { class: 'badges', id: 'truth-badges' }, ...badges) : null;
 }
 const decider = (s) => ({ rules: 'Engram\'s rules', person: 'a person', agent: 'an agent' }[s.decided_by] || s.decided_by || 'Engram');
-function replacedBy(m) {
+function replacedBy(m, related) {
   const s = m.superseded_by;
   if (!s) return null;
-  return h('p', { class: 'replaced', id: 'replaced-by' }, 'Replaced by ', h('a', { href: memoryHref({ id: s.memory_id, project: m.project }), id: 'replaced-by-link' }, 'a newer memory'),
+  const newer = related.get(s.memory_id);
+  return h('p', { class: 'replaced', id: 'replaced-by' }, 'Replaced by ',
+    h('a', { href: memoryHref({ id: s.memory_id, project: (newer && newer.project) || m.project }), id: 'replaced-by-link' }, newer ? `“${newer.content}”` : 'a newer memory'),
     m.valid_until ? ` on ${when(m.valid_until)}` : '', ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`));
 }
-function replacedList(m) {
+function replacedList(m, related) {
   return h('section', { class: 'card', 'aria-labelledby': 'replaced-title' }, h('h2', { id: 'replaced-title' }, `It replaced ${m.supersedes.length} older memor${m.supersedes.length === 1 ? 'y' : 'ies'}`),
     h('ul', { class: 'links', id: 'supersedes' }, ...m.supersedes.map((s) => h('li', { dataset: { id: s.memory_id } },
-      h('a', { href: memoryHref({ id: s.memory_id, project: m.project }) }, 'an older memory'), ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`)))));
+      h('a', { href: memoryHref({ id: s.memory_id, project: m.project }) }, related.get(s.memory_id) ? `“${related.get(s.memory_id).content}”` : 'an older memory'), ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`)))));
 }
 const localInput = (iso) => {   // an ISO moment as a datetime-local value (the browser's time zone)
   const d = new Date(iso);
