@@ -486,6 +486,47 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
         assert _memory(h, bruno_id)["pinned"] is False and await page.inner_text("#pin-toggle") == "Pin"
 
+        # the same fact said again is merged: "said 2 times"
+        # said again in a later conversation (a daily log no engine extracts: agent mode)
+        assert h.put(f"/v1/projects/{project}/extraction-mode", json={"mode": "agent"}).status_code == 200
+        log = h.post("/v1/daily-logs", json={"project": project, "log_date": "2026-12-01",
+                                             "turns": [{"speaker": "user", "text": "My dog is called Bruno."}]})
+        assert log.status_code == 200, log.text
+        said = {"log_id": log.json()["id"], "task_id": "console-test", "turns": [0]}
+        again = h.post("/v1/memories", json={"content": "My dog is called Bruno", "project": project, "provenance": said})
+        assert again.status_code in (200, 201) and again.json()["memory_id"] == bruno_id, again.text
+        assert _memory(h, bruno_id)["repeats"] == 2
+        await _go(page, f"#/memory/{project}/{bruno_id}?again=1")   # (the same page: a new address redraws it)
+        assert await page.inner_text("#truth-badges .badge.repeats") == "said 2 times"
+
+        # search as of a past day (POST /v1/recall with as_of): nothing was said then; today, Bruno and not Rex
+        recalls: list[dict[str, Any]] = []
+        page.on("request", lambda r: recalls.append(json.loads(r.post_data or "{}")) if r.url.endswith("/v1/recall") else None)
+        await _go(page, f"#/memories?project={project}")
+        await page.fill("form[role=search] input[type=search]", "what is my dog called")
+        await page.fill("#as-of", "2020-01-01")
+        before = await _rendered(page)
+        await page.click("form[role=search] button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "as_of=2020-01-01" in page.url and recalls[-1]["as_of"].startswith(("2020-01-01", "2020-01-02"))
+        assert await page.inner_text("#memory-list .empty") == "Nothing matches this search."
+        await page.fill("#as-of", "")
+        before = await _rendered(page)
+        await page.click("form[role=search] button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "as_of" not in recalls[-1] and "as_of" not in page.url
+        shown = await page.eval_on_selector_all("table.memories tbody tr", "rs => rs.map(r => r.dataset.id)")
+        assert bruno_id in shown and rex_id not in shown
+        await page.screenshot(path=str(shots / "console-search-as-of.png"), full_page=True)
+
+        # narrow and dark: the conflicts view and a superseded memory fit
+        await page.set_viewport_size({"width": 390, "height": 820})
+        await page.click("#theme")
+        for name, hash_ in (("conflicts", f"#/conflicts?project={project}"), ("memory-superseded", f"#/memory/{project}/{rex_id}")):
+            await _go(page, hash_)
+            await _fits(page)
+            await page.screenshot(path=str(shots / f"console-{name}-narrow-dark.png"), full_page=True)
+
         assert not errors, errors
         await context.close()
     h.close()
