@@ -519,13 +519,24 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         assert bruno_id in shown and rex_id not in shown
         await page.screenshot(path=str(shots / "console-search-as-of.png"), full_page=True)
 
-        # narrow and dark: the conflicts view and a superseded memory fit
+        # narrow and dark: the conflicts view (another flagged pair, then "Both are true") and a superseded memory fit
+        tom = h.post("/v1/memories", json={"content": "My cat is called Tom", "project": project}).json()["memory_id"]
+        felix = h.post("/v1/memories", json={"content": "My cat is called Felix", "project": project}).json()
+        assert tom in felix["flagged"], felix
         await page.set_viewport_size({"width": 390, "height": 820})
         await page.click("#theme")
-        for name, hash_ in (("conflicts", f"#/conflicts?project={project}"), ("memory-superseded", f"#/memory/{project}/{rex_id}")):
-            await _go(page, hash_)
-            await _fits(page)
-            await page.screenshot(path=str(shots / f"console-{name}-narrow-dark.png"), full_page=True)
+        await _go(page, f"#/conflicts?project={project}")
+        await _fits(page)
+        await page.screenshot(path=str(shots / "console-conflicts-narrow-dark.png"), full_page=True)
+        before = await _rendered(page)
+        await page.click(f"li.conflict[data-other='{tom}'] button.keep-both")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "Both stand" in await page.inner_text("#conflict-out")
+        assert _memory(h, tom)["status"] == "active" and _memory(h, felix["memory_id"])["status"] == "active"
+        assert h.get("/v1/memories/conflicts", params={"project": project}).json()["conflicts"] == []
+        await _go(page, f"#/memory/{project}/{rex_id}")
+        await _fits(page)
+        await page.screenshot(path=str(shots / "console-memory-superseded-narrow-dark.png"), full_page=True)
 
         assert not errors, errors
         await context.close()
