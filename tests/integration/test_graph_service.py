@@ -419,7 +419,11 @@ def test_related_memories_serve_a_recalls_markers_from_the_similar_edges(stack: 
         assert other not in {str(s.memory_id) for s in first.similar}  # neighbours stay within a project
         assert [len(r.similar) for r in (await related([tea], limit=1)).memories] == [1]
 
-        scoped = await related([tea, other], scope="work")
+        async def in_work() -> RelatedMemoryList | None:  # (saved last: the graph may not hold it yet)
+            found = await related([tea, other], scope="work")
+            return found if found.memories[1].found else None
+
+        scoped = await until(in_work, "the work memory's node")
         assert [r.found for r in scoped.memories] == [False, True] and scoped.memories[0].similar == []
 
         await stack.client.send(user, ForgetMemory(memory_id=uuid.UUID(closer)))
