@@ -26,7 +26,7 @@ class Scope(StrEnum):
     MEMORY_READ = "memory:read"
     MEMORY_WRITE = "memory:write"
     MEMORY_MAINTENANCE = "memory:maintenance"
-    #: delegation: a service credential acting for the user a call names (seed 2's ``user_id``); granted
+    #: delegation: a service credential acting for the user a call names (the ``user_id`` argument of the agent-centric design's tools); granted
     #: by the operator on API keys only (never through OAuth), recorded as the actor on every write
     MEMORY_ACT_AS = "memory:act-as"
     ADMIN = "admin"

@@ -88,7 +88,7 @@ def new_content(previous: MemoryState, state: MemoryState, when: datetime) -> Me
 _THE_USER = re.compile(r"\bthe user\b", re.IGNORECASE)
 _THIRD_PERSON = (
     (re.compile(r"\bthe user's\b", re.IGNORECASE), "my"),
-    (re.compile(r"\bthe user (?:is|was)\b(?P<rest>)", re.IGNORECASE), "I am"),
+    (re.compile(r"\bthe user (?:is|was)\b", re.IGNORECASE), "I am"),
     (re.compile(r"\bthe user has\b", re.IGNORECASE), "I have"),
     (re.compile(r"\bthe user (?:does not|doesn't)\b", re.IGNORECASE), "I do not"),
     (re.compile(r"\bthe user (?:no longer|now|still|also|just|recently|finally|currently) (\w+)", re.IGNORECASE), None),
@@ -231,14 +231,6 @@ def already_merged(existing: MemoryState, cmd: SaveMemory) -> bool:
         return False
     seen = [existing.provenance, *(s.provenance for s in existing.sources)]
     return any(p is not None and p.log_id == cmd.provenance.log_id and p.turns == cmd.provenance.turns for p in seen)
-
-
-class Settlement:
-    """How a person or agent settles a flagged pair (``settle_conflict``)."""
-
-    NEWER_SUPERSEDES = "newer_supersedes"  # the newer of the two supersedes the older
-    OLDER_STANDS = "older_stands"  # the newer one is wrong or stale: it is superseded by the older
-    KEEP_BOTH = "keep_both"  # both stand: the flag is removed
 
 
 def settled(state: MemoryState, other: UUID, now: datetime) -> MemoryState:
