@@ -316,7 +316,7 @@ def _moment(value: object) -> object:
 
 _AS_OF_DESCRIPTION = (
     "answer as Engram knew things at this moment (ISO 8601 date or date-time, UTC unless an offset is given): "
-    "only memories said by then, each as it stood then; what changed since is marked (superseded_by)"
+    "only memories said by then, each as it stood then; what changed since is marked (changed_since)"
 )
 #: a moment given by a caller: an ISO 8601 string, UTC unless it names an offset
 Moment = Annotated[datetime | None, BeforeValidator(_moment)]
@@ -454,6 +454,7 @@ class RecallMemory(BaseModel):
     category: Category | None = None
     keyword: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_KEYWORD_CHARS)
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+    as_of: AsOf = Field(None, description=_AS_OF_DESCRIPTION)
 
 
 class MemoryHistoryQuery(BaseModel):
@@ -513,6 +514,9 @@ class MemoryView(BaseModel):
     repeats: int = Field(1, description="how many times this fact was said (merged sayings)")
     pinned: bool = False
     forget_after: datetime | None = None
+    changed_since: MemoryRelation | None = Field(
+        None, description="in an answer as of a past moment: what replaced this since (a newer version of it: "
+        "newer_version, or the memory that superseded it: superseded_by); absent when it still stands as shown")
 
 
 class MemoryLookup(BaseModel):
@@ -704,6 +708,7 @@ class GetProfile(BaseModel):
     project: str | None = Field(None, pattern=PROJECT_PATTERN)
     static_limit: int = Field(20, ge=1, le=100)
     dynamic_limit: int = Field(10, ge=1, le=100)
+    as_of: AsOf = Field(None, description=_AS_OF_DESCRIPTION)
 
 
 class Profile(BaseModel):
@@ -711,6 +716,7 @@ class Profile(BaseModel):
     dynamic: list[MemoryView] = Field(description="recent context: the most recently changed memories")
 
 
+MemoryView.model_rebuild()
 RecallResult.model_rebuild()
 
 

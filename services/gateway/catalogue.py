@@ -156,6 +156,8 @@ LOG_ID = "The daily log's id (save_daily_log and get_unprocessed_logs give it)."
 TASK_ID = "The extraction run's id (1-128 of [A-Za-z0-9_.:-])."
 REASON = "What went wrong."
 LIMIT = f"1-{MAX_RECALL_LIMIT}, default 20"
+AS_OF = ("As of a past moment (ISO 8601 date or date-time, UTC unless an offset is given): the memories as "
+         "they stood then, each in its version of then; changed_since names what replaced one since.")
 
 
 def _maintenance(model: type[BaseModel], name: str, title: str, annotations: ToolAnnotations, doc: str, *,
@@ -321,6 +323,7 @@ OPERATIONS += (
     Operation(
         GetProfile, "profile", "The user's profile", READ, Scope.MEMORY_READ, ASSISTANT,
         """The user's profile (the MCP resource engram://profile and the prompt context).""", ProjectRule.SEARCH,
+        params={"as_of": AS_OF},
         mcp=False, rest=Rest("GET", "/profile", "profile", "The user's profile", tags=()),
     ),
     Operation(
@@ -373,7 +376,8 @@ OPERATIONS += (
         RecallMemory, "recall_memory", "List memories by category or keyword", READ, Scope.MEMORY_READ, ASSISTANT,
         """List memories by category and/or keyword, most important first (a filter, not a semantic search).""",
         ProjectRule.SEARCH, params={"category": "Only this category.",
-                                    "keyword": "Substring to match in the content (any language).", "limit": LIMIT},
+                                    "keyword": "Substring to match in the content (any language).", "limit": LIMIT,
+                                    "as_of": AS_OF},
         rest=Rest("GET", "/memories", "list_memories", "List memories by category and/or keyword", tags=()),
     ),
     Operation(

@@ -68,8 +68,10 @@ def format_relations(relations: list[MemoryRelation]) -> str:
 
 
 def _fact(m: MemoryView) -> str:
+    """A profile line; as of a past moment, with what replaced it since (``⇒ “…”`` or ``→ vN “…”``)."""
     tag = f"[{m.category.value}] " if m.category else ""
-    return f"- {tag}{m.content}"
+    since = f"  {_relation(m.changed_since)}" if m.changed_since is not None else ""
+    return f"- {tag}{m.content}{since}"
 
 
 def format_profile(profile: Profile | None) -> str:
@@ -93,8 +95,12 @@ def format_recall(query: str, hits: list[RecallHit], project: str | None, profil
         m = hit.memory
         day = (m.updated_at or m.created_at).date().isoformat()
         lines.append(f"[{rank}] ({hit.score:.3f}) {m.content} — {m.project} · {day} · {m.id}{_marker(m, hit.documents)}")
-        if hit.relations:
-            lines.append(format_relations(hit.relations))
+        relations = hit.relations
+        since = m.changed_since
+        if since is not None and not any(r.kind is since.kind and r.memory_id == since.memory_id for r in relations):
+            relations = [since, *relations]
+        if relations:
+            lines.append(format_relations(relations))
     parts.append("\n".join(lines))
     return cap("\n\n".join(parts))
 

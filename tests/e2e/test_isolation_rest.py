@@ -1,5 +1,5 @@
 """Isolation through the gateway: random REST sequences as two users; neither ever sees, matches,
-forgets, counts or reads the history of the other's data."""
+forgets, counts or reads the history of the other's data (lists and profiles as of a moment too)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ op = st.one_of(
 
 
 OWNED: tuple[set[str], set[str]] = (set(), set())
+#: answers as of a moment to come: everything said by now stands then (the as_of read path)
+FUTURE = "2100-01-01"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -72,6 +74,8 @@ def test_rest_isolation(running, ops) -> None:  # type: ignore[no-untyped-def]
             elif kind == "list":
                 r = call(i, "GET", "/v1/memories", params={"keyword": o[2], "limit": 100})
                 no_leak(i, [m["id"] for m in r.json()["memories"]])
+                r = call(i, "GET", "/v1/memories", params={"keyword": o[2], "limit": 100, "as_of": FUTURE})
+                no_leak(i, [m["id"] for m in r.json()["memories"]])
             elif kind == "by_key":
                 r = call(i, "GET", "/v1/memories/by-key", params={"memory_key": f"preference.k{run}", "project": o[2]})
                 if r.json()["found"]:
@@ -82,8 +86,9 @@ def test_rest_isolation(running, ops) -> None:  # type: ignore[no-untyped-def]
             elif kind == "projects":
                 call(i, "GET", "/v1/projects")
             elif kind == "profile":
-                r = call(i, "GET", "/v1/profile")
-                no_leak(i, [m["id"] for m in r.json()["static"] + r.json()["dynamic"]])
+                for params in ({}, {"as_of": FUTURE}):
+                    r = call(i, "GET", "/v1/profile", params=params)
+                    no_leak(i, [m["id"] for m in r.json()["static"] + r.json()["dynamic"]])
             elif kind == "history_of_other":
                 for mid in list(owned[1 - i])[:3]:
                     assert call(i, "GET", f"/v1/memories/{mid}/history").status_code == 404

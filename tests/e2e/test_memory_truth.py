@@ -1,8 +1,9 @@
 """Memories that stay true, from outside through the `mcp` SDK client against the running stack:
 a changed fact supersedes the old one (plain `memory` saves, no key), recall puts the current one
 first and marks the old one, recall `as_of` a moment between the two answers with the old one; the
-same through daily logs and the extractor (a keyed fact's versions); a fact said in many logs is
-one memory counting every saying; REST `POST /v1/recall` takes `as_of` too. Waits are bounded
+same through daily logs and the extractor (a keyed fact's versions); recall_memory and the profile
+as of a moment (MCP and REST); a fact said in many logs is one memory counting every saying; REST
+`POST /v1/recall` takes `as_of` too. Waits are bounded
 polls; nothing is timed."""
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived
         before_all = await recall(client, "where does the user live", project, as_of="2001-01-01")
         assert hits_of(before_all) == [], before_all
 
+        # recall_memory and the profile as of the same moment: Lisbon, marked, and not Berlin
+        listed = (await call(client, "recall_memory", containerTag=project, as_of=between))["memories"]
+        assert [m["content"] for m in listed] == ["I live in Lisbon"], listed
+        assert listed[0]["changed_since"]["kind"] == "superseded_by", listed
+        assert "Berlin" in listed[0]["changed_since"]["excerpt"], listed
+        current = (await call(client, "recall_memory", containerTag=project))["memories"]
+        assert [m["content"] for m in current] == ["I moved to Berlin last month"], current
+        assert current[0]["changed_since"] is None
+        assert (await call(client, "recall_memory", containerTag=project, as_of="2001-01-01"))["memories"] == []
+        with_profile = text_of(await client.call_tool("recall", {"query": "where does the user live",
+                                                                 "containerTag": project, "as_of": between}))
+        profile_part = with_profile.split("## 1 memories")[0]
+        assert "I live in Lisbon  ⇒ “I moved to Berlin last month”" in profile_part, with_profile
+        assert "- I moved to Berlin" not in profile_part, with_profile
+
         bad = await client.call_tool("recall", {"query": "x", "containerTag": project, "as_of": "last tuesday"})
         assert bad.is_error and "as_of" in text_of(bad)
 
@@ -90,6 +106,16 @@ async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived
         assert body["hits"][0]["relations"][0]["kind"] == "superseded_by"
         refused = h.post("/recall", json={"query": "x", "project": project, "as_of": "soon"})
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "as_of", refused.text
+        listed = h.get("/memories", params={"project": project, "as_of": between})
+        assert listed.status_code == 200, listed.text
+        assert [m["content"] for m in listed.json()["memories"]] == ["I live in Lisbon"], listed.text
+        profile = h.get("/profile", params={"project": project, "as_of": between})
+        assert profile.status_code == 200, profile.text
+        recent = profile.json()["dynamic"]
+        assert [m["content"] for m in recent] == ["I live in Lisbon"], profile.text
+        assert recent[0]["changed_since"]["kind"] == "superseded_by", profile.text
+        refused = h.get("/memories", params={"project": project, "as_of": "yesterday"})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "as_of", refused.text
 
 
 async def _wait_processed(client: Any, log_ids: list[str]) -> None:
@@ -115,6 +141,12 @@ async def test_the_same_through_daily_logs_and_a_fact_said_in_twenty_logs_is_one
         assert "Berlin" in hits_of(now)[0] and not any("Lisbon" in h for h in hits_of(now)), now
         then = await recall(client, "where does the user live", project, as_of="2025-04-01")
         assert "Lisbon" in hits_of(then)[0] and not any("Berlin" in h for h in hits_of(then)), then
+        # the keyed fact as it stood then, read from the event log, marked with the newer version
+        listed = (await call(client, "recall_memory", containerTag=project, keyword="Lisbon", as_of="2025-04-01"))
+        assert [("Lisbon" in m["content"], m["changed_since"]["kind"]) for m in listed["memories"]] \
+            == [(True, "newer_version")], listed
+        assert "Berlin" in listed["memories"][0]["changed_since"]["excerpt"], listed
+        assert (await call(client, "recall_memory", containerTag=project, keyword="Lisbon"))["memories"] == []
 
         ids = []
         for day in range(1, 21):

@@ -110,6 +110,12 @@ def test_rest_reaches_nothing_outside_the_project(running, home: Home, who: str)
         assert home.secret not in h.post("/v1/recall", json={"query": "garage code"}).text
         assert home.secret not in h.get("/v1/memories", params={"keyword": "garage"}).text
         assert h.get("/v1/profile", params={"project": "home"}).status_code == 403
+        # as of any moment, the same (the as_of read path has its own query)
+        assert home.secret not in h.get("/v1/memories", params={"keyword": "garage", "as_of": "2100-01-01"}).text
+        assert h.get("/v1/memories", params={"project": "home", "as_of": "2100-01-01"}).status_code == 403
+        assert home.secret not in h.get("/v1/profile", params={"as_of": "2100-01-01"}).text
+        assert h.get("/v1/profile", params={"project": "home", "as_of": "2100-01-01"}).status_code == 403
+        assert home.secret not in h.post("/v1/recall", json={"query": "garage code", "as_of": "2100-01-01"}).text
         assert {p["project"] for p in h.get("/v1/projects").json()["projects"]} <= {"work"}
         # shared memories belong to no project: neither read nor overwritten
         shared = h.get("/v1/shared-memories", params={"title": f"Hotel {home.keyed_tag}"})
@@ -135,6 +141,8 @@ async def test_mcp_reaches_nothing_outside_the_project(running, home: Home, who:
         assert home.secret not in text_of(recalled)
         listed = await c.call_tool("recall_memory", {"keyword": "garage"})
         assert home.secret not in text_of(listed)
+        listed = await c.call_tool("recall_memory", {"keyword": "garage", "as_of": "2100-01-01"})
+        assert not listed.is_error and home.secret not in text_of(listed)
         shared = await c.call_tool("get_shared_memories", {"title": f"Hotel {home.keyed_tag}"})
         assert shared.is_error and "9911" not in text_of(shared)
         overwrite = await c.call_tool("save_shared_memory", {"title": f"Hotel {home.keyed_tag}", "event": "x"})

@@ -25,7 +25,7 @@ from contracts.memory import (
 from kit.bus import PoisonMessage
 from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
-from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx
+from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx, StandingOrder
 from services.memory.domain.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,16 @@ ReplayRow = tuple[MemoryState, str, int, bytes | None, bytes | None]
 #: log, task, result -> (table, lock key space)
 _RECORDS: dict[str, tuple[str, int]] = {"log": ("daily_logs", 2), "task": ("extraction_tasks", 3),
                                         "result": ("extraction_results", 4)}
+
+
+#: ``standing``'s orders (a memory changed since counts as changed when it was said: its change
+#: after the moment is not visible then)
+_STANDING_ORDER = {
+    "importance": "importance DESC, updated_at DESC",
+    "weight": "importance * confidence DESC, updated_at DESC",
+    "recent": "CASE WHEN updated_at <= $2 THEN updated_at "
+              "ELSE COALESCE((truth->>'valid_from')::timestamptz, created_at) END DESC",
+}
 
 
 class ForeignRow(Conflict, PoisonMessage):
@@ -425,6 +435,27 @@ class MemoryStore(ReadModel):
             static=[_view(r) for r in static],
             dynamic=[_view(r) for r in dynamic],
         )
+
+    async def standing(
+        self, tenant: str, project: str | None, moment: datetime, *, order: StandingOrder, limit: int,
+        category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
+    ) -> list[MemoryView]:
+        # a memory with versions may have stood in an earlier one (its row says when the last was said)
+        changed = "updated_at > $2"
+        said = "LEAST(created_at, COALESCE((truth->>'valid_from')::timestamptz, created_at))"
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND status IN ('active', 'superseded') AND ({said} <= $2 OR version > 1)
+                  AND (truth->>'valid_until' IS NULL OR (truth->>'valid_until')::timestamptz > $2)
+                  AND ($3::text IS NULL OR project = $3)
+                  AND ($4::text IS NULL OR category = $4 OR {changed})
+                  AND ($5::text IS NULL OR content ILIKE $5 OR {changed})
+                  AND (NOT $6 OR (category IS NOT NULL AND category <> 'relationship'
+                                  AND category <> 'emotional_pattern') OR {changed})
+                ORDER BY {_STANDING_ORDER[order]} LIMIT $7""",
+            tenant, moment, project, category, _like(keyword) if keyword else None, profile_facts, limit,
+        )
+        return [_view(r) for r in rows]
 
     async def indexed_memory_count(self) -> int:
         return int(await self.pool.fetchval(f"SELECT count(*) FROM {self.s}.memories WHERE status <> 'forgotten'"))

@@ -53,16 +53,39 @@ from contracts.subjects import Names
 from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
-from services.memory.application.ports import EventLog, ReadModel
+from services.memory.application.ports import EventLog, ReadModel, StandingOrder
 from services.memory.application.projection import MemoryProjection
 from services.memory.domain import model, truth
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.supersession import Verdict, decide_all
+from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
 from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import active_filter, content_vector, memory_passages, view_of
 from services.memory.search.ports import VectorIndex
 
 Content = tuple[str, str, str]  # (tenant, project, content hash)
+#: an answer as of a past moment reads this many times the candidates it returns from the read model
+#: (some did not stand as they are now), at most ``AS_OF_MAX_CANDIDATES``
+AS_OF_OVERFETCH = 3
+AS_OF_MAX_CANDIDATES = 300
+
+
+def _by_importance(_: datetime) -> Callable[[MemoryView], tuple[float, datetime]]:
+    return lambda v: (v.importance, v.updated_at)
+
+
+def _by_weight(_: datetime) -> Callable[[MemoryView], tuple[float, datetime]]:
+    return lambda v: (v.importance * v.confidence, v.updated_at)
+
+
+def _by_last_change(moment: datetime) -> Callable[[MemoryView], tuple[datetime]]:
+    """A memory's last change by ``moment`` (one changed since: when it was said)."""
+    return lambda v: (v.updated_at if v.updated_at <= moment else truth.valid_from(v),)
+
+
+_STANDING_KEYS: dict[str, Callable[[datetime], Callable[[MemoryView], Any]]] = {
+    "importance": _by_importance, "weight": _by_weight, "recent": _by_last_change}
+
 C = TypeVar("C", SaveMemory, UpdateMemory)
 R = TypeVar("R")
 
@@ -565,7 +588,33 @@ class MemoryReads:
 
     async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
         project = call.search_project(rm.project)
+        if rm.as_of is not None:
+            category = rm.category.value if rm.category else None
+            found = await self._standing(call.tenant, project, rm.as_of, "importance", rm.limit,
+                                         category=category, keyword=rm.keyword)
+            return MemoryList(memories=found)
         return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit))
+
+    async def _standing(
+        self, tenant: str, project: str | None, moment: datetime, order: StandingOrder, limit: int, *,
+        category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
+        leave_out: set[UUID] | frozenset[UUID] = frozenset(),
+    ) -> list[MemoryView]:
+        """The memories as they stood at ``moment`` (each in the version that stood then, marked with
+        what replaced it since), filtered on that version, in ``order``; at most ``limit``. The read
+        model gives the candidates (``AS_OF_OVERFETCH`` times as many: some did not stand as they are)."""
+        candidates = [v for v in await self.store.standing(
+            tenant, project, moment, order=order, limit=min(limit * AS_OF_OVERFETCH, AS_OF_MAX_CANDIDATES),
+            category=category, keyword=keyword, profile_facts=profile_facts,
+        ) if v.id not in leave_out]
+        then = [v for v in await as_they_stood(tenant, candidates, moment, self.versions) if v is not None
+                and (category is None or (v.category is not None and v.category.value == category))
+                and (keyword is None or keyword.casefold() in v.content.casefold())
+                and (not profile_facts or model.profile_fact(v.category))]
+        then.sort(key=_STANDING_KEYS[order](moment), reverse=True)
+        then = then[:limit]
+        newer = superseded_since(then, moment)
+        return mark_superseded(then, moment, await self.store.views(tenant, list(newer))) if newer else then
 
     async def get(self, call: Call, q: GetMemory) -> MemoryView:
         """A memory by id as it stands now (none outside the caller's project)."""
@@ -606,7 +655,14 @@ class MemoryReads:
 
     async def cached_profile(self, tenant: str, query: GetProfile) -> Profile:
         """The profile from the read model, cached until this process projects a write of the
-        tenant's (every write passes through the projection here: inline, by the projector or replay)."""
+        tenant's (every write passes through the projection here: inline, by the projector or replay).
+        A profile as of a past moment is computed each time (:meth:`_standing`)."""
+        if query.as_of is not None:
+            static = await self._standing(tenant, query.project, query.as_of, "weight", query.static_limit,
+                                          profile_facts=True)
+            dynamic = await self._standing(tenant, query.project, query.as_of, "recent", query.dynamic_limit,
+                                           leave_out={v.id for v in static})
+            return Profile(static=static, dynamic=dynamic)
         key = (tenant, query.project, query.static_limit, query.dynamic_limit)
         writes = self._tenant_writes[tenant]
         cached = self._profiles.get(key)

@@ -31,6 +31,10 @@ from contracts.memory import (
 from kit.command_log import OutcomeRecord
 from services.memory.search.ports import RecallReads
 
+#: how candidates as of a moment are ordered: most important first (recall_memory), by importance ×
+#: confidence (the profile's stable facts), or by their last change by then (its recent context)
+StandingOrder = Literal["importance", "weight", "recent"]
+
 __all__ = ["EventLog", "LogRecord", "ReadModel", "ReadModelTx"]
 
 
@@ -132,6 +136,15 @@ class ReadModel(RecallReads, Protocol):
     async def projects(self, tenant: str) -> list[ProjectInfo]: ...
 
     async def profile(self, tenant: str, project: str | None, static_limit: int, dynamic_limit: int) -> Profile: ...
+
+    async def standing(
+        self, tenant: str, project: str | None, moment: datetime, *, order: StandingOrder, limit: int,
+        category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
+    ) -> list[MemoryView]:
+        """The candidates for an answer as of ``moment``: current or superseded memories said by then
+        and not superseded then, in ``order``; the filters are applied to the current version, except
+        for a memory changed since (it may have matched then: the caller decides on the version then)."""
+        ...
 
     async def indexed_memory_count(self) -> int:
         """How many memories have a point in the vector index (active or superseded), of every tenant."""

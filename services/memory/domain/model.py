@@ -17,6 +17,7 @@ from contracts.events import Event
 from contracts.memory import (
     MEMORY_AGGREGATE,
     NAMESPACE_FOR_CATEGORY,
+    Category,
     MemoryEventType,
     MemoryState,
     MemoryStatus,
@@ -32,6 +33,14 @@ from services.memory.domain.keywords import STOPWORDS
 AGGREGATE = MEMORY_AGGREGATE  # (declared in contracts.memory)
 _NS = UUID("8f0c1f9e-51a4-4c1b-9d1e-3c1f6c0e7a11")
 SEMANTIC_FORGET_THRESHOLD = 0.85
+#: categories the profile's stable facts leave out: relationships and emotional patterns change, or
+#: are about others (the read model's profile query says the same in SQL)
+NOT_PROFILE_FACTS = frozenset({Category.RELATIONSHIP, Category.EMOTIONAL_PATTERN})
+
+
+def profile_fact(category: Category | None) -> bool:
+    """Whether a memory of ``category`` can be one of the profile's stable facts."""
+    return category is not None and category not in NOT_PROFILE_FACTS
 
 
 def normalize_content(content: str) -> str:

@@ -65,6 +65,13 @@ def valid_at(memory: MemoryState | MemoryView, moment: datetime) -> bool:
     return valid_from(memory) <= moment and (memory.valid_until is None or moment < memory.valid_until)
 
 
+def earlier_version_may_stand(memory: MemoryState | MemoryView, moment: datetime) -> bool:
+    """Whether ``memory``'s current version does not stand at ``moment`` only because its content
+    changed since (a later version of a keyed fact, said after ``moment``): an earlier version, read
+    from the event log, may have stood then."""
+    return not valid_at(memory, moment) and memory.version > 1 and valid_from(memory) > moment
+
+
 def version_at(versions: Sequence[MemoryState], moment: datetime) -> MemoryState | None:
     """The version of a memory (its states, oldest first) that stood at ``moment``: the last one
     said by then, if it was not yet superseded or forgotten then; None when none did."""

@@ -34,7 +34,6 @@ from contracts.memory import (
     GetProfile,
     MemoryRelation,
     MemoryState,
-    MemoryView,
     Profile,
     Recall,
     RecallHit,
@@ -47,6 +46,7 @@ from kit.service import Call
 from services.memory.domain import decay, truth
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
+from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
 from services.memory.search.encoders import Encoders
 from services.memory.search.hops import deep_hops
 from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
@@ -146,7 +146,7 @@ class RecallPipeline:
         if not rq.include_profile:
             return await self.recall(call.tenant, rq)
         found, profile = await asyncio.gather(
-            self.recall(call.tenant, rq), self.profile(call.tenant, GetProfile(project=project))
+            self.recall(call.tenant, rq), self.profile(call.tenant, GetProfile(project=project, as_of=rq.as_of))
         )
         return found.model_copy(update={"profile": profile})
 
@@ -210,24 +210,11 @@ class RecallPipeline:
         return RecallResult(hits=await self._truth_relations(tenant, found[: query.limit], as_of))
 
     async def _as_of(self, tenant: str, found: list[RecallHit], as_of: datetime) -> list[RecallHit]:
-        """The hits as they stood at ``as_of``: a memory said later is left out; one whose content
-        changed since (a new version of a keyed fact) is the version that stood then, read from the
-        event log."""
-        changed = [h for h in found if not truth.valid_at(h.memory, as_of) and h.memory.version > 1
-                   and truth.valid_from(h.memory) > as_of]
-        then: dict[UUID, MemoryView | None] = {}
-        if changed and self.versions is not None:
-            histories = await asyncio.gather(*(self.versions(tenant, h.memory.id) for h in changed))
-            for h, states in zip(changed, histories, strict=True):
-                old = truth.version_at(states, as_of)
-                then[h.memory.id] = MemoryView.model_validate(old.model_dump()) if old is not None else None
-        out = []
-        for h in found:
-            if truth.valid_at(h.memory, as_of):
-                out.append(h)
-            elif (old := then.get(h.memory.id)) is not None:
-                out.append(h.model_copy(update={"memory": old}))
-        return out
+        """The hits as they stood at ``as_of`` (:func:`as_they_stood`): a memory said later is left
+        out; one whose content changed since is the version that stood then."""
+        then = await as_they_stood(tenant, [h.memory for h in found], as_of, self.versions)
+        return [h if v is h.memory else h.model_copy(update={"memory": v})
+                for h, v in zip(found, then, strict=True) if v is not None]
 
     def _weighed(self, found: list[RecallHit], now: datetime) -> list[RecallHit]:
         """The hits re-ordered by relevance blended with :func:`decay.weight` (importance, recency
@@ -247,17 +234,21 @@ class RecallPipeline:
         as_of a moment, the memory that superseded it since (``superseded_by``)."""
         wanted = {w.memory_id for h in hits for w in h.memory.supersedes[:MAX_HIT_RELATIONS]}
         if as_of is not None:
-            wanted |= {h.memory.superseded_by.memory_id for h in hits if h.memory.superseded_by is not None}
+            wanted |= superseded_since([h.memory for h in hits], as_of)
         if not wanted:
             return hits
         others = await self.store.views(tenant, list(wanted))
+        if as_of is not None:
+            marked = mark_superseded([h.memory for h in hits], as_of, others)
+            hits = [h.model_copy(update={"memory": m}) for h, m in zip(hits, marked, strict=True)]
         out = []
         for h in hits:
             relations = [MemoryRelation(kind=RelationKind.SUPERSEDES, memory_id=w.memory_id,
                                         excerpt=excerpt(others[w.memory_id].content))
                          for w in h.memory.supersedes if w.memory_id in others]
             newer = h.memory.superseded_by
-            if as_of is not None and newer is not None and newer.memory_id in others:
+            if as_of is not None and newer is not None and newer.memory_id in others \
+                    and h.memory.changed_since is not None:
                 relations.insert(0, MemoryRelation(kind=RelationKind.SUPERSEDED_BY, memory_id=newer.memory_id,
                                                    excerpt=excerpt(others[newer.memory_id].content)))
             out.append(h.model_copy(update={"relations": relations[:MAX_HIT_RELATIONS]}) if relations else h)
