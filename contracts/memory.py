@@ -347,6 +347,30 @@ class SettleConflictResult(BaseModel):
     message: str
 
 
+class UnmergeMemory(BaseModel):
+    """Undo a merge: the saying one ``MemoryMerged`` version of a memory added (get_memory_history shows
+    them) leaves the memory and becomes a memory of its own, in its own words, said when it was said.
+    The memory counts one saying fewer; the content and importance that merge changed go back, unless
+    changed again since."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    memory_id: UUID
+    version: int = Field(ge=2, le=1_000_000, description="the version of the memory the merge wrote (its history's "
+                         "MemoryMerged entry)")
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION)
+
+
+class UnmergeMemoryResult(BaseModel):
+    unmerged: bool = Field(description="false when that saying had left the memory already (the same answer again)")
+    memory_id: UUID = Field(description="the memory the saying was merged into")
+    split_id: UUID = Field(description="the memory the saying is now")
+    repeats: int = Field(description="how many sayings the memory counts now")
+    message: str
+
+
 class PinMemory(BaseModel):
     """Pin a memory (it never fades in recall), unpin it, or set when it leaves recall (forget_after)."""
 
@@ -390,6 +414,7 @@ class MemoryEventType(StrEnum):
     MERGED = "MemoryMerged"  # the same fact said again: a source added, repeats + 1
     CONFLICT_SETTLED = "MemoryConflictSettled"  # a flagged pair settled by a person or agent
     PINNED = "MemoryPinned"  # pinned / unpinned, or an expiry (forget_after) set
+    UNMERGED = "MemoryUnmerged"  # a merge undone: the saying left the memory (and became a memory of its own)
 
 
 #: the memory service's aggregate of memories (``<ns>.evt.<tenant>.memory.<id>``): every event's
@@ -727,6 +752,7 @@ for _name, _model, _result in (
     ("save_shared_memory", SaveSharedMemory, SaveSharedMemoryResult),
     ("settle_conflict", SettleConflict, SettleConflictResult),
     ("pin_memory", PinMemory, SaveMemoryResult),
+    ("unmerge_memory", UnmergeMemory, UnmergeMemoryResult),
 ):
     command(MEMORY, _name, result=_result)(_model)
 for _name, _model, _result in (

@@ -63,6 +63,7 @@ from contracts.memory import (
     SaveMemory,
     SaveSharedMemory,
     SettleConflict,
+    UnmergeMemory,
     UpdateMemory,
 )
 from services.gateway.toolsets import ASSISTANT, MAINTENANCE
@@ -363,6 +364,15 @@ OPERATIONS += (
                                    "clear_forget_after": "true to remove an expiry set before."},
         rest=Rest("POST", "/memories/{memory_id}/pin", "pin_memory", "Pin a memory or set its expiry", tags=(),
                   rules=PIN_RULES),
+    ),
+    Operation(
+        UnmergeMemory, "unmerge_memory", "Undo a merge", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Undo a merge: when Engram took a saying for the same fact said again (×N in recall) and it was not,
+        the saying that merge added (a MemoryMerged version in get_memory_history) becomes a memory of its own
+        again, in its own words; the memory counts one saying fewer.""",
+        ProjectRule.WRITE, params={"memory_id": "The merged memory's id.",
+                                   "version": "The version the merge wrote (get_memory_history: event MemoryMerged)."},
+        rest=Rest("POST", "/memories/{memory_id}/unmerge", "unmerge_memory", "Undo a merge", tags=()),
     ),
     Operation(
         GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,

@@ -226,3 +226,42 @@ async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_
         hits = h.post("/recall", json={"query": "what is the dog called", "project": project}).json()["hits"]
         assert flag["memory"]["id"] not in [hit["memory"]["id"] for hit in hits], hits
         assert h.get(f"/memories/{flag['memory']['id']}").json()["status"] == "active"
+
+
+async def test_a_merge_is_undone_from_the_history(running) -> None:  # type: ignore[no-untyped-def]
+    """'I'm living in Dublin' was taken for the same fact said again; unmerging that version makes it a
+    memory of its own (MCP), once only; REST refuses a version that is not a merge, and another user
+    reaches nothing."""
+    project = "truth-unmerge-" + uuid.uuid4().hex[:8]
+    async with session(running) as client:
+        first = await call(client, "save_memory", category="user_profile", content="I live in Dublin",
+                           memory_key="profile.home", containerTag=project)
+        again = text_of(await client.call_tool("memory", {"content": "I'm living in Dublin", "containerTag": project}))
+        assert "counted as said again" in again, again
+        holder = first["memory_id"]
+        history = (await call(client, "get_memory_history", memory_id=holder))["versions"]
+        merge = [v for v in history if v["event"] == "MemoryMerged"]
+        assert len(merge) == 1, history
+
+        done = await call(client, "unmerge_memory", memory_id=holder, version=merge[0]["version"],
+                          containerTag=project)
+        assert done["unmerged"] and done["repeats"] == 1 and done["split_id"] != holder, done
+        split = await call(client, "get_memory", memory_id=done["split_id"])
+        assert split["content"] == "I'm living in Dublin" and split["status"] == "active", split
+        assert (await call(client, "get_memory", memory_id=holder))["repeats"] == 1
+        # asked again: says so and creates nothing more
+        twice = await call(client, "unmerge_memory", memory_id=holder, version=merge[0]["version"],
+                           containerTag=project)
+        assert not twice["unmerged"] and twice["split_id"] == done["split_id"], twice
+        listed = (await call(client, "recall_memory", containerTag=project, keyword="Dublin"))["memories"]
+        assert sorted(m["content"] for m in listed) == ["I live in Dublin", "I'm living in Dublin"], listed
+        last = (await call(client, "get_memory_history", memory_id=holder))["versions"][-1]
+        assert last["event"] == "MemoryUnmerged", last
+
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        not_a_merge = h.post(f"/memories/{holder}/unmerge", headers=auth(running.key),
+                             json={"project": project, "version": 1 + len(history) + 5})
+        assert not_a_merge.status_code == 422 and not_a_merge.json()["error"]["field"] == "version", not_a_merge.text
+        stranger = h.post(f"/memories/{holder}/unmerge", headers=auth(running.other_key),
+                          json={"project": project, "version": merge[0]["version"]})
+        assert stranger.status_code == 404, stranger.text

@@ -147,3 +147,29 @@ def test_extracted_memories_in_the_third_person_are_read_as_the_user_says_them()
 def _view(s: MemoryState):  # type: ignore[no-untyped-def]
     from contracts.memory import MemoryView
     return MemoryView.model_validate(s.model_dump())
+
+
+def test_a_merge_undone_gives_the_saying_back_in_its_own_words() -> None:
+    dublin = state("I live in Dublin", importance=3)
+    said = T0 + timedelta(days=5)
+    once = truth.merged(dublin.model_copy(update={"repeats": 1}), SaveMemory(content="I'm living in Dublin"), said,
+                        said)
+    twice = truth.merged(once, SaveMemory(content="I still live in Dublin these days"), said + timedelta(days=5),
+                         said + timedelta(days=5))
+    assert twice.repeats == 3 and twice.content == "I still live in Dublin these days"  # the longer words won
+    split_id = uuid4()
+    now = T0 + timedelta(days=20)
+    # undo the second merge (it took the words and raised nothing: 3 is not a power of two)
+    holder, split = truth.unmerged(once, twice, twice, split_id, now)  # type: ignore[misc]
+    assert split.id == split_id and split.content == "I still live in Dublin these days"
+    assert split.valid_from == said + timedelta(days=5) and split.repeats == 1 and not split.sources
+    assert holder.content == once.content == "I'm living in Dublin"  # the words before that merge
+    assert holder.repeats == 2 and holder.version == twice.version + 1
+    assert [s.said_at for s in holder.sources] == [said]
+    # undo the first (it raised the importance when the sayings doubled): it goes back
+    assert once.importance == 4
+    holder2, split2 = truth.unmerged(dublin, once, holder, uuid4(), now)  # type: ignore[misc]
+    assert split2.content == "I'm living in Dublin" and holder2.repeats == 1 and holder2.importance == 3
+    assert not holder2.sources and holder2.content == "I live in Dublin"
+    # undone already: nothing more
+    assert truth.unmerged(dublin, once, holder2, uuid4(), now) is None

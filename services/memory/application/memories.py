@@ -47,6 +47,8 @@ from contracts.memory import (
     SettleConflict,
     SettleConflictResult,
     Supersession,
+    UnmergeMemory,
+    UnmergeMemoryResult,
     UpdateMemory,
 )
 from contracts.subjects import Names
@@ -447,6 +449,56 @@ class Memories:
                          lambda stored: _saved(model.state_of(stored), created=False))
 
         reply = await self._write(call, cmd.memory_id, decide)
+        assert reply is not None
+        return reply
+
+    async def unmerge(self, call: CommandCall, cmd: UnmergeMemory) -> UnmergeMemoryResult:
+        """Undo the merge that wrote version ``cmd.version`` of a memory (:func:`truth.unmerged`): the
+        saying it added becomes a memory of its own (first: a command stopped half-way is run again
+        whole, and creating it again appends nothing), then leaves the memory (``MemoryUnmerged``)."""
+        found = await self.store.get(call.tenant, cmd.memory_id)
+        if found is None or not call.sees(found.project):
+            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+        events = await self.events.history(memory_subject(self.names, call.tenant, cmd.memory_id))
+        states = [(e.type, model.state_of(e)) for e, _ in events]
+        at = next((i for i, (kind, st) in enumerate(states) if st.version == cmd.version and i > 0), None)
+        if at is None or states[at][0] != MemoryEventType.MERGED.value:
+            raise InvalidArgument(f"version {cmd.version} of memory {cmd.memory_id} is not a merge: "
+                                  "get_memory_history shows its MemoryMerged versions", "version")
+        before, merge = states[at - 1][1], states[at][1]
+        split_id = model.unmerged_memory_id(cmd.memory_id, cmd.version)
+        now = self.clock()
+
+        def undo(current: MemoryState) -> tuple[MemoryState, MemoryState] | None:
+            return truth.unmerged(before, merge, current, split_id, now)
+
+        def create(loaded: Loaded) -> Write[None] | Answer[None]:
+            if loaded is not None:
+                return Answer(None)  # created by an earlier try of this command (or of another like it)
+            current = model.state_of(events[-1][0]) if events else found
+            done = undo(current)
+            if done is None:
+                return Answer(None)
+            return Write(_event(call, done[1], MemoryEventType.UNMERGED), lambda _: None)
+
+        await self._write(call, split_id, create, outcome=False, what=f"memory {split_id}")
+
+        def leave(loaded: Loaded) -> Write[UnmergeMemoryResult] | Answer[UnmergeMemoryResult]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            current = model.state_of(loaded[0])
+            done = undo(current)
+            if done is None:
+                return Answer(UnmergeMemoryResult(
+                    unmerged=False, memory_id=current.id, split_id=split_id, repeats=current.repeats,
+                    message=f"That saying had left the memory already: it is memory {split_id}."))
+            holder = done[0]
+            return Write(_event(call, holder, MemoryEventType.UNMERGED), lambda _: UnmergeMemoryResult(
+                unmerged=True, memory_id=holder.id, split_id=split_id, repeats=holder.repeats,
+                message=f"Unmerged: the saying is memory {split_id} again; memory {holder.id} counts "
+                        f"{holder.repeats} saying{'s' if holder.repeats != 1 else ''}."))
+
+        reply = await self._write(call, cmd.memory_id, leave)
         assert reply is not None
         return reply
 

@@ -62,6 +62,7 @@ from contracts.memory import (
     SaveMemory,
     SaveSharedMemory,
     SettleConflict,
+    UnmergeMemory,
     UpdateMemory,
 )
 from contracts.portability import ExportPage, PurgeMemoryUser, RestoreRecords
@@ -128,6 +129,7 @@ class MemoryService:
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {SaveMemory: self.memories.save, UpdateMemory: self.memories.update,
                 SettleConflict: self.memories.settle, PinMemory: self.memories.pin,
+                UnmergeMemory: self.memories.unmerge,
                 ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save,
                 SaveDailyLog: self.daily_logs.save, ClaimDailyLog: self.daily_logs.claim,
                 MarkLogProcessed: self.daily_logs.mark_processed, MarkLogFailed: self.daily_logs.mark_failed,

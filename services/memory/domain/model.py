@@ -108,6 +108,12 @@ def event_id_for(tenant: str, command_id: str, aggregate_id: UUID | str, version
     return uuid5(_NS, f"event:{tenant}:{command_id}:{aggregate_id}:{version}")
 
 
+def unmerged_memory_id(memory_id: UUID, version: int) -> UUID:
+    """The memory a saying becomes when the merge that wrote ``version`` of ``memory_id`` is undone:
+    the same each time (undoing it again creates nothing more)."""
+    return uuid5(_NS, f"unmerged:{memory_id}:{version}")
+
+
 def new_memory(
     tenant: str, cmd: SaveMemory, now: datetime, memory_key: str | None = None, generation: int = 0
 ) -> MemoryState:

@@ -232,6 +232,35 @@ def merged(existing: MemoryState, cmd: SaveMemory, when: datetime, now: datetime
     return existing.model_copy(update=update)
 
 
+def unmerged(before: MemoryState, merge: MemoryState, current: MemoryState, split_id: UUID,
+             now: datetime) -> tuple[MemoryState, MemoryState] | None:
+    """A merge undone: ``merge`` is the version a ``MemoryMerged`` wrote, ``before`` the one before it,
+    ``current`` the memory now. The saying that merge added leaves ``current`` (one saying fewer; the
+    content and importance it changed go back unless changed since) and becomes the memory
+    ``split_id`` in its own words, said when it was said. None when the saying is no longer among
+    ``current``'s sources (undone already)."""
+    if not merge.sources or merge.sources[-1] not in current.sources:
+        return None
+    saying = merge.sources[-1]
+    took_words = merge.content != before.content
+    words = merge.content if took_words else (saying.content or before.content)
+    sources = list(current.sources)
+    sources.remove(saying)
+    update: dict[str, object] = {"sources": sources, "repeats": max(1, current.repeats - 1),
+                                 "version": current.version + 1, "updated_at": now}
+    if took_words and current.content == merge.content:
+        update["content"] = before.content
+    if merge.importance > before.importance and current.importance == merge.importance:
+        update["importance"] = before.importance
+    split = MemoryState(
+        id=split_id, tenant=current.tenant, project=current.project, content=words, category=before.category,
+        importance=before.importance, confidence=before.confidence, source=saying.source, version=1,
+        status=MemoryStatus.ACTIVE, created_at=now, updated_at=now, provenance=saying.provenance,
+        valid_from=saying.said_at,
+    )
+    return current.model_copy(update=update), split
+
+
 def already_merged(existing: MemoryState, cmd: SaveMemory) -> bool:
     """Whether this saying (the same log and turns) is already among the memory's own or merged ones."""
     if cmd.provenance is None:
