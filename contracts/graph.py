@@ -28,7 +28,7 @@ from contracts.daily_logs import BoundedDateTime
 
 # the memory service's aggregate (declared in contracts.memory), which the graph projects
 from contracts.memory import MEMORY_AGGREGATE as MEMORY_AGGREGATE
-from contracts.memory import PROJECT_PATTERN
+from contracts.memory import PROJECT_PATTERN, AsOf
 from contracts.messages import query
 from contracts.subjects import GRAPH, MEMORY
 
@@ -90,6 +90,10 @@ class GraphPageQuery(BaseModel):
     node_types: list[NodeType] | None = Field(None, description="only these node types (default all)")
     since: BoundedDateTime | None = Field(None, description="only nodes updated at or after this time")
     until: BoundedDateTime | None = Field(None, description="only nodes updated before this time")
+    as_of: AsOf = Field(None, description="the graph as it stood at this moment (ISO 8601 date or date-time, UTC "
+                        "unless an offset is given): memories said by then and not superseded then, logs and projects "
+                        "made by then; forgotten memories are left out; a node changed since says so "
+                        "(detail.changed_since)")
     cursor: str | None = Field(None, min_length=1, max_length=MAX_CURSOR_CHARS)
     limit: int = Field(DEFAULT_GRAPH_PAGE, ge=1, le=MAX_GRAPH_PAGE)
 

@@ -97,6 +97,16 @@ async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived
             await asyncio.sleep(0.1)
         assert updates and updates[0]["source"] != updates[0]["target"], page
 
+        # the graph as of the moment between: Lisbon's node, not Berlin's (nor the edge between them)
+        then_page = await call(client, "fetch-graph-data", project=project, as_of=between)
+        memories = {n["id"]: n for n in then_page["nodes"] if n["type"] == "memory"}
+        assert list(memories) == [lisbon_id], then_page
+        assert memories[lisbon_id]["detail"]["changed_since"], then_page  # superseded since: it says so
+        assert not [e for e in then_page["edges"] if e["type"] == "updates"], then_page
+        assert (await call(client, "fetch-graph-data", project=project, as_of="2001-01-01"))["nodes"] == []
+        bad_graph = await client.call_tool("fetch-graph-data", {"project": project, "as_of": "someday"})
+        assert bad_graph.is_error and "as_of" in text_of(bad_graph), text_of(bad_graph)
+
     # REST: the same question as of the same moment
     with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
         got = h.post("/recall", json={"query": "where does the user live", "project": project, "as_of": between})

@@ -58,6 +58,10 @@ ProjectParam = Annotated[str | None, Field(default=None, pattern=PROJECT_PATTERN
 GraphContainerTag = Annotated[str | None, Field(default=None, pattern=PROJECT_PATTERN,
                                                 description="Only this project (1-128 chars of letters, digits, "
                                                             "_ . : -). Omit for every project you can see.")]
+AsOfParam = Annotated[str | None, Field(default=None, max_length=40, description=(
+    "The graph as it stood at a past moment (ISO 8601 date or date-time, UTC unless an offset is given): memories "
+    "said by then and not yet superseded, logs and projects made by then; a node changed since says so "
+    "(detail.changed_since). Pass the same as_of with every page's cursor."))]
 PageNumber = Annotated[int | None, Field(default=None, ge=1, le=MAX_PAGE_NUMBER,
                                          description="1-based page number, for clients without cursors (walks the "
                                                      "pages from the start; prefer cursor).")]
@@ -180,18 +184,18 @@ def _short(text: str, limit: int = 80) -> str:
 
 
 async def page_of(ops: Operations, c: Caller, *, project: str | None, cursor: str | None, limit: int,
-                  page: int | None = None) -> GraphPage:
+                  page: int | None = None, as_of: str | None = None) -> GraphPage:
     """One page by cursor, or by 1-based page number (walking the keyset from the start)."""
     if page is not None and cursor is not None:
         raise ToolError("give cursor or page, not both (page: a 1-based page number for clients without cursors)")
     for _ in range((page or 1) - 1):
-        skipped = await ops.run(c, operation(GraphPageQuery), contract(GraphPageQuery, cursor=cursor, limit=limit),
-                                project=project)
+        skipped = await ops.run(c, operation(GraphPageQuery),
+                                contract(GraphPageQuery, cursor=cursor, limit=limit, as_of=as_of), project=project)
         if skipped.next_cursor is None:
             return GraphPage(nodes=[], edges=[], next_cursor=None, total=skipped.total)
         cursor = skipped.next_cursor
-    return await ops.run(c, operation(GraphPageQuery), contract(GraphPageQuery, cursor=cursor, limit=limit),
-                         project=project)
+    return await ops.run(c, operation(GraphPageQuery), contract(GraphPageQuery, cursor=cursor, limit=limit,
+                                                                as_of=as_of), project=project)
 
 
 def graph_tools(ops: Operations) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]]:
@@ -201,6 +205,7 @@ def graph_tools(ops: Operations) -> tuple[Callable[..., Awaitable[Any]], Callabl
     async def memory_graph(
         containerTag: GraphContainerTag = None,
         limit: Limit = DEFAULT_GRAPH_PAGE,
+        as_of: AsOfParam = None,
     ) -> Annotated[CallToolResult, GraphView]:
         """Show the user's memory graph: memories, the daily logs they came from and projects, linked by
         version chains (updates), related facts (extends), extraction (derives) and similarity.
@@ -210,7 +215,7 @@ def graph_tools(ops: Operations) -> tuple[Callable[..., Awaitable[Any]], Callabl
         """
         c = caller()
         project = c.search_project(containerTag)
-        page = await page_of(ops, c, project=containerTag, cursor=None, limit=limit)
+        page = await page_of(ops, c, project=containerTag, cursor=None, limit=limit, as_of=as_of)
         view = GraphView(nodes=page.nodes, edges=page.edges, next_cursor=page.next_cursor, total=page.total,
                          counts=counts_of(page), project=project)
         return CallToolResult(content=[TextContent(type="text", text=summary(page, project))],
@@ -222,10 +227,11 @@ def graph_tools(ops: Operations) -> tuple[Callable[..., Awaitable[Any]], Callabl
         limit: Limit = DEFAULT_GRAPH_PAGE,
         project: ProjectParam = None,
         page: PageNumber = None,
+        as_of: AsOfParam = None,
     ) -> Annotated[CallToolResult, GraphData]:
         """One page of the memory graph for the graph app: {nodes, edges, next_cursor, total}. Pass the previous
         page's next_cursor for the next page (every node comes exactly once across pages)."""
-        found = await page_of(ops, caller(), project=project, cursor=cursor, limit=limit, page=page)
+        found = await page_of(ops, caller(), project=project, cursor=cursor, limit=limit, page=page, as_of=as_of)
         data = GraphData(nodes=found.nodes, edges=found.edges, next_cursor=found.next_cursor, total=found.total)
         text = (f"{len(found.nodes)} nodes and {len(found.edges)} edges of {found.total}"
                 + ("; more with next_cursor." if found.next_cursor else "; last page."))

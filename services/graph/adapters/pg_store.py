@@ -56,6 +56,14 @@ def _filter_sql(alias: str, f: PageFilter, args: list[Any]) -> str:
     if f.until is not None:
         args.append(f.until)
         parts.append(f"{alias}.updated_at < ${len(args)}")
+    if f.as_of is not None:  # said by then (a memory extracted later from an older log: its log's day) ...
+        args.append(f.as_of)
+        at = f"${len(args)}"
+        parts.append(f"LEAST({alias}.created_at, COALESCE(({alias}.detail->>'valid_from')::timestamptz,"
+                     f" {alias}.created_at)) <= {at}")
+        # ... not superseded then, and not forgotten (at any moment: forgetting is the user's wish)
+        parts.append(f"(({alias}.detail->>'valid_until') IS NULL OR ({alias}.detail->>'valid_until')::timestamptz > {at})")
+        parts.append(f"NOT {alias}.forgotten")
     return " AND ".join(parts)
 
 
@@ -297,7 +305,7 @@ class PgGraphStore:
         await self.pool.execute(f"ANALYZE {self.s}.nodes, {self.s}.edges, {self.s}.node_counts")
 
     async def count(self, f: PageFilter) -> int:
-        if f.since is None and f.until is None:  # the kept counts (exact: written with the nodes)
+        if f.since is None and f.until is None and f.as_of is None:  # the kept counts (exact: written with the nodes)
             args: list[Any] = [f.tenant]
             where = "tenant = $1"
             if f.project is not None:

@@ -41,14 +41,15 @@ class GraphPages:
         digest = filters_digest(q, project)
         after = decode_cursor(q.cursor, digest) if q.cursor is not None else 0
         f = PageFilter(tenant=call.tenant, project=project,
-                       node_types=tuple(q.node_types) if q.node_types else None, since=q.since, until=q.until)
+                       node_types=tuple(q.node_types) if q.node_types else None, since=q.since, until=q.until,
+                       as_of=q.as_of)
         (rows, edges), total = await asyncio.gather(self.store.page_with_edges(f, after, q.limit), self.store.count(f))
         more = len(rows) > q.limit
         rows = rows[: q.limit]
         now = self.clock()
         while True:
             last = rows[-1][0] if rows else after
-            page = GraphPage(nodes=[graph_node(row, now) for _, row in rows], edges=edges,
+            page = GraphPage(nodes=[graph_node(row, now, q.as_of) for _, row in rows], edges=edges,
                              next_cursor=encode_cursor(last, digest) if more else None, total=total)
             if len(rows) <= 1 or len(page.model_dump_json()) <= MAX_PAGE_BYTES:
                 return page

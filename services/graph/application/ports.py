@@ -24,6 +24,7 @@ class PageFilter:
     node_types: tuple[NodeType, ...] | None = None
     since: datetime | None = None
     until: datetime | None = None
+    as_of: datetime | None = None  # the graph as it stood then
 
 
 class GraphWrites(Protocol):

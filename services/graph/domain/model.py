@@ -95,6 +95,9 @@ def memory_row(state: MemoryState) -> NodeRow:
         detail["forget_reason"] = state.forget_reason
     if state.provenance is not None:
         detail["provenance"] = state.provenance.model_dump(mode="json")
+    for name in ("valid_from", "valid_until"):  # the graph as of a moment filters on them
+        if (moment := getattr(state, name)) is not None:
+            detail[name] = moment.isoformat()
     return NodeRow(
         tenant=state.tenant, id=memory_node_id(state.id), type=NodeType.MEMORY, label=label_of(state.content),
         project=state.project, created_at=state.created_at, updated_at=state.updated_at,
@@ -146,11 +149,16 @@ def node_state(*, forgotten: bool, created_at: datetime, expires_at: datetime | 
     return NodeState.ACTIVE
 
 
-def graph_node(row: NodeRow, now: datetime) -> GraphNode:
-    """The contract's node, its state computed at ``now``."""
+def graph_node(row: NodeRow, now: datetime, as_of: datetime | None = None) -> GraphNode:
+    """The contract's node, its state computed at ``now`` (or at ``as_of``, a past moment: a node
+    changed since then says so in ``detail.changed_since``, its fields being today's)."""
     detail = dict(row.detail)
     if row.expires_at is not None:
         detail["expires_at"] = row.expires_at.isoformat()
+    if as_of is not None:
+        now = as_of
+        if row.updated_at > as_of and row.type is NodeType.MEMORY:
+            detail["changed_since"] = row.updated_at.isoformat()
     return GraphNode(
         id=row.id, type=row.type, label=row.label,
         state=node_state(forgotten=row.forgotten, created_at=row.created_at, expires_at=row.expires_at, now=now),
@@ -163,7 +171,8 @@ def graph_node(row: NodeRow, now: datetime) -> GraphNode:
 def filters_digest(q: GraphPageQuery, project: str | None) -> str:
     """What a cursor is valid for: the filters of the query that issued it (not its limit)."""
     key = json.dumps([project, sorted(t.value for t in q.node_types) if q.node_types else None,
-                      q.since.isoformat() if q.since else None, q.until.isoformat() if q.until else None])
+                      q.since.isoformat() if q.since else None, q.until.isoformat() if q.until else None]
+                     + ([q.as_of.isoformat()] if q.as_of else []))
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -187,6 +196,6 @@ def decode_cursor(cursor: str, digest: str) -> int:
         raise ServiceError("cursor is not a cursor this service issued: pass a page's next_cursor unchanged, "
                            "or leave it out for the first page", "cursor")
     if made_for != digest:
-        raise ServiceError("cursor belongs to a query with other filters (project, node_types, since, until): "
+        raise ServiceError("cursor belongs to a query with other filters (project, node_types, since, until, as_of): "
                            "page with the filters that issued it, or leave it out to start again", "cursor")
     return seq
