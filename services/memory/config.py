@@ -52,6 +52,12 @@ class MemorySettings(CommonSettings):
         False, description="expand hybrid recall's keywords from its best first-round hits "
         "(LoCoMo R@10 +0.015; +~7 ms per recall at 100k memories, docs/benchmarks.md)",
     )
+    truth_llm_url: str | None = Field(
+        None, description="an OpenAI-compatible chat endpoint (…/v1) asked for a second opinion on the pairs of "
+        "memories the rules flag as perhaps changing one another; empty: flagged pairs wait for a person or agent",
+    )
+    truth_llm_model: str | None = Field(None, description="the model the LLM judge asks (with truth_llm_url)")
+    truth_llm_api_key: str | None = None
     memory_schema: str = "memory"
 
     @property

@@ -21,6 +21,7 @@ from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import build_embedder
 from services.memory.adapters.embedding_cache import PgEmbeddingCache
 from services.memory.adapters.late_encoder import build_late_encoder
+from services.memory.adapters.llm_judge import LlmJudge
 from services.memory.adapters.pg_portability import PgPortability
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
@@ -64,6 +65,18 @@ class MemoryApp:
     service: MemoryService
 
 
+def make_judge(settings: MemorySettings) -> LlmJudge | None:
+    """The LLM judge of flagged pairs, when ``ENGRAM_TRUTH_LLM_URL`` is set (with its model)."""
+    if not settings.truth_llm_url:
+        return None
+    if not settings.truth_llm_model:
+        raise ValueError("ENGRAM_TRUTH_LLM_URL is set without ENGRAM_TRUTH_LLM_MODEL: name the model the LLM "
+                         "judge asks, or unset the URL")
+    log.info("flagged pairs of memories get a second opinion from %s (%s)", settings.truth_llm_url,
+             settings.truth_llm_model)
+    return LlmJudge(settings.truth_llm_url, settings.truth_llm_model, api_key=settings.truth_llm_api_key)
+
+
 def limit_blas_threads() -> None:
     """Run numpy's BLAS on one thread in this process. Its matrix products here are small (a
     recall's late-interaction MaxSim: ~20 × 384 × 1,500), and OpenBLAS's extra threads spin after
@@ -83,6 +96,7 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
     bus = await Bus.connect(settings.nats_url, settings.names, name="engram-memory")
     pool = await create_pool(settings.database_url)
     index: VectorIndex | None = None
+    judge = make_judge(settings)
     try:
         await bus.ensure_streams(settings.stream_replicas)
         store = MemoryStore(pool, settings.memory_schema)
@@ -110,13 +124,15 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
             late_candidates=settings.late_candidates, keyword_feedback=settings.keyword_feedback,
             decay_policy=policy_from_settings(os.environ),  # ENGRAM_DECAY_HALF_LIFE_<CATEGORY> (docs/memory-truth.md)
             log_retention_days=settings.log_retention_days,
-            portability=PgPortability(pool, settings.memory_schema),
+            portability=PgPortability(pool, settings.memory_schema), judge=judge,
         )
         service.bind(ServiceRuntime(MEMORY, service.command_handlers(), service.query_handlers(), command_log))
         yield MemoryApp(settings, bus, store, index, service)
     finally:
         if index is not None:
             await index.close()
+        if judge is not None:
+            await judge.close()
         await pool.close()
         await bus.close()
 

@@ -173,3 +173,24 @@ def test_a_merge_undone_gives_the_saying_back_in_its_own_words() -> None:
     assert not holder2.sources and holder2.content == "I live in Dublin"
     # undone already: nothing more
     assert truth.unmerged(dublin, once, holder2, uuid4(), now) is None
+
+
+def test_an_llm_judge_settles_a_flagged_pair_only_when_sure() -> None:
+    from services.memory.domain.supersession import Opinion, Verdict, second_opinion
+
+    rex = state("My dog is called Rex")
+    later = T0 + timedelta(days=3)
+    new = truth.statement(SaveMemory(content="My dog is called Bruno"), later)
+    flagged = decide_all(new, [candidate_of(rex, 0.8)])[0]
+    assert flagged.verdict is Verdict.UNCERTAIN
+    sure = second_opinion(flagged, Opinion(Verdict.SUPERSEDES, 0.9, "renamed"), new)
+    assert sure.new_supersedes and sure.decided_by == "llm" and sure.reason == "renamed"
+    assert truth.note(sure, rex.id).decided_by == "llm"
+    # said before the memory it changes (a late extraction): the new one is the stale one
+    earlier = truth.statement(SaveMemory(content="My dog is called Bruno"), T0 - timedelta(days=3))
+    assert second_opinion(flagged, Opinion(Verdict.SUPERSEDES, 0.9, "renamed"), earlier).stale == "new"
+    for unsure in (Opinion(Verdict.SUPERSEDES, 0.6, "maybe"), Opinion(Verdict.UNCERTAIN, 0.99, "can't tell")):
+        assert second_opinion(flagged, unsure, new) is flagged
+    # only a flagged pair is put to it: the rules' own verdicts stand
+    dup = decide_all(new, [candidate_of(state("My dog is called Bruno"), 0.99)])[0]
+    assert second_opinion(dup, Opinion(Verdict.UNRELATED, 0.99, "no"), new) is dup

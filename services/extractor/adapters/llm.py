@@ -1,9 +1,8 @@
 """The LLM engine: any OpenAI-compatible chat endpoint (Ollama, llama.cpp server, vLLM, a hosted API).
 
 One ``POST {url}/chat/completions`` per piece of a log, asking for JSON that follows a schema
-(``response_format: json_schema``) within ``max_tokens``; timeouts per request; transient failures
-(connection errors, timeouts, 429 and 5xx) retried with exponential backoff by tenacity; tokens
-taken from ``usage``. What the model answers is checked like any input: an unknown category drops
+(``response_format: json_schema``) within ``max_tokens`` (:mod:`kit.llm_chat`: timeouts per
+request, transient failures retried with backoff); tokens taken from ``usage``. What the model answers is checked like any input: an unknown category drops
 the fact, a key that does not fit its category is dropped (the fact is kept), turn numbers outside
 the piece are ignored, and a fact must be grounded in the piece — it cites at least one of its
 turns and shares a content word (stemmed) with them, else it is dropped (a small model copies the
@@ -21,9 +20,9 @@ from typing import Any
 import httpx
 import snowballstemmer
 from pydantic import BaseModel, Field, ValidationError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from contracts.memory import Category, memory_key_problem
+from kit.llm_chat import ChatEndpoint, LlmError
 from services.extractor.domain.model import Extraction, Fact, Turn
 from services.extractor.domain.text import content_words
 
@@ -74,18 +73,6 @@ class _LlmFact(BaseModel):
     confidence: float = Field(0.7, ge=0.0, le=1.0)
     turns: list[int] = Field(default_factory=list)
     speaker: str = ""
-
-
-class LlmError(RuntimeError):
-    """The endpoint failed or answered something that is not the facts' JSON."""
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, httpx.TransportError | httpx.TimeoutException):
-        return True
-    if isinstance(exc, httpx.HTTPStatusError):
-        return exc.response.status_code == 429 or exc.response.status_code >= 500
-    return False
 
 
 def render(turns: Sequence[Turn]) -> str:
@@ -155,7 +142,7 @@ def parse_facts(content: str, turns: Sequence[Turn], *, cut: bool = False) -> li
 
 
 class LlmExtraction:
-    """The engine port over an OpenAI-compatible chat endpoint."""
+    """The engine port over an OpenAI-compatible chat endpoint (:class:`kit.llm_chat.ChatEndpoint`)."""
 
     name = "llm"
 
@@ -164,51 +151,19 @@ class LlmExtraction:
         max_chars: int = 24_000, max_tokens: int = 4096, backoff_s: float = 1.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.model = model
+        self.endpoint = ChatEndpoint(url, model, api_key=api_key, timeout_s=timeout_s, attempts=attempts,
+                                     backoff_s=backoff_s, client=client)
         self.max_chars = max_chars
         self.max_tokens = max_tokens
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        await self.endpoint.close()
 
     async def extract(self, turns: Sequence[Turn]) -> Extraction:
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "max_tokens": self.max_tokens,
-            "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": render(turns)},
-            ],
-            "response_format": {"type": "json_schema",
-                                "json_schema": {"name": "facts", "strict": True, "schema": FACTS_SCHEMA}},
-        }
-        answer = await self._post(body)
-        try:
-            choice = answer["choices"][0]
-            content = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise LlmError("the endpoint's answer has no choices[0].message.content") from exc
-        usage = answer.get("usage") or {}
+        answer = await self.endpoint.ask(SYSTEM_PROMPT, render(turns), name="facts", schema=FACTS_SCHEMA,
+                                         max_tokens=self.max_tokens)
+        usage = answer.usage
         return Extraction(
-            facts=parse_facts(content or "", turns, cut=choice.get("finish_reason") == "length"), engine=self.name,
+            facts=parse_facts(answer.content, turns, cut=answer.cut), engine=self.name,
             prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
         )
-
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.attempts), retry=retry_if_exception(_transient), reraise=True,
-            wait=wait_exponential(multiplier=self.backoff_s, max=30),
-        )
-        async for attempt in retrying:
-            with attempt:
-                response = await self.client.post(f"{self.url}/chat/completions", json=body)
-                response.raise_for_status()
-                result: dict[str, Any] = response.json()
-                return result
-        raise LlmError("unreachable")  # pragma: no cover

@@ -10,6 +10,7 @@ the effect and its outcome commit together.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -55,17 +56,22 @@ from contracts.subjects import Names
 from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
-from services.memory.application.ports import EventLog, ReadModel, StandingOrder
+from services.memory.application.ports import EventLog, Judge, ReadModel, StandingOrder
 from services.memory.application.projection import MemoryProjection
 from services.memory.domain import model, truth
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
-from services.memory.domain.supersession import Verdict, decide_all
+from services.memory.domain.supersession import Opinion, Statement, Verdict, decide_all, second_opinion
 from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
 from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import active_filter, content_vector, memory_passages, view_of
 from services.memory.search.ports import VectorIndex
 
 Content = tuple[str, str, str]  # (tenant, project, content hash)
+log = logging.getLogger(__name__)
+
+#: a save puts at most this many flagged pairs to the LLM judge, and waits for it this long at most
+MAX_JUDGED = 3
+JUDGE_TIMEOUT_S = 30.0
 #: an answer as of a past moment reads this many times the candidates it returns from the read model
 #: (some did not stand as they are now), at most ``AS_OF_MAX_CANDIDATES``
 AS_OF_OVERFETCH = 3
@@ -97,7 +103,7 @@ class Memories:
 
     def __init__(
         self, store: ReadModel, index: VectorIndex, encoders: Encoders, events: EventLog, names: Names,
-        writes: WritePath, clock: Callable[[], datetime] = utcnow,
+        writes: WritePath, clock: Callable[[], datetime] = utcnow, judge: Judge | None = None,
     ) -> None:
         self.store = store
         self.index = index
@@ -106,6 +112,7 @@ class Memories:
         self.names = names
         self.writes = writes
         self.clock = clock
+        self.judge = judge  # a second opinion on flagged pairs (the LLM judge), when configured
         self._content_locks = [asyncio.Lock() for _ in range(64)]  # striped by content hash
         # Read once per fetched command batch (prime_saves) instead of once per command: contents
         # known to be in no active memory.
@@ -167,9 +174,33 @@ class Memories:
             views.update({str(k): v for k, v in (await self.store.views(tenant, [UUID(h.id) for h in hits
                                                                                  if h.id not in views])).items()})
         candidates = [truth.candidate(views[h.id], h.score) for h in hits if h.id in views]
+        statement = truth.statement(cmd.model_copy(update={"content": text}), when)
         # the rules are CPU (3 ms at p50, 25 ms at p99 for 8 LoCoMo turns): off the event loop
-        return await asyncio.to_thread(decide_all, truth.statement(cmd.model_copy(update={"content": text}), when),
-                                       candidates)
+        decisions = await asyncio.to_thread(decide_all, statement, candidates)
+        if self.judge is not None and any(d.verdict is Verdict.UNCERTAIN for d in decisions):
+            decisions = await self._second_opinions(statement, decisions)
+        return decisions
+
+    async def _second_opinions(self, new: Statement, decisions: list[truth.Decision]) -> list[truth.Decision]:
+        """The pairs the rules flagged, put to the LLM judge (at most ``MAX_JUDGED`` per save, at once):
+        a sure answer settles a pair (``decided_by: llm``); no answer or an unsure one leaves it flagged."""
+        judge = self.judge
+        assert judge is not None
+        doubtful = [i for i, d in enumerate(decisions) if d.verdict is Verdict.UNCERTAIN][:MAX_JUDGED]
+
+        async def ask(d: truth.Decision) -> Opinion | None:
+            try:
+                return await asyncio.wait_for(judge.judge(new, d.candidate), JUDGE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("the LLM judge took more than %.0f s: the pair stays flagged", JUDGE_TIMEOUT_S)
+                return None
+
+        opinions = await asyncio.gather(*(ask(decisions[i]) for i in doubtful))
+        out = list(decisions)
+        for i, opinion in zip(doubtful, opinions, strict=True):
+            if opinion is not None:
+                out[i] = second_opinion(decisions[i], opinion, new)
+        return out
 
     async def _merge(self, call: CommandCall, memory_id: UUID, cmd: SaveMemory, when: datetime, *,
                      judged: str) -> SaveMemoryResult | None:

@@ -29,7 +29,16 @@ from contracts.memory import (
     SharedMemoryView,
 )
 from kit.command_log import OutcomeRecord
+from services.memory.domain.supersession import Candidate, Opinion, Statement
 from services.memory.search.ports import RecallReads
+
+
+class Judge(Protocol):
+    """A second opinion on a pair the rules flagged (an LLM engine, when one is configured):
+    None when it could not answer (the flag stands)."""
+
+    async def judge(self, new: Statement, held: Candidate) -> Opinion | None: ...
+
 
 #: how candidates as of a moment are ordered: most important first (recall_memory), by importance ×
 #: confidence (the profile's stable facts), or by their last change by then (its recent context)

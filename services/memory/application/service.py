@@ -73,7 +73,7 @@ from kit.service import ServiceRuntime
 from services.memory.application.daily_logs import DailyLogs
 from services.memory.application.extraction import Extraction
 from services.memory.application.memories import Memories, MemoryReads
-from services.memory.application.ports import EventLog, ReadModel
+from services.memory.application.ports import EventLog, Judge, ReadModel
 from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S, MemoryProjection
 from services.memory.application.shared import SharedMemories
 from services.memory.application.similar import SimilarSearch
@@ -105,13 +105,14 @@ class MemoryService:
         decay_policy: DecayPolicy | None = None,
         log_retention_days: int = DEFAULT_LOG_RETENTION_DAYS,
         portability: UserRecordsStore | None = None,
+        judge: Judge | None = None,
     ) -> None:
         typed_events: EventLog = TypedEventLog(events)  # events read back reach the application typed (kit.events)
         self.encoders = encoders
         self.projection = MemoryProjection(store, index, encoders)
         #: every command's write of an aggregate (kit.aggregates): appended, projected inline with its outcome
         writes = WritePath(typed_events, self.projection.project_inline, self.projection.inline)
-        self.memories = Memories(store, index, encoders, typed_events, names, writes, clock)
+        self.memories = Memories(store, index, encoders, typed_events, names, writes, clock, judge=judge)
         self.shared = SharedMemories(store, names, writes, clock)
         self.reads = MemoryReads(store, typed_events, names, self.projection)
         self.daily_logs = DailyLogs(store, typed_events, names, writes, clock, retention_days=log_retention_days)

@@ -137,10 +137,39 @@ class Decision:
     candidate: Candidate
     stale: str | None = None  # SUPERSEDES: which one is superseded, "candidate" or "new"
     facts: tuple[Fact | None, Fact | None] = field(default=(None, None))  # (new's, candidate's)
+    decided_by: str = "rules"  # or "llm": the LLM judge settled a pair the rules could not
 
     @property
     def new_supersedes(self) -> bool:
         return self.verdict is Verdict.SUPERSEDES and self.stale == "candidate"
+
+
+@dataclass(frozen=True)
+class Opinion:
+    """An LLM judge's answer on one pair: one of the four verdicts, how sure, and why."""
+
+    verdict: Verdict
+    confidence: float
+    reason: str
+
+
+#: An LLM judge's verdict settles a pair the rules flagged only when it is at least this sure
+#: (and says more than "uncertain"); else the flag stands for a person or an agent.
+LLM_MIN_CONFIDENCE = 0.8
+
+
+def second_opinion(flagged: Decision, opinion: Opinion, new: Statement) -> Decision:
+    """The decision on a pair the rules found UNCERTAIN, once an LLM judge answered: its verdict
+    when it is sure, the later of the two being current for a change (as the rules decide it);
+    else the flag, unchanged."""
+    if flagged.verdict is not Verdict.UNCERTAIN or opinion.verdict is Verdict.UNCERTAIN \
+            or opinion.confidence < LLM_MIN_CONFIDENCE:
+        return flagged
+    stale = None
+    if opinion.verdict is Verdict.SUPERSEDES:
+        stale = "candidate" if flagged.candidate.created_at <= new.created_at else "new"
+    return Decision(verdict=opinion.verdict, reason=opinion.reason, confidence=opinion.confidence,
+                    candidate=flagged.candidate, stale=stale, facts=flagged.facts, decided_by="llm")
 
 
 # ------------------------------------------------------------------------------------------

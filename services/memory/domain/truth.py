@@ -174,9 +174,9 @@ def plan(decisions: Sequence[Decision]) -> Plan:
     return Plan(supersede=supersede, superseded_by=superseded_by, flags=flags)
 
 
-def note(decision: Decision, memory_id: UUID, decided_by: DecidedBy = DecidedBy.RULES) -> Supersession:
+def note(decision: Decision, memory_id: UUID) -> Supersession:
     return Supersession(memory_id=memory_id, reason=decision.reason[:500], confidence=round(decision.confidence, 3),
-                        decided_by=decided_by)
+                        decided_by=DecidedBy(decision.decided_by))
 
 
 def with_plan(state: MemoryState, p: Plan, when: datetime) -> MemoryState:
