@@ -506,3 +506,23 @@ async def test_more_saves_at_once_than_the_pool_has_connections_all_finish(app: 
         asyncio.gather(*(app.service.handle_command(cmd("save_memory", {"content": c})) for c in contents)), 120)
     assert all(r.ok and r.result["created"] for r in replies), [r.error for r in replies if not r.ok]
     assert len({r.result["memory_id"] for r in replies}) == len(contents)
+
+
+async def test_an_update_supersedes_what_its_new_content_changes(app: MemoryApp) -> None:
+    """A new version written by update_memory is judged like a save (issue 30): 'I've been living in
+    Warsaw for 5 years' is superseded when the keyed location is updated to Lisbon; retried, nothing
+    more is appended."""
+    lived = await app.service.handle_command(cmd("save_memory", {"content": "I've been living in Warsaw for 5 years"}))
+    keyed = await app.service.handle_command(cmd("save_memory", {
+        "content": "I'm based in Warsaw", "category": "user_profile", "memory_key": "profile.location"}))
+    assert lived.ok and keyed.ok
+    update = {"memory_key": "profile.location", "content": "I just relocated to Lisbon"}
+    moved = await app.service.handle_command(cmd("update_memory", update, key="move-to-lisbon-1"))
+    assert moved.ok and moved.result["version"] == 2, moved
+    old = await app.store.get("alice", UUID(lived.result["memory_id"]))
+    assert old is not None and old.status.value == "superseded" and old.superseded_by is not None
+    assert str(old.superseded_by.memory_id) == keyed.result["memory_id"]
+    before = len(await events(app.bus))
+    again = await app.service.handle_command(cmd("update_memory", update, key="move-to-lisbon-1"))
+    assert again.ok and again.result == moved.result and len(await events(app.bus)) == before
+    assert await recall(app, "where does the user live") == ["I just relocated to Lisbon"]

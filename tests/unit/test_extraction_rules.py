@@ -303,3 +303,38 @@ def test_idempotency_keys_are_derived_from_log_task_and_fact() -> None:
     for key in (fact_key("log1", "t1", a, "save"), step_key("claim", "log1", "t1", 3)):
         assert re.fullmatch(IDEMPOTENCY_KEY_PATTERN, key)
     assert step_key("claim", "log1", "t1", 1) != step_key("claim", "log1", "t1", 2)
+
+
+@pytest.mark.parametrize(("said", "key"), [
+    ("I'm now living in Porto", "profile.location"),
+    ("I'm living in Oslo with my partner", "profile.location"),
+    ("We finally moved to Lisbon", "profile.location"),
+    ("I got a job at Spotify", "profile.occupation"),
+    ("I'm working for Shopify", "profile.occupation"),
+    ("I became a pharmacist", "profile.occupation"),
+    ("I retrained as a teacher", "profile.occupation"),
+    ("My new employer is Canva", "profile.occupation"),
+    ("I'm engaged now", "relationship.status"),
+    ("I got married last spring", "relationship.status"),
+    ("We have 3 kids now", "relationship.children"),
+    ("I have 2 cats", "relationship.cat_count"),
+    ("I'm no longer vegetarian", "preference.diet"),
+])
+def test_a_changed_slot_is_kept_under_its_key(said: str, key: str) -> None:
+    """The facts that change over a life (where, what work, with whom, how many) fill their slot, so
+    a later value is a new version of the same memory (issue 30's log path)."""
+    facts = extract(f"user: {said}\nassistant: Noted.")
+    assert [f.memory_key for f in facts] == [key], facts
+
+
+@pytest.mark.parametrize("said", ["I came off melatonin", "I no longer have anemia", "I outgrew my gluten allergy"])
+def test_a_statement_that_a_fact_ended_is_always_kept(said: str) -> None:
+    facts = extract(f"user: {said}\nassistant: Noted.")
+    assert len(facts) == 1 and facts[0].content.startswith("The user "), facts
+    assert " nows " not in facts[0].content and " noes " not in facts[0].content  # adverbs are not verbs
+
+
+def test_a_slot_said_with_another_number_is_an_update_not_a_repeat() -> None:
+    fact = extract("user: I now have 2 kids\nassistant: Noted.")[0]
+    assert decide(fact, "The user has 1 kids.") is Action.UPDATE
+    assert decide(fact, "The user has 2 kids.") is Action.REPEAT

@@ -34,21 +34,31 @@ _RELATIONS = (r"(?:mom|mother|dad|father|parents?|sister|brother|siblings?|wife|
               r"grandpa|grandfather|aunt|uncle|cousin|niece|nephew|best friend|friend|friends|roommate|"
               r"boss|coworkers?|colleagues?|mentor|family|dog|cat|pets?|puppy|kitten)")
 
+_OCCUPATIONS = (r"(?:engineer|developer|teacher|nurse|doctor|student|designer|manager|writer|artist|lawyer|chef|"
+                r"scientist|counsel+or|musician|dancer|programmer|accountant|consultant|researcher|therapist|"
+                r"pharmacist|barista|architect|analyst|dentist|pilot|electrician|plumber|journalist|photographer|"
+                r"firefighter|paramedic|librarian|mechanic|professor|lecturer|veterinarian|vet|surgeon)")
+
 #: Slot rules: (pattern on the speaker's words, category, topic builder or fixed topic, importance).
 #: The first match wins. ``{1}`` style topics use the pattern's first group.
 _SLOTS: list[tuple[re.Pattern[str], Category, str, int]] = [
     (_rx(r"\bmy name is\b|\bi'm called\b|\bcall me\b"), C.USER_PROFILE, "name", 5),
     (_rx(r"\bi(?:'m| am) (\d{1,3}) (?:years? old|yo)\b|\bi turned (\d{1,3})\b"), C.USER_PROFILE, "age", 5),
-    (_rx(r"\bi (?:live|am living|'m living|'m now living|am now living) in\b|"
-         r"\bi(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) to\b|\bi'm based in\b"),
+    (_rx(r"\bi(?:'m| am)? (?:now |currently |still )?(?:live|living) in\b|"
+         r"\b(?:i|we)(?:'ve| have)? (?:just |recently |finally |now )?(?:moved|relocated) to\b|"
+         r"\bi(?:'m| am) (?:now )?based in\b|\bis (?:my |our )?home (?:now|these days)\b"),
      C.USER_PROFILE, "location", 5),
     (_rx(r"\bi(?:'m| am) (?:originally )?from\b|\bi grew up in\b|\bi was born in\b"), C.USER_PROFILE, "hometown", 4),
-    (_rx(r"\bi work (?:as|at|for)\b|\bmy job\b|\bi(?:'m| am) an? (?:\w+ )?(?:engineer|developer|teacher|nurse|"
-         r"doctor|student|designer|manager|writer|artist|lawyer|chef|scientist|counsel+or|musician|dancer|"
-         r"programmer|accountant|consultant|researcher|therapist)\b"), C.USER_PROFILE, "occupation", 5),
+    (_rx(r"\bi (?:now )?work (?:as|at|for)\b|\bi(?:'m| am) (?:now )?working (?:as|at|for)\b|\bmy job\b|"
+         r"\bi got a (?:new )?job (?:at|as|with)\b|\bi started (?:a new job|working) (?:at|as|for)\b|"
+         r"\bmy new (?:employer|role|job) is\b|\bi retrained as\b|\bi switched careers\b|"
+         r"\bi(?:'m| am| became| have become|'ve become) (?:now )?an? (?:\w+ )?" + _OCCUPATIONS + r"\b"),
+     C.USER_PROFILE, "occupation", 5),
     (_rx(r"\bi(?:'m| am) (?:studying|majoring in)\b|\bi graduated\b|\bmy degree\b"), C.USER_PROFILE, "education", 4),
     (_rx(r"\bmy fav(?:ou?rite)? (\w+(?: \w+)?) (?:is|are|was|has to be)\b"), C.PREFERENCE, "favorite_{0}", 3),
-    (_rx(r"\bi(?:'m| am) (?:vegan|vegetarian|allergic to|lactose intolerant|gluten.free)\b"),
+    (_rx(r"\bi(?:'m| am)(?: now| no longer| not| a strict| strictly| a)* (?:vegan|vegetarian|pescatarian|allergic to|"
+         r"lactose intolerant|gluten.free)\b|\bi(?:'ve| have) been (?:vegan|vegetarian|pescatarian)\b|"
+         r"\bi gave up being (?:vegan|vegetarian|pescatarian)\b|\bi eat meat again\b"),
      C.PREFERENCE, "diet", 4),
     (_rx(r"\b(?:please )?(?:keep|make) (?:your |the )?(?:answers?|replies|responses) (\w+)"),
      C.CONVERSATION_STYLE, "answer_length", 4),
@@ -58,6 +68,12 @@ _SLOTS: list[tuple[re.Pattern[str], Category, str, int]] = [
     (_rx(r"\bi(?:'m| am) (?:an? )?(introvert|extrovert|ambivert|introverted|extroverted|perfectionist|"
          r"night owl|early bird|morning person)\b"), C.PERSONALITY, "{0}", 3),
     (_rx(r"\bmy (" + _RELATIONS + r")(?:'s name is| is (?:called|named))\b"), C.RELATIONSHIP, "{0}_name", 4),
+    (_rx(r"\bi(?:'m| am) (?:now )?(?:single|engaged|married|divorced|widowed)\b|"
+         r"\b(?:i|we) (?:just )?got (?:married|engaged|divorced)\b"), C.RELATIONSHIP, "status", 4),
+    (_rx(r"\b(?:i|we) (?:now )?have (?:\d+|one|two|three|four|five|six) (?:kids|children|sons|daughters)\b"),
+     C.RELATIONSHIP, "children", 4),
+    (_rx(r"\b(?:i|we) (?:now )?have (?:\d+|one|two|three|four|five|six) (dog|cat|rabbit|hamster|parrot|bird|"
+         r"fish|horse|guinea pig)s?\b"), C.RELATIONSHIP, "{0}_count", 3),
 ]
 
 _PREFERENCE = _rx(r"\bi(?:'m| am)? (?:\w+ )?(?:love|like|enjoy|adore|prefer|hate|dislike|can't stand|into|"
@@ -83,6 +99,17 @@ _STYLE = _rx(r"\b(?:bullet points|be (?:brief|concise|direct|blunt)|no emojis|us
 _DURABLE = _rx(r"\b(?:always|never|every (?:day|week|morning|night)|for (?:\d+|many|a few) years|since i was)\b")
 _STRONG = _rx(r"\b(?:love|hate|passion\w*|dream|really|so much|huge|important|mean[st]? a lot)\b")
 _EPHEMERAL = _rx(r"\b(?:today|tonight|this morning|right now|later|yesterday|last night|this weekend)\b")
+
+
+#: A first-person statement that says a fact of the speaker's changed or ended: always kept (a
+#: memory must not miss that what it holds stopped being true; issue 30's log path).
+_CHANGE = _rx(r"\bno longer\b|\bnot (?:\w+ ){0,3}any ?more\b|\b(?:stopped|quit|gave up|came off|gone off|"
+              r"recovered from|outgrew|rehomed|was diagnosed with|switched (?:to|from|careers))\b")
+
+
+def states_a_change(said: str) -> bool:
+    """Whether the speaker's words say that one of their facts changed or ended."""
+    return bool(FIRST_PERSON.search(said) and _CHANGE.search(said))
 
 
 def classify(said: str) -> Classification:

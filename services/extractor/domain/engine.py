@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from contracts.memory import Category
-from services.extractor.domain.classify import classify
+from services.extractor.domain.classify import classify, states_a_change
 from services.extractor.domain.model import Fact, Turn
 from services.extractor.domain.select import THRESHOLD, Features, features, score
 from services.extractor.domain.text import (
@@ -168,7 +168,8 @@ class Candidate:
 
     fact: Fact
     features: Features
-    slot: bool  # keyed: fills a slot (location, favourite colour…) or names a preference, goal or skill; always kept
+    slot: bool  # keyed: fills a slot (location, favourite colour…) or names a preference, goal or skill; or
+    # says one of the speaker's facts changed or ended ("I no longer eat meat"): always kept
 
     @property
     def score(self) -> float:
@@ -267,14 +268,15 @@ class BuiltinEngine:
                                    topic=kind.topic if kind.category is Category.CONVERSATION_STYLE else None)
             assert text is not None
             tokens = set(content_words(text)) - set(content_words(name))
-            if len(tokens) < (1 if kind.topic else self.settings.min_content_words):
+            kept = kind.topic is not None or states_a_change(said)
+            if len(tokens) < (1 if kept else self.settings.min_content_words):
                 last = None
                 continue
             found.append((Fact(
                 content=without_fluff(text), category=kind.category, importance=kind.importance, confidence=kind.confidence,
                 turn_refs=(turn.ref,), speaker=turn.speaker, memory_key=kind.memory_key, context=context,
                 at=turn.at,
-            ), said, kind.topic is not None))
+            ), said, kept))
             last = len(found) - 1
         answers = index > 0 and "?" in turns[index - 1].text
         n = len(found)

@@ -58,6 +58,14 @@ def similarity(a: str, b: str) -> float:
     return len(x & y) / min(len(x), len(y))
 
 
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+
+
+def numbers(text: str) -> list[str]:
+    """The numbers a text states, in order."""
+    return _NUMBER.findall(text)
+
+
 #: When a fact was said, for ordering the versions of a slot: (day, turn index in its log).
 AsOf = tuple[date, int]
 
@@ -70,8 +78,8 @@ def decide(fact: Fact, known_content: str | None, said: AsOf | None = None, know
     whatever order the logs are extracted in."""
     if known_content is None:
         return Action.SAVE
-    if similarity(fact.content, known_content) >= NEAR_DUPLICATE:
-        return Action.REPEAT
+    if similarity(fact.content, known_content) >= NEAR_DUPLICATE and numbers(fact.content) == numbers(known_content):
+        return Action.REPEAT  # (another number is another value: "has 1 kid" / "now has 2 kids")
     if said is not None and known is not None and said < known:
         return Action.KEEP
     return Action.UPDATE

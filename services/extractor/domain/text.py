@@ -125,6 +125,7 @@ drove ate drank swam sang flew grew chose forgot put let set cut hit hurt quit r
 """.split())
 _ADVERBS = frozenset("""really just also always never still actually totally truly definitely absolutely usually
 often sometimes recently finally even only already rarely seriously honestly kinda sort of mostly generally
+now currently no longer
 """.split())
 _THIRD = {"have": "has", "do": "does", "go": "goes", "be": "is", "am": "is"}
 #: each first-person form: (pattern, as the first mention of the speaker, as a later one ("they"))

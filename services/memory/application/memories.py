@@ -159,7 +159,7 @@ class Memories:
             reply = await self._save_new_content(call, cmd, digest, p, when)
         return reply
 
-    async def _judge(self, tenant: str, project: str, content: str, when: datetime, cmd: SaveMemory,
+    async def _judge(self, tenant: str, project: str, content: str, when: datetime, cmd: SaveMemory | MemoryState,
                      exclude: UUID | None = None) -> list[truth.Decision]:
         """The rules' decisions on ``content`` against the current memories of ``project`` nearest to it."""
         text = model.normalize_content(content)
@@ -332,15 +332,7 @@ class Memories:
             if new_state is None:
                 added[:] = current.supersedes  # (a retry whose first attempt stopped half-way: idempotent)
                 return Answer(_unchanged(current))
-            new_state = truth.new_content(current, new_state, when)
-            if not p.quiet:
-                known = {w.memory_id for w in current.supersedes}
-                fresh = [truth.note(d, d.candidate.ref) for d in p.supersede  # type: ignore[arg-type]
-                         if d.candidate.ref not in known]
-                added[:] = fresh
-                new_state = new_state.model_copy(update={
-                    "supersedes": [*current.supersedes, *fresh],
-                    "conflicts": [truth.note(d, d.candidate.ref) for d in p.flags]})  # type: ignore[arg-type]
+            new_state, added[:] = _judged_version(current, truth.new_content(current, new_state, when), p)
             return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
         reply = await self._write(call, memory_id, decide, what=f"memory_key {key}", outcome=not p.supersede)
@@ -348,6 +340,17 @@ class Memories:
         if added:
             await self._carry_out(call, reply.memory_id, added)
         return reply
+
+    async def _judged_update(self, call: CommandCall, base: MemoryState | None, cmd: UpdateMemory,
+                             when: datetime) -> truth.Plan:
+        """What an update's new content changes in the memory's project (as a keyed save's: what it
+        supersedes, what it is flagged against; never a merge: the memory is its own)."""
+        if base is None or cmd.content is None or model.normalize_content(cmd.content) == base.content:
+            return truth.Plan()
+        subject = base.model_copy(update={"content": cmd.content, "category": cmd.category or base.category})
+        decisions = await self._judge(call.tenant, base.project, cmd.content, when, subject, exclude=base.id)
+        p = truth.plan([d for d in decisions if d.verdict is not Verdict.DUPLICATE])
+        return truth.Plan(supersede=p.supersede, flags=p.flags)
 
     async def update(self, call: CommandCall, cmd: UpdateMemory) -> SaveMemoryResult:
         """A new version of an existing memory, addressed by id or memory_key."""
@@ -361,6 +364,11 @@ class Memories:
             assert cmd.memory_key is not None
             call.require_project(cmd.project)
             memory_id = model.keyed_memory_id(call.tenant, cmd.project, cmd.memory_key)
+            found = await self.store.get(call.tenant, memory_id)
+
+        when = truth.said_at(cmd.provenance, self.clock())
+        p = await self._judged_update(call, found, cmd, when)
+        added: list[Supersession] = []
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
@@ -369,12 +377,15 @@ class Memories:
             now = self.clock()
             new_state = model.update(current, cmd, now)
             if new_state is None:
+                added[:] = current.supersedes  # (a retry whose first attempt stopped half-way: idempotent)
                 return Answer(_unchanged(current))
-            new_state = truth.new_content(current, new_state, truth.said_at(cmd.provenance, now))
+            new_state, added[:] = _judged_version(current, truth.new_content(current, new_state, when), p)
             return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
-        reply = await self._write(call, memory_id, decide)
+        reply = await self._write(call, memory_id, decide, outcome=not p.supersede)
         assert reply is not None
+        if added:
+            await self._carry_out(call, reply.memory_id, added)
         return reply
 
     @staticmethod
@@ -627,6 +638,20 @@ class Memories:
         # a content already saved is answered "unchanged" without embedding (idempotent re-imports)
         await self.encoders.prime([t for content, texts in to_embed if content not in present for t in texts],
                     [d for content, d in documents if content not in present])
+
+
+def _judged_version(current: MemoryState, new_state: MemoryState, p: truth.Plan,
+                    ) -> tuple[MemoryState, list[Supersession]]:
+    """A new version of ``current`` with what plan ``p`` says its content changes: the memories it
+    supersedes (those it had not already) and what it is flagged against; and the supersessions
+    still to carry out."""
+    if p.quiet:
+        return new_state, []
+    known = {w.memory_id for w in current.supersedes}
+    fresh = [truth.note(d, d.candidate.ref) for d in p.supersede if d.candidate.ref not in known]  # type: ignore[arg-type]
+    return new_state.model_copy(update={
+        "supersedes": [*current.supersedes, *fresh],
+        "conflicts": [truth.note(d, d.candidate.ref) for d in p.flags]}), fresh  # type: ignore[arg-type]
 
 
 def _event(call: CommandCall, state: MemoryState, event_type: MemoryEventType) -> EventEnvelope:

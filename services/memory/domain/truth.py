@@ -94,6 +94,7 @@ def new_content(previous: MemoryState, state: MemoryState, when: datetime) -> Me
 
 _THE_USER = re.compile(r"\bthe user\b", re.IGNORECASE)
 _THIRD_PERSON = (
+    (re.compile(r"\bthe user and others\b", re.IGNORECASE), "we"),  # the extractor's "we"
     (re.compile(r"\bthe user's\b", re.IGNORECASE), "my"),
     (re.compile(r"\bthe user (?:is|was)\b", re.IGNORECASE), "I am"),
     (re.compile(r"\bthe user has\b", re.IGNORECASE), "I have"),
@@ -104,9 +105,14 @@ _THIRD_PERSON = (
 )
 
 
+_IRREGULAR = {"has": "have", "is": "am", "does": "do", "goes": "go", "was": "was"}
+
+
 def _verb(word: str) -> str:
     """A third-person verb in the first person: lives → live, studies → study, watches → watch."""
     low = word.casefold()
+    if low in _IRREGULAR:
+        return _IRREGULAR[low]
     if low.endswith("ies") and len(low) > 4:
         return word[:-3] + "y"
     if low.endswith(("ches", "shes", "sses", "xes", "oes")):
@@ -134,7 +140,8 @@ def first_person(text: str) -> str:
     return text
 
 
-def statement(cmd: SaveMemory, when: datetime) -> Statement:
+def statement(cmd: SaveMemory | MemoryState, when: datetime) -> Statement:
+    """The rules' reading of a new content (a save's, or an update's: the memory with its new content)."""
     return Statement(content=first_person(cmd.content), created_at=when, category=cmd.category.value if cmd.category else None,
                      memory_key=cmd.memory_key, project=cmd.project)
 
