@@ -50,12 +50,15 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def first_rank(hits: list[dict[str, Any]], texts: list[str]) -> int | None:
+def first_rank(hits: list[dict[str, Any]], texts: list[str], unless: list[str] | None = None) -> int | None:
     """The rank (1-based) of the first hit holding one of ``texts`` (a statement as it was saved; for
     daily logs, a memory the extractor wrote from it: the statement's words appear in it)."""
     wanted = [_norm(t) for t in texts]
+    others = [_norm(t) for t in unless or []]
     for rank, hit in enumerate(hits, 1):
         content = _norm(hit["memory"]["content"])
+        if any(o in content for o in others):  # (a memory naming both values states the change itself)
+            continue
         if any(w == content or w.rstrip(".") in content for w in wanted):  # (a value: a substring)
             return rank
     return None
@@ -126,12 +129,15 @@ class Run:
                 self.tally["unmeasured (a value the statements do not spell out)"] += 1
                 return
             new, old = [r["current"]], [r["stale"]]
+        # through logs, a memory naming both values ("The user switched from beer to wine.") is the
+        # current fact, not the stale one
+        unless = new if self.logs else None
         now = await self.recall(project, r["query"])
-        cur, stale = first_rank(now, new), first_rank(now, old)
+        cur, stale = first_rank(now, new), first_rank(now, old, unless)
         self.count(r["category"], "current first", cur is not None and (stale is None or cur < stale),
                    f"{r['id']} {r['query']!r}: {new[0]!r}@{cur}, {old[0]!r}@{stale}")
         then = await self.recall(project, r["query"], as_of=between)
-        cur, stale = first_rank(then, new), first_rank(then, old)
+        cur, stale = first_rank(then, new), first_rank(then, old, unless)
         self.count(r["category"], "as_of: old first", stale is not None and (cur is None or stale < cur),
                    f"{r['id']} as_of {between}: {old[0]!r}@{stale}, {new[0]!r}@{cur}")
 

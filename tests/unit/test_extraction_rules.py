@@ -338,3 +338,10 @@ def test_a_slot_said_with_another_number_is_an_update_not_a_repeat() -> None:
     fact = extract("user: I now have 2 kids\nassistant: Noted.")[0]
     assert decide(fact, "The user has 1 kids.") is Action.UPDATE
     assert decide(fact, "The user has 2 kids.") is Action.REPEAT
+
+
+def test_a_place_named_home_is_where_the_user_lives() -> None:
+    facts = extract("user: Seattle is home now\nassistant: Noted.")
+    assert [(f.content, f.memory_key) for f in facts] == [("The user lives in Seattle now.", "profile.location")]
+    # not a place's name: not where the user lives
+    assert all(f.memory_key != "profile.location" for f in extract("user: the office is home now\nassistant: Noted."))

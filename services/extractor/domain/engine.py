@@ -48,6 +48,8 @@ _SUBJECTLESS = re.compile(
 _CONTINUATION = re.compile(r"^(?:it|it's|its|that|that's|this|this is|they|they're|which|plus|and|but|so|"
                            r"there|there's|he|she|he's|she's)\b", re.IGNORECASE)
 _ABOUT_OTHER_ONLY = re.compile(r"^(?:you|your|you're|you've|u|ur)\b", re.IGNORECASE)
+#: "Seattle is home now", "Mexico City is our home these days": a place named as the speaker's home
+_HOME_NOW = re.compile(r"^([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,3}) is (?:my |our )?home(?: now| these days)?[.!]?$")
 _EMPTY_STATEMENT = re.compile(
     r"^(?:i (?:know|see|agree|understand|hear you|feel you|get it|bet|hope so|think so|mean|guess)|"
     r"i'm (?:glad|happy|sorry|so happy|so glad|so sorry) (?:to hear|for you|you)|i can't wait to (?:see|hear)|"
@@ -95,6 +97,9 @@ def statement_of(sentence: str, speaker: str, listener: str | None) -> str | Non
     if _ABOUT_OTHER_ONLY.match(said) and not FIRST_PERSON.search(said):
         return None
     name = display_name(speaker)
+    home = _HOME_NOW.match(said)
+    if home:  # "Seattle is home now": where the speaker lives, said about the place
+        return f"{name} lives in {home.group(1)} now."
     if _SUBJECTLESS.match(said):
         text = resolve_first_person(subjectless(said, name), name)
     elif FIRST_PERSON.search(said):
