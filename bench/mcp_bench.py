@@ -7,6 +7,7 @@ to docs/benchmarks.md.
 
     python bench/mcp_bench.py --memories 10000 --queries 500
     python bench/mcp_bench.py --memories 100000 --preload --state /var/tmp/engram-100k   # resumable
+    python bench/mcp_bench.py --memories 10000 --preload --as-of   # recall as_of a moment beside the default
 
 With ``--state DIR`` the stack's data folder, namespace and key are kept in DIR: a second run
 with the same DIR skips the (long) load and only measures. Before measuring, the vector index
@@ -20,11 +21,13 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -139,20 +142,23 @@ async def recall_latency(url: str, key: str, queries: list[str], warmup: list[st
     return out
 
 
-async def recall_latency_deep(url: str, key: str, queries: list[str], warmup: list[str]) -> tuple[list[float], list[float]]:
-    """Recall latency of the default recall and of ``deep: true``, interleaved (one question each
-    way in turn, distinct questions: the embedder caches single queries), after ``warmup``."""
+async def recall_latency_pair(url: str, key: str, queries: list[str], warmup: list[str],
+                              other: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """Recall latency of the default recall and of one with ``other``'s arguments (``deep: true``,
+    ``as_of``), interleaved (one question each way in turn, distinct questions: the embedder caches
+    single queries), after ``warmup``."""
     default: list[float] = []
-    deep: list[float] = []
+    changed: list[float] = []
     async with client(url, key) as c:
         for q in warmup:
             await c.call_tool("recall", {"query": q, "containerTag": "bench"})
         for i, q in enumerate(queries):
             t0 = time.perf_counter()
-            r = await c.call_tool("recall", {"query": q, "containerTag": "bench", "limit": 10, "deep": i % 2 == 1})
-            (deep if i % 2 else default).append((time.perf_counter() - t0) * 1000)
+            r = await c.call_tool("recall", {"query": q, "containerTag": "bench", "limit": 10,
+                                             **(other if i % 2 else {})})
+            (changed if i % 2 else default).append((time.perf_counter() - t0) * 1000)
             assert not r.is_error, text(r)
-    return default, deep
+    return default, changed
 
 
 async def preload(
@@ -256,6 +262,9 @@ def main() -> None:
     parser.add_argument("--state", type=Path, help="keep the loaded stack in this folder and reuse it next time")
     parser.add_argument("--deep", action="store_true",
                         help="measure recall with deep: true beside the default, on alternate questions")
+    parser.add_argument("--as-of", action="store_true",
+                        help="measure recall as of a moment (the start of the measurement: every memory stood "
+                        "then) beside the default, on alternate questions")
     args = parser.parse_args()
 
     texts = contents(args.memories)
@@ -296,9 +305,12 @@ def main() -> None:
             groups = process_groups(stack, "MCP client (this script)")
             logs = log_sizes(stack)
             cpu0 = cpu_seconds(groups)
-            if args.deep:
-                default_ms, deep_ms = asyncio.run(recall_latency_deep(url, state["key"], questions, warmup))
-                rec, rec_deep = percentiles(default_ms), percentiles(deep_ms)
+            other: dict[str, Any] = ({"deep": True} if args.deep else {}) | (
+                {"as_of": datetime.now(UTC).isoformat()} if args.as_of else {})
+            if other:
+                default_ms, other_ms = asyncio.run(recall_latency_pair(url, state["key"], questions, warmup, other))
+                rec, rec_other = percentiles(default_ms), percentiles(other_ms)
+                ratio = statistics.median(other_ms) / statistics.median(default_ms)
             else:
                 rec = percentiles(asyncio.run(recall_latency(url, state["key"], questions, warmup)))
             cpu1 = cpu_seconds(groups)
@@ -315,9 +327,10 @@ def main() -> None:
         f"recall through MCP (query embedding included, includeProfile, top 10, {len(questions)} distinct "
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
-        *([f"recall with deep: true through MCP, on the other half of the same questions, interleaved with the "
-           f"default ({len(questions) - len(questions) // 2} default, {len(questions) // 2} deep): default "
-           f"{fmt(rec)}; deep {fmt(rec_deep)}"] if args.deep else []),
+        *([f"recall with {', '.join(sorted(other))} through MCP, on the other half of the same questions, "
+           f"interleaved with the default ({len(questions) - len(questions) // 2} default, {len(questions) // 2} "
+           f"with it): default {fmt(rec)}; with {', '.join(sorted(other))} {fmt(rec_other)}; "
+           f"ratio of medians {ratio:.2f}"] if other else []),
         f"save → visible to recall: {fmt(vis)} (the save alone: {fmt(vis_saves)}; each recall: {fmt(vis_recalls)})",
         f"event-loop stalls over 30 ms during the recall and visibility runs: {stalled}",
         "CPU per recall by process (ms, mean over warm-up and measured recalls): {}; total {:.1f}".format(

@@ -480,6 +480,9 @@ class RecallMemory(BaseModel):
     keyword: str | None = Field(None, min_length=1, pattern=TEXT_PATTERN, max_length=MAX_KEYWORD_CHARS)
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
     as_of: AsOf = Field(None, description=_AS_OF_DESCRIPTION)
+    status: Literal["current", "superseded", "forgotten", "all"] = Field(
+        "current", description="current (default): what stands now; superseded: facts a later one replaced; "
+        "forgotten: what was forgotten (its last words, kept in its history); all: every one")
 
 
 class MemoryHistoryQuery(BaseModel):

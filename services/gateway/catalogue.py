@@ -387,7 +387,9 @@ OPERATIONS += (
         """List memories by category and/or keyword, most important first (a filter, not a semantic search).""",
         ProjectRule.SEARCH, params={"category": "Only this category.",
                                     "keyword": "Substring to match in the content (any language).", "limit": LIMIT,
-                                    "as_of": AS_OF},
+                                    "as_of": AS_OF,
+                                    "status": "current (default: what stands now), superseded (replaced by a later "
+                                              "fact), forgotten, or all."},
         rest=Rest("GET", "/memories", "list_memories", "List memories by category and/or keyword", tags=()),
     ),
     Operation(

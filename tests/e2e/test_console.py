@@ -462,6 +462,15 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
         assert "My dog is called Rex" in await page.inner_text(f"#supersedes li[data-id='{rex_id}']")
 
+        # the list by status: Rex only under "Superseded" (GET /v1/memories?status=superseded), marked
+        await _go(page, f"#/memories?project={project}")
+        assert "My dog is called Rex" not in await page.inner_text("#memory-list")
+        await _go(page, f"#/memories?project={project}&status=superseded")
+        assert await page.input_value("#status-filter") == "superseded"
+        assert await page.locator(f"#memory-list tr[data-id='{rex_id}'][data-status='superseded']").count() == 1
+        assert "My dog is called Bruno" not in await page.inner_text("#memory-list")
+        await _go(page, f"#/memory/{project}/{bruno_id}")
+
         # pin Bruno, give it an expiry, clear it: each checked through REST, each shown as a badge
         assert await page.inner_text("#pin-toggle") == "Pin"
         before = await _rendered(page)

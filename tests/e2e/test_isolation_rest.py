@@ -76,6 +76,8 @@ def test_rest_isolation(running, ops) -> None:  # type: ignore[no-untyped-def]
                 no_leak(i, [m["id"] for m in r.json()["memories"]])
                 r = call(i, "GET", "/v1/memories", params={"keyword": o[2], "limit": 100, "as_of": FUTURE})
                 no_leak(i, [m["id"] for m in r.json()["memories"]])
+                r = call(i, "GET", "/v1/memories", params={"keyword": o[2], "limit": 100, "status": "all"})
+                no_leak(i, [m["id"] for m in r.json()["memories"]])
             elif kind == "by_key":
                 r = call(i, "GET", "/v1/memories/by-key", params={"memory_key": f"preference.k{run}", "project": o[2]})
                 if r.json()["found"]:

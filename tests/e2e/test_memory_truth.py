@@ -126,6 +126,20 @@ async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived
         assert recent[0]["changed_since"]["kind"] == "superseded_by", profile.text
         refused = h.get("/memories", params={"project": project, "as_of": "yesterday"})
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "as_of", refused.text
+        # the list by status: the superseded fact, every one, and refused beside as_of
+        def listed_as(status: str) -> list[str]:
+            got = h.get("/memories", params={"project": project, "status": status})
+            assert got.status_code == 200, got.text
+            return sorted(m["content"] for m in got.json()["memories"])
+
+        assert listed_as("superseded") == ["I live in Lisbon"]
+        assert listed_as("current") == ["I moved to Berlin last month"]
+        assert listed_as("all") == ["I live in Lisbon", "I moved to Berlin last month"]
+        assert listed_as("forgotten") == []
+        mixed = h.get("/memories", params={"project": project, "status": "all", "as_of": between})
+        assert mixed.status_code == 422 and mixed.json()["error"]["field"] == "status", mixed.text
+        bad = h.get("/memories", params={"project": project, "status": "stale"})
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "status", bad.text
 
 
 async def _wait_processed(client: Any, log_ids: list[str]) -> None:

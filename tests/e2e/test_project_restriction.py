@@ -113,6 +113,7 @@ def test_rest_reaches_nothing_outside_the_project(running, home: Home, who: str)
         # as of any moment, the same (the as_of read path has its own query)
         assert home.secret not in h.get("/v1/memories", params={"keyword": "garage", "as_of": "2100-01-01"}).text
         assert h.get("/v1/memories", params={"project": "home", "as_of": "2100-01-01"}).status_code == 403
+        assert home.secret not in h.get("/v1/memories", params={"keyword": "garage", "status": "all"}).text
         assert home.secret not in h.get("/v1/profile", params={"as_of": "2100-01-01"}).text
         assert h.get("/v1/profile", params={"project": "home", "as_of": "2100-01-01"}).status_code == 403
         assert home.secret not in h.post("/v1/recall", json={"query": "garage code", "as_of": "2100-01-01"}).text

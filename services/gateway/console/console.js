@@ -256,6 +256,9 @@ async function viewMemories(root, _args, query) {
   const project = select(projectOptions(), query.get('project') || state.restricted || '');
   const category = select([['', 'Any category'], ...CATEGORIES], query.get('category') || '');
   const keyword = h('input', { type: 'search', value: query.get('keyword') || '', maxlength: 200, placeholder: 'word in the text' });
+  const status = select([['current', 'Current'], ['superseded', 'Superseded'], ['forgotten', 'Forgotten'], ['all', 'All']],
+    query.get('status') || 'current');
+  status.id = 'status-filter';
   const q = h('input', { type: 'search', value: query.get('q') || '', maxlength: 1000, placeholder: 'what are you looking for?' });
   const mode = select([['hybrid', 'hybrid (words + meaning)'], ['dense', 'meaning'], ['keyword', 'words']], query.get('mode') || 'hybrid');
   const asOf = h('input', { type: 'date', value: query.get('as_of') || '', max: new Date().toISOString().slice(0, 10), id: 'as-of' });
@@ -266,6 +269,7 @@ async function viewMemories(root, _args, query) {
     if (project.value) p.set('project', project.value);
     if (category.value) p.set('category', category.value);
     if (keyword.value.trim()) p.set('keyword', keyword.value.trim());
+    if (status.value !== 'current') p.set('status', status.value);
     if (extra && extra.search && q.value.trim()) { p.set('q', q.value.trim()); p.set('mode', mode.value); if (asOf.value) p.set('as_of', asOf.value); }
     const searching = !!(extra && extra.search);
     // a new search sorts by match; a sort chosen for a search (or for the list) stays with it
@@ -274,7 +278,7 @@ async function viewMemories(root, _args, query) {
     if (location.hash === hash) route(); else location.hash = hash;
   };
   const filters = h('form', { class: 'filters', 'aria-label': 'Filter memories', onsubmit: (e) => { e.preventDefault(); go(); } },
-    field('Project', project), field('Category', category), field('Keyword', keyword), field('Sort', sort),
+    field('Project', project), field('Category', category), field('Keyword', keyword), field('Status', status), field('Sort', sort),
     h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Apply')));
   const search = h('form', { class: 'filters', role: 'search', 'aria-label': 'Search memories', onsubmit: (e) => { e.preventDefault(); go({ search: true }); } },
     field('Search', q), field('Search by', mode), field('As of (optional)', asOf, 'what Engram knew at the end of that day'),
@@ -283,7 +287,7 @@ async function viewMemories(root, _args, query) {
   sort.addEventListener('change', () => go({ search: !!query.get('q') }));
   const list = h('div', { id: 'memory-list' }, h('p', { class: 'muted' }, 'Loading…'));
   fill(root, h('h1', {}, 'Memories'), search, filters,
-    h('p', { class: 'muted small' }, 'The list shows current memories (the REST API has no status, date range or source filter yet); a search as of a past day shows what was true then, superseded ones marked.'),
+    h('p', { class: 'muted small' }, 'The list shows current memories unless a status is chosen (the REST API has no date range or source filter yet); a search as of a past day shows what was true then, superseded ones marked.'),
     list);
   let rows, scores = new Map();
   state.replacedBy = new Map();     // a hit's id -> the newer memory that replaced it (its relation's excerpt)
@@ -300,7 +304,7 @@ async function viewMemories(root, _args, query) {
     });
     if (query.get('category')) rows = rows.filter((m) => m.category === query.get('category'));
   } else {
-    rows = (await api('GET', '/v1/memories', { query: { project: query.get('project'), category: query.get('category'), keyword: query.get('keyword'), limit: LIST_LIMIT } })).memories;
+    rows = (await api('GET', '/v1/memories', { query: { project: query.get('project'), category: query.get('category'), keyword: query.get('keyword'), status: query.get('status') || null, limit: LIST_LIMIT } })).memories;
   }
   const order = sort.value;
   const by = { 'updated-desc': (a, b) => b.updated_at.localeCompare(a.updated_at), 'updated-asc': (a, b) => a.updated_at.localeCompare(b.updated_at),

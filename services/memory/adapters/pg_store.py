@@ -377,18 +377,20 @@ class MemoryStore(ReadModel):
         return {r["id"]: r["late_tokens"] for r in rows}
 
     async def list_active(
-        self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int
+        self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int,
+        statuses: Sequence[str] = ("active",),
     ) -> list[MemoryView]:
-        """Active memories by category and/or keyword (case-insensitive substring), most important first."""
+        """Memories of ``statuses`` (active by default) by category and/or keyword (case-insensitive
+        substring), most important first."""
         pattern = _like(keyword) if keyword else None
         rows = await self.pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self.s}.memories
-                WHERE tenant = $1 AND status = 'active'
+                WHERE tenant = $1 AND status = ANY($6::text[])
                   AND ($2::text IS NULL OR project = $2)
                   AND ($3::text IS NULL OR category = $3)
                   AND ($4::text IS NULL OR content ILIKE $4)
                 ORDER BY importance DESC, updated_at DESC LIMIT $5""",
-            tenant, project, category, pattern, limit,
+            tenant, project, category, pattern, limit, list(statuses),
         )
         return [_view(r) for r in rows]
 

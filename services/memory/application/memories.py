@@ -69,6 +69,11 @@ from services.memory.search.ports import VectorIndex
 Content = tuple[str, str, str]  # (tenant, project, content hash)
 log = logging.getLogger(__name__)
 
+#: recall_memory's status filter: the read model's statuses it lists
+LISTED_STATUSES: dict[str, tuple[str, ...]] = {
+    "current": (MemoryStatus.ACTIVE.value,), "superseded": (MemoryStatus.SUPERSEDED.value,),
+    "forgotten": (MemoryStatus.FORGOTTEN.value,),
+    "all": (MemoryStatus.ACTIVE.value, MemoryStatus.SUPERSEDED.value, MemoryStatus.FORGOTTEN.value)}
 #: a save puts at most this many flagged pairs to the LLM judge, and waits for it this long at most
 MAX_JUDGED = 3
 JUDGE_TIMEOUT_S = 30.0
@@ -696,12 +701,15 @@ class MemoryReads:
 
     async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
         project = call.search_project(rm.project)
+        if rm.as_of is not None and rm.status != "current":
+            raise InvalidArgument("as_of lists the memories that stood then: leave status out (or current)", "status")
         if rm.as_of is not None:
             category = rm.category.value if rm.category else None
             found = await self._standing(call.tenant, project, rm.as_of, "importance", rm.limit,
                                          category=category, keyword=rm.keyword)
             return MemoryList(memories=found)
-        return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit))
+        return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit,
+                                                               statuses=LISTED_STATUSES[rm.status]))
 
     async def _standing(
         self, tenant: str, project: str | None, moment: datetime, order: StandingOrder, limit: int, *,

@@ -135,7 +135,8 @@ class ReadModel(RecallReads, Protocol):
     async def get(self, tenant: str, memory_id: UUID) -> MemoryState | None: ...
 
     async def list_active(
-        self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int
+        self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int,
+        statuses: Sequence[str] = ("active",),
     ) -> list[MemoryView]: ...
 
     async def shared_memories(
