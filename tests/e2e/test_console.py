@@ -528,6 +528,19 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         assert bruno_id in shown and rex_id not in shown
         await page.screenshot(path=str(shots / "console-search-as-of.png"), full_page=True)
 
+        # the merge undone from Bruno's versions (POST /v1/memories/{id}/unmerge): the saying is its own memory
+        await _go(page, f"#/memory/{project}/{bruno_id}")
+        button = page.locator("#versions li button.unmerge")
+        assert await button.count() == 1
+        await page.screenshot(path=str(shots / "console-memory-merged.png"), full_page=True)
+        before = await _rendered(page)
+        await button.click()
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "Unmerged" in await page.inner_text("#notice")
+        assert _memory(h, bruno_id)["repeats"] == 1 and await page.locator("#truth-badges .badge.repeats").count() == 0
+        brunos = [m for m in h.get("/v1/memories", params={"project": project, "keyword": "Bruno"}).json()["memories"]]
+        assert len(brunos) == 2 and {m["content"] for m in brunos} == {"My dog is called Bruno"}, brunos
+
         # narrow and dark: the conflicts view (another flagged pair, then "Both are true") and a superseded memory fit
         tom = h.post("/v1/memories", json={"content": "My cat is called Tom", "project": project}).json()["memory_id"]
         felix = h.post("/v1/memories", json={"content": "My cat is called Felix", "project": project}).json()

@@ -460,10 +460,22 @@ async function viewMemory(root, args) {
     ` (extraction run ${prov.provenance.task_id}).`)) : null;
 
   // versions, newest first, and a diff between any two
+  // a merge (the same fact said again) can be undone: that saying becomes a memory of its own again
+  const canUnmerge = !forgotten && can('memory:write') && state.routes && state.routes.has('/v1/memories/{memory_id}/unmerge');
+  const unmerge = async (button, version) => {
+    button.disabled = true;
+    try {
+      const result = await api('POST', `/v1/memories/${encodeURIComponent(id)}/unmerge`, { body: { project, version }, key: idem() });
+      await route();
+      notice(result.message, result.unmerged ? 'ok' : null);
+    } catch (err) { failed(err, button.parentElement); button.disabled = false; }
+  };
   const list = h('ol', { class: 'versions', id: 'versions', reversed: true },
     ...[...versions].reverse().map((v) => h('li', { class: 'version', dataset: { version: String(v.version) } },
       h('div', { class: 'muted small' }, `v${v.version} · ${v.event} · ${when(v.occurred_at)}${v.client ? ` · by ${v.client}` : ''}${v.status === 'forgotten' ? ' · forgotten' : ''}`),
-      h('p', {}, v.content), v.forget_reason ? h('p', { class: 'muted small' }, `Reason: ${v.forget_reason}`) : null)));
+      h('p', {}, v.content), v.forget_reason ? h('p', { class: 'muted small' }, `Reason: ${v.forget_reason}`) : null,
+      canUnmerge && v.event === 'MemoryMerged' ? h('button', { type: 'button', class: 'unmerge', 'aria-label': `Undo the merge of version ${v.version}: it was not the same fact`,
+        onclick: (e) => unmerge(e.currentTarget, v.version) }, 'Not the same fact: undo this merge') : null)));
   const numbers = [...new Set(versions.map((v) => v.version))];
   const contentOf = (n) => [...versions].reverse().find((v) => v.version === n).content;
   const from = select(numbers.map((n) => [String(n), `v${n}`]), String(numbers[Math.max(0, numbers.length - 2)]));
