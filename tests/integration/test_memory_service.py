@@ -526,3 +526,16 @@ async def test_an_update_supersedes_what_its_new_content_changes(app: MemoryApp)
     again = await app.service.handle_command(cmd("update_memory", update, key="move-to-lisbon-1"))
     assert again.ok and again.result == moved.result and len(await events(app.bus)) == before
     assert await recall(app, "where does the user live") == ["I just relocated to Lisbon"]
+
+
+async def test_a_profile_as_of_a_moment_is_cached_until_the_user_writes(app: MemoryApp) -> None:
+    from contracts.memory import GetProfile
+
+    later = GetProfile(as_of="2100-01-01")
+    await app.service.handle_command(cmd("save_memory", {"content": "I collect vinyl records"}))
+    first = await app.service.reads.cached_profile("alice", later)
+    assert [m.content for m in first.dynamic] == ["I collect vinyl records"]
+    assert await app.service.reads.cached_profile("alice", later) is first  # asked again: the same answer
+    await app.service.handle_command(cmd("save_memory", {"content": "My sister Ana lives in Porto"}))
+    again = await app.service.reads.cached_profile("alice", later)
+    assert sorted(m.content for m in again.dynamic) == ["I collect vinyl records", "My sister Ana lives in Porto"]

@@ -690,7 +690,7 @@ class MemoryReads:
         self._tenant_writes = projection.tenant_writes
         # Profiles are asked with most recalls and change only when the tenant's memories do:
         # cached per question, valid while the tenant's write count is what it was.
-        self._profiles: dict[tuple[str, str | None, int, int], tuple[int, Profile]] = {}
+        self._profiles: dict[tuple[str, str | None, int, int, datetime | None], tuple[int, Profile]] = {}
 
     async def get_by_key(self, call: Call, q: GetMemoryByKey) -> MemoryLookup:
         call.require_project(q.project)
@@ -714,15 +714,14 @@ class MemoryReads:
     async def _standing(
         self, tenant: str, project: str | None, moment: datetime, order: StandingOrder, limit: int, *,
         category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
-        leave_out: set[UUID] | frozenset[UUID] = frozenset(),
     ) -> list[MemoryView]:
         """The memories as they stood at ``moment`` (each in the version that stood then, marked with
         what replaced it since), filtered on that version, in ``order``; at most ``limit``. The read
         model gives the candidates (``AS_OF_OVERFETCH`` times as many: some did not stand as they are)."""
-        candidates = [v for v in await self.store.standing(
+        candidates = await self.store.standing(
             tenant, project, moment, order=order, limit=min(limit * AS_OF_OVERFETCH, AS_OF_MAX_CANDIDATES),
             category=category, keyword=keyword, profile_facts=profile_facts,
-        ) if v.id not in leave_out]
+        )
         then = [v for v in await as_they_stood(tenant, candidates, moment, self.versions) if v is not None
                 and (category is None or (v.category is not None and v.category.value == category))
                 and (keyword is None or keyword.casefold() in v.content.casefold())
@@ -772,19 +771,21 @@ class MemoryReads:
     async def cached_profile(self, tenant: str, query: GetProfile) -> Profile:
         """The profile from the read model, cached until this process projects a write of the
         tenant's (every write passes through the projection here: inline, by the projector or replay).
-        A profile as of a past moment is computed each time (:meth:`_standing`)."""
-        if query.as_of is not None:
-            static = await self._standing(tenant, query.project, query.as_of, "weight", query.static_limit,
-                                          profile_facts=True)
-            dynamic = await self._standing(tenant, query.project, query.as_of, "recent", query.dynamic_limit,
-                                           leave_out={v.id for v in static})
-            return Profile(static=static, dynamic=dynamic)
-        key = (tenant, query.project, query.static_limit, query.dynamic_limit)
+        A profile as of a moment (:meth:`_standing`) is cached the same way: a later write can change
+        it too (a late extraction of an older log, a forget)."""
+        key = (tenant, query.project, query.static_limit, query.dynamic_limit, query.as_of)
         writes = self._tenant_writes[tenant]
         cached = self._profiles.get(key)
         if cached is not None and cached[0] == writes:
             return cached[1]
-        profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
+        if query.as_of is not None:  # (as of a moment: both lists at once, the recent one without the stable facts)
+            static, recent = await asyncio.gather(
+                self._standing(tenant, query.project, query.as_of, "weight", query.static_limit, profile_facts=True),
+                self._standing(tenant, query.project, query.as_of, "recent", query.dynamic_limit + query.static_limit))
+            facts = {v.id for v in static}
+            profile = Profile(static=static, dynamic=[v for v in recent if v.id not in facts][: query.dynamic_limit])
+        else:
+            profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
         if len(self._profiles) > HINTS_MAX:
             self._profiles.clear()
         self._profiles[key] = (writes, profile)
