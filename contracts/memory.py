@@ -482,7 +482,9 @@ class RecallMemory(BaseModel):
     as_of: AsOf = Field(None, description=_AS_OF_DESCRIPTION)
     status: Literal["current", "superseded", "forgotten", "all"] = Field(
         "current", description="current (default): what stands now; superseded: facts a later one replaced; "
-        "forgotten: what was forgotten (its last words, kept in its history); all: every one")
+        "forgotten: what was forgotten (its last words, kept in its history); all: every one. With as_of, "
+        "of that moment: current what stood then, superseded what had been replaced by then, all both "
+        "(forgotten ones are never answered as of a moment)")
 
 
 class MemoryHistoryQuery(BaseModel):

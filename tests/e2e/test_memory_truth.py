@@ -136,8 +136,17 @@ async def test_a_moved_user_is_recalled_where_they_live_now_and_where_they_lived
         assert listed_as("current") == ["I moved to Berlin last month"]
         assert listed_as("all") == ["I live in Lisbon", "I moved to Berlin last month"]
         assert listed_as("forgotten") == []
-        mixed = h.get("/memories", params={"project": project, "status": "all", "as_of": between})
-        assert mixed.status_code == 422 and mixed.json()["error"]["field"] == "status", mixed.text
+        # as of a moment, the status is the one of that moment
+        def listed_then(status: str, moment: str) -> list[str]:
+            got = h.get("/memories", params={"project": project, "status": status, "as_of": moment})
+            assert got.status_code == 200, got.text
+            return sorted(m["content"] for m in got.json()["memories"])
+
+        assert listed_then("all", between) == ["I live in Lisbon"]
+        assert listed_then("superseded", between) == []  # not yet then
+        assert listed_then("superseded", "2100-01-01") == ["I live in Lisbon"]
+        assert listed_then("all", "2100-01-01") == ["I live in Lisbon", "I moved to Berlin last month"]
+        assert listed_then("forgotten", "2100-01-01") == []
         bad = h.get("/memories", params={"project": project, "status": "stale"})
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "status", bad.text
 
@@ -285,7 +294,7 @@ async def test_a_merge_is_undone_from_the_history(running) -> None:  # type: ign
     with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
         not_a_merge = h.post(f"/memories/{holder}/unmerge", headers=auth(running.key),
                              json={"project": project, "version": 1 + len(history) + 5})
-        assert not_a_merge.status_code == 422 and not_a_merge.json()["error"]["field"] == "version", not_a_merge.text
+        assert not_a_merge.status_code == 409 and not_a_merge.json()["error"]["field"] == "version", not_a_merge.text
         stranger = h.post(f"/memories/{holder}/unmerge", headers=auth(running.other_key),
                           json={"project": project, "version": merge[0]["version"]})
         assert stranger.status_code == 404, stranger.text

@@ -441,14 +441,18 @@ class MemoryStore(ReadModel):
     async def standing(
         self, tenant: str, project: str | None, moment: datetime, *, order: StandingOrder, limit: int,
         category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
+        then: frozenset[str] = frozenset({"standing"}),
     ) -> list[MemoryView]:
+        until = "(truth->>'valid_until')::timestamptz"
+        superseded = {frozenset({"standing"}): f"(truth->>'valid_until' IS NULL OR {until} > $2)",
+                      frozenset({"superseded"}): f"(truth->>'valid_until' IS NOT NULL AND {until} <= $2)"}.get(then, "TRUE")
         # a memory with versions may have stood in an earlier one (its row says when the last was said)
         changed = "updated_at > $2"
         said = "LEAST(created_at, COALESCE((truth->>'valid_from')::timestamptz, created_at))"
         rows = await self.pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self.s}.memories
                 WHERE tenant = $1 AND status IN ('active', 'superseded') AND ({said} <= $2 OR version > 1)
-                  AND (truth->>'valid_until' IS NULL OR (truth->>'valid_until')::timestamptz > $2)
+                  AND {superseded}
                   AND ($3::text IS NULL OR project = $3)
                   AND ($4::text IS NULL OR category = $4 OR {changed})
                   AND ($5::text IS NULL OR content ILIKE $5 OR {changed})

@@ -74,6 +74,10 @@ LISTED_STATUSES: dict[str, tuple[str, ...]] = {
     "current": (MemoryStatus.ACTIVE.value,), "superseded": (MemoryStatus.SUPERSEDED.value,),
     "forgotten": (MemoryStatus.FORGOTTEN.value,),
     "all": (MemoryStatus.ACTIVE.value, MemoryStatus.SUPERSEDED.value, MemoryStatus.FORGOTTEN.value)}
+#: recall_memory's status filter as of a moment: what stood then, what was superseded by then, or both
+AS_OF_STATUSES: dict[str, frozenset[str]] = {
+    "current": frozenset({"standing"}), "superseded": frozenset({"superseded"}),
+    "all": frozenset({"standing", "superseded"})}
 #: a save puts at most this many flagged pairs to the LLM judge, and waits for it this long at most
 MAX_JUDGED = 3
 JUDGE_TIMEOUT_S = 30.0
@@ -510,8 +514,8 @@ class Memories:
         states = [(e.type, model.state_of(e)) for e, _ in events]
         at = next((i for i, (kind, st) in enumerate(states) if st.version == cmd.version and i > 0), None)
         if at is None or states[at][0] != MemoryEventType.MERGED.value:
-            raise InvalidArgument(f"version {cmd.version} of memory {cmd.memory_id} is not a merge: "
-                                  "get_memory_history shows its MemoryMerged versions", "version")
+            raise Conflict(f"version {cmd.version} of memory {cmd.memory_id} is not a merge: "
+                           "get_memory_history shows its MemoryMerged versions", "version")
         before, merge = states[at - 1][1], states[at][1]
         split_id = model.unmerged_memory_id(cmd.memory_id, cmd.version)
         now = self.clock()
@@ -701,12 +705,12 @@ class MemoryReads:
 
     async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
         project = call.search_project(rm.project)
-        if rm.as_of is not None and rm.status != "current":
-            raise InvalidArgument("as_of lists the memories that stood then: leave status out (or current)", "status")
         if rm.as_of is not None:
+            if rm.status == "forgotten":  # never answered as of a moment: forgetting is the user's wish
+                return MemoryList(memories=[])
             category = rm.category.value if rm.category else None
             found = await self._standing(call.tenant, project, rm.as_of, "importance", rm.limit,
-                                         category=category, keyword=rm.keyword)
+                                         category=category, keyword=rm.keyword, then=AS_OF_STATUSES[rm.status])
             return MemoryList(memories=found)
         return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit,
                                                                statuses=LISTED_STATUSES[rm.status]))
@@ -714,22 +718,28 @@ class MemoryReads:
     async def _standing(
         self, tenant: str, project: str | None, moment: datetime, order: StandingOrder, limit: int, *,
         category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
+        then: frozenset[str] = frozenset({"standing"}),
     ) -> list[MemoryView]:
         """The memories as they stood at ``moment`` (each in the version that stood then, marked with
-        what replaced it since), filtered on that version, in ``order``; at most ``limit``. The read
+        what replaced it since), filtered on that version, in ``order``; at most ``limit``; with
+        ``"superseded"`` in ``then``, also (or only) those superseded by then, as they are. The read
         model gives the candidates (``AS_OF_OVERFETCH`` times as many: some did not stand as they are)."""
         candidates = await self.store.standing(
             tenant, project, moment, order=order, limit=min(limit * AS_OF_OVERFETCH, AS_OF_MAX_CANDIDATES),
-            category=category, keyword=keyword, profile_facts=profile_facts,
+            category=category, keyword=keyword, profile_facts=profile_facts, then=then,
         )
-        then = [v for v in await as_they_stood(tenant, candidates, moment, self.versions) if v is not None
-                and (category is None or (v.category is not None and v.category.value == category))
-                and (keyword is None or keyword.casefold() in v.content.casefold())
-                and (not profile_facts or model.profile_fact(v.category))]
-        then.sort(key=_STANDING_KEYS[order](moment), reverse=True)
-        then = then[:limit]
-        newer = superseded_since(then, moment)
-        return mark_superseded(then, moment, await self.store.views(tenant, list(newer))) if newer else then
+        stood = await as_they_stood(tenant, candidates, moment, self.versions) if "standing" in then \
+            else [None] * len(candidates)
+        gone = [v if "superseded" in then and truth.superseded_then(v, moment) else None for v in candidates]
+        then_views = [s or g for s, g in zip(stood, gone, strict=True)]
+        found = [v for v in then_views if v is not None
+                 and (category is None or (v.category is not None and v.category.value == category))
+                 and (keyword is None or keyword.casefold() in v.content.casefold())
+                 and (not profile_facts or model.profile_fact(v.category))]
+        found.sort(key=_STANDING_KEYS[order](moment), reverse=True)
+        found = found[:limit]
+        newer = superseded_since(found, moment)
+        return mark_superseded(found, moment, await self.store.views(tenant, list(newer))) if newer else found
 
     async def get(self, call: Call, q: GetMemory) -> MemoryView:
         """A memory by id as it stands now (none outside the caller's project)."""

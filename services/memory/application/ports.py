@@ -150,10 +150,12 @@ class ReadModel(RecallReads, Protocol):
     async def standing(
         self, tenant: str, project: str | None, moment: datetime, *, order: StandingOrder, limit: int,
         category: str | None = None, keyword: str | None = None, profile_facts: bool = False,
+        then: frozenset[str] = frozenset({"standing"}),
     ) -> list[MemoryView]:
         """The candidates for an answer as of ``moment``: current or superseded memories said by then
-        and not superseded then, in ``order``; the filters are applied to the current version, except
-        for a memory changed since (it may have matched then: the caller decides on the version then)."""
+        and, per ``then``, not superseded then ("standing") and/or superseded by then ("superseded"),
+        in ``order``; the filters are applied to the current version, except for a memory changed since
+        (it may have matched then: the caller decides on the version then)."""
         ...
 
     async def indexed_memory_count(self) -> int:

@@ -65,6 +65,11 @@ def valid_at(memory: MemoryState | MemoryView, moment: datetime) -> bool:
     return valid_from(memory) <= moment and (memory.valid_until is None or moment < memory.valid_until)
 
 
+def superseded_then(memory: MemoryState | MemoryView, moment: datetime) -> bool:
+    """Whether ``memory`` had been said and superseded by ``moment``."""
+    return memory.valid_until is not None and memory.valid_until <= moment and valid_from(memory) <= moment
+
+
 def earlier_version_may_stand(memory: MemoryState | MemoryView, moment: datetime) -> bool:
     """Whether ``memory``'s current version does not stand at ``moment`` only because its content
     changed since (a later version of a keyed fact, said after ``moment``): an earlier version, read
