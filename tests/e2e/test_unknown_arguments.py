@@ -37,10 +37,10 @@ def test_an_unknown_argument_is_refused_naming_it(running) -> None:  # type: ign
 def test_an_unknown_query_parameter_is_refused_naming_it(running) -> None:  # type: ignore[no-untyped-def]
     headers = {"Authorization": f"Bearer {running.key}"}
     with httpx.Client(base_url=running.base_url + "/v1", headers=headers, timeout=30) as rest:
-        listed = rest.get("/memories", params={"limit": 5, "as_of": "2025-01-01"})
+        listed = rest.get("/memories", params={"limit": 5, "asof": "2025-01-01"})  # (a typo of as_of)
         assert listed.status_code == 422, listed.text
         error = listed.json()["error"]
-        assert error["field"] == "as_of" and "limit" in error["message"], error
+        assert error["field"] == "asof" and "limit" in error["message"] and "as_of" in error["message"], error
         assert rest.get("/memories", params={"limit": 5}).status_code == 200
         twice = rest.get("/memories", params=[("limit", 5), ("limit", 6)])
         assert twice.status_code == 422 and twice.json()["error"]["field"] == "limit", twice.text
