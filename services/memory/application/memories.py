@@ -526,8 +526,7 @@ class Memories:
         def create(loaded: Loaded) -> Write[None] | Answer[None]:
             if loaded is not None:
                 return Answer(None)  # created by an earlier try of this command (or of another like it)
-            current = model.state_of(events[-1][0]) if events else found
-            done = undo(current)
+            done = undo(states[-1][1])  # (the memory as the history just read ends)
             if done is None:
                 return Answer(None)
             return Write(_event(call, done[1], MemoryEventType.UNMERGED), lambda _: None)
