@@ -144,7 +144,8 @@ class Run:
     async def repeat(self, r: dict[str, Any], project: str) -> None:
         await self.settle([await self.say(project, s) for s in r["statements"]])
         held = [m for m in await self.current(project) if r["value"].casefold() in m["content"].casefold()]
-        self.count(r["category"], "repeats folded", len(held) == 1, f"{r['id']}: {len(held)} memories for {r['value']}")
+        self.count(r["category"], "repeats folded", len(held) == 1,
+                   f"{r['id']}: {len(held)} memories for {r['value']}: {[m['content'] for m in held]}")
 
     async def negative(self, r: dict[str, Any], project: str) -> None:
         await self.settle([await self.say(project, r["a"]), await self.say(project, r["b"])])
@@ -195,11 +196,12 @@ def main() -> None:
     parser.add_argument("--split", choices=("report", "fit", "all"), default="report")
     parser.add_argument("--logs", action="store_true", help="say each statement in a daily log of its day")
     parser.add_argument("--limit", type=int, default=0, help="only the first N records (0: all)")
+    parser.add_argument("--kind", choices=("change", "repeat", "negative"), help="only records of this kind")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
     parser.add_argument("--misses", action="store_true", help="print the checks that failed")
     args = parser.parse_args()
-    records = load(args.split)[: args.limit or None]
+    records = [r for r in load(args.split) if args.kind in (None, r["kind"])][: args.limit or None]
     options = stack_options("truth")
     try:
         with Stack(options) as stack:

@@ -209,11 +209,28 @@ def report(tallies: dict[tuple[str, str], Tally], thresholds: Thresholds) -> lis
     return lines
 
 
-def locomo_pairs(top: int, embedder: MiniLMEmbedder) -> list[tuple[Pair, float]]:
+def _extracted(sessions: list[tuple[datetime, list[dict[str, Any]]]]) -> list[tuple[str, datetime]]:
+    """What the built-in extractor learns from a conversation's sessions (one daily log each), as the
+    memory service's rules read it: "The user…" in the first person."""
+    from services.extractor.domain.engine import BuiltinEngine
+    from services.extractor.domain.model import Turn
+    from services.memory.domain.truth import first_person
+
+    engine = BuiltinEngine()
+    out: list[tuple[str, datetime]] = []
+    for at, session in sessions:
+        turns = [Turn(speaker=t["speaker"], text=t["text"], ref=i) for i, t in enumerate(session)]
+        out.extend((first_person(f.content), at) for f in engine.extract(turns))
+    return out
+
+
+def locomo_pairs(top: int, embedder: MiniLMEmbedder, extracted: bool = False) -> list[tuple[Pair, float]]:
     """Real conversation: each LoCoMo turn against the ``top`` most similar earlier turns of the
     same speaker (what the save path would hand the rules as candidates). LoCoMo holds few true
     changes, so this measures how often the rules fire on ordinary talk; its verdicts are printed
-    for a person to check by hand."""
+    for a person to check by hand. ``extracted``: the facts the built-in extractor learns from each
+    session instead, each against the ``top`` most similar earlier facts of its conversation (one
+    user's project: what an extracted fact is judged against on its way in)."""
     from bench.common import LOCOMO
 
     data = json.loads(LOCOMO.read_text(encoding="utf-8"))
@@ -221,13 +238,15 @@ def locomo_pairs(top: int, embedder: MiniLMEmbedder) -> list[tuple[Pair, float]]
     for conv in data:
         c = conv["conversation"]
         turns: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
+        sessions: list[tuple[datetime, list[dict[str, Any]]]] = []
         n = 1
         while f"session_{n}" in c:
             at = datetime.strptime(c[f"session_{n}_date_time"].strip(), "%I:%M %p on %d %B, %Y")
+            sessions.append((at, c[f"session_{n}"]))
             for turn in c[f"session_{n}"]:
                 turns[turn["speaker"]].append((turn["text"], at))
             n += 1
-        for said in turns.values():
+        for said in ([_extracted(sessions)] if extracted else turns.values()):
             vectors = np.asarray(embedder.embed([t for t, _ in said]), dtype=np.float32)
             sims = vectors @ vectors.T
             for j in range(1, len(said)):
@@ -237,8 +256,8 @@ def locomo_pairs(top: int, embedder: MiniLMEmbedder) -> list[tuple[Pair, float]]
     return out
 
 
-def locomo_report(top: int, sample: int, thresholds: Thresholds) -> None:
-    pairs = locomo_pairs(top, MiniLMEmbedder())
+def locomo_report(top: int, sample: int, thresholds: Thresholds, extracted: bool = False) -> None:
+    pairs = locomo_pairs(top, MiniLMEmbedder(), extracted)
     counts: dict[Verdict, list[tuple[Pair, Decision]]] = defaultdict(list)
     turns: dict[Verdict, set[tuple[str, datetime]]] = defaultdict(set)
     for pair, sim in pairs:
@@ -246,8 +265,9 @@ def locomo_report(top: int, sample: int, thresholds: Thresholds) -> None:
         counts[d.verdict].append((pair, d))
         turns[d.verdict].add((pair.new, pair.new_at))
     saved = len({(p.new, p.new_at) for p, _ in pairs})
-    print(f"\nLoCoMo: {len(pairs)} pairs (each of {saved} turns against its {top} nearest earlier turns of the "
-          "same speaker)")
+    what = (f"extracted facts against its {top} nearest earlier facts of the conversation" if extracted
+            else f"turns against its {top} nearest earlier turns of the same speaker")
+    print(f"\nLoCoMo: {len(pairs)} pairs (each of {saved} {what})")
     print("  verdict      pairs   share   turns with one  share of turns")
     for verdict in Verdict:
         print(f"  {verdict.value:<11} {len(counts[verdict]):>6}  {len(counts[verdict]) / max(len(pairs), 1):.4f}"
@@ -269,6 +289,8 @@ def main() -> None:
                         help="also decide every LoCoMo turn against its N nearest earlier turns (same speaker) and "
                         "print how often each verdict fires, with a sample to check by hand")
     parser.add_argument("--sample", type=int, default=25, help="pairs per verdict printed with --locomo")
+    parser.add_argument("--extracted", action="store_true",
+                        help="--locomo on the facts the built-in extractor learns from each session, not the turns")
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"{DATA} not found: run bench/fact_changes_gen.py first")
@@ -292,7 +314,7 @@ def main() -> None:
                 print(f"  [{pair.kind}/{cat}] {pair.new!r} vs {pair.old!r}: {d.verdict} ({d.reason})")
                 shown += 1
     if args.locomo:
-        locomo_report(args.locomo, args.sample, thresholds)
+        locomo_report(args.locomo, args.sample, thresholds, args.extracted)
 
 
 if __name__ == "__main__":

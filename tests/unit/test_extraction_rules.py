@@ -318,6 +318,8 @@ def test_idempotency_keys_are_derived_from_log_task_and_fact() -> None:
     ("I got married last spring", "relationship.status"),
     ("We have 3 kids now", "relationship.children"),
     ("I have 2 cats", "relationship.cat_count"),
+    ("We adopted another one, so 3 dogs", "relationship.dog_count"),
+    ("We got a kitten, so now 4 cats", "relationship.cat_count"),
     ("I'm no longer vegetarian", "preference.diet"),
 ])
 def test_a_changed_slot_is_kept_under_its_key(said: str, key: str) -> None:

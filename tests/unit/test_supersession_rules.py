@@ -101,6 +101,8 @@ def test_same_key_another_content_supersedes_same_content_merges(embedder: MiniL
     ("Dune is my favorite book", "My favourite book is Dune"),
     ("I really love hiking in the mountains", "I love hiking in the mountains"),
     ("I go climbing on Saturdays.", "I go climbing on Saturdays"),
+    ("I go yoga every week on Mondays", "I go yoga on Mondays"),  # a weekday said as a habit
+    ("I usually go running on Tuesdays", "I go running every week on Tuesdays"),
 ])
 def test_the_same_meaning_is_a_duplicate(embedder: MiniLMEmbedder, new: str, old: str) -> None:
     d = verdict_of(embedder, new, old)
@@ -123,6 +125,8 @@ def test_the_same_meaning_is_a_duplicate(embedder: MiniLMEmbedder, new: str, old
     ("I grew up in Porto", "I live in Berlin"),
     ("My mom lives in Paris", "My dad lives in Rome"),
     ("I take vitamin D every day", "I take melatonin every day"),
+    ("I go running every week on Tuesdays", "I go running on Saturdays"),
+    ("I go to the gym every week", "I go to the gym every month"),
 ])
 def test_similar_but_distinct_facts_neither_merge_nor_supersede(embedder: MiniLMEmbedder, new: str, old: str) -> None:
     d = verdict_of(embedder, new, old)

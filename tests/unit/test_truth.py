@@ -136,6 +136,7 @@ def test_extracted_memories_in_the_third_person_are_read_as_the_user_says_them()
     assert truth.first_person("The user lives in Oslo with their partner.") == "I live in Oslo with my partner."
     assert truth.first_person("The user's sister is called Ana.") == "my sister is called Ana."
     assert truth.first_person("The user no longer eats meat.") == "I no longer eat meat."
+    assert truth.first_person("The user usually goes to yoga on Mondays.") == "I usually go to yoga on Mondays."
     assert truth.first_person("Caroline lives in Oslo.") == "Caroline lives in Oslo."  # nobody else is rewritten
     oslo = state("The user lives in Oslo with their partner.")
     later = T0 + timedelta(days=30)

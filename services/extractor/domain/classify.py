@@ -72,8 +72,9 @@ _SLOTS: list[tuple[re.Pattern[str], Category, str, int]] = [
          r"\b(?:i|we) (?:just )?got (?:married|engaged|divorced)\b"), C.RELATIONSHIP, "status", 4),
     (_rx(r"\b(?:i|we) (?:now )?have (?:\d+|one|two|three|four|five|six) (?:kids|children|sons|daughters)\b"),
      C.RELATIONSHIP, "children", 4),
-    (_rx(r"\b(?:i|we) (?:now )?have (?:\d+|one|two|three|four|five|six) (dog|cat|rabbit|hamster|parrot|bird|"
-         r"fish|horse|guinea pig)s?\b"), C.RELATIONSHIP, "{0}_count", 3),
+    (_rx(r"\b(?:(?:i|we) (?:now )?have|(?:so|that makes|making it)(?: it)?(?: now)?) "
+         r"(?:\d+|one|two|three|four|five|six) (dog|cat|rabbit|hamster|parrot|bird|fish|horse|guinea pig)s?\b"),
+     C.RELATIONSHIP, "{0}_count", 3),
 ]
 
 _PREFERENCE = _rx(r"\bi(?:'m| am)? (?:\w+ )?(?:love|like|enjoy|adore|prefer|hate|dislike|can't stand|into|"

@@ -319,6 +319,10 @@ class Memories:
         memory_id = model.keyed_memory_id(call.tenant, cmd.project, key)
         when = truth.said_at(cmd.provenance, self.clock())
         decisions = await self._judge(call.tenant, cmd.project, cmd.content, when, cmd, exclude=memory_id)
+        if cmd.provenance is not None:
+            merged = await self._merge_said_again(call, cmd, memory_id, truth.plan(decisions), when)
+            if merged is not None:
+                return merged
         p = truth.plan([d for d in decisions if d.verdict is not Verdict.DUPLICATE])
         p = truth.Plan(supersede=p.supersede, flags=p.flags)  # a keyed fact is its key's current value
         added: list[Supersession] = []
@@ -349,6 +353,17 @@ class Memories:
         if added:
             await self._carry_out(call, reply.memory_id, added)
         return reply
+
+    async def _merge_said_again(self, call: CommandCall, cmd: SaveMemory, memory_id: UUID, p: truth.Plan,
+                                when: datetime) -> SaveMemoryResult | None:
+        """A fact learnt from a log under a key of its own that no memory holds yet, which the rules
+        judge the same fact as a current memory (another phrasing of it, said in another log): one more
+        saying of that memory, as a free-form save's would be, not a second memory beside it. A key
+        that already holds a memory keeps its own chain of versions. None: saved under its key."""
+        if p.merge_into is None or await self.store.get(call.tenant, memory_id) is not None:
+            return None
+        return await self._merge(call, p.merge_into.candidate.ref, cmd, when,  # type: ignore[arg-type]
+                                 judged=p.merge_into.candidate.content)
 
     async def _judged_update(self, call: CommandCall, base: MemoryState | None, cmd: UpdateMemory,
                              when: datetime) -> truth.Plan:

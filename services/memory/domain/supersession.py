@@ -386,7 +386,11 @@ _NEGATION = re.compile(r"\b(?:not|no longer|never|n't|don't|doesn't|didn't|isn't
 _WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?", re.UNICODE)
 _FILLER_WORDS = frozenset("""
 now currently still actually really just also recently finally officially already anymore these days nowadays
+usually normally generally typically regularly
 """.split())
+#: "every week on Mondays" is "on Mondays": a weekday said as a habit needs no "every week".
+_WEEKLY = re.compile(r"\bevery week\b(?=.*\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b)"
+                     r"|(?<=days)\s+every week\b", re.IGNORECASE)
 #: Small words that turn a sentence's meaning ("before" / "after" the trip): texts that differ in
 #: one are never merged as the same words, however close their embeddings.
 _TURNING_WORDS = frozenset("""
@@ -515,7 +519,7 @@ def template_of(text: str) -> str:
     low = normalize(text).casefold()
     low = re.sub(r"\bwe\b", "i", low).replace("we're", "i am")
     low = low.replace("i'm", "i am").replace("'ve", " have").replace("'re", " are").replace("n't", " not")
-    masked = _NUMERIC.sub(" # ", low)
+    masked = _NUMERIC.sub(" # ", _WEEKLY.sub(" ", low))
     words = [w for w in _WORD.findall(masked.replace("#", " numbermask ")) if w not in _FILLER_WORDS]
     return " ".join(words)
 
@@ -691,8 +695,11 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
         verdict, reason, confidence, fn, fo = verdicts[0]
         words_new, words_old = content_words(new.content), content_words(candidate.content)
         overlap = len(words_new & words_old) / max(len(words_new), len(words_old), 1)
+        # a plan of one word ("want to visit") or a fact about "they" says too little to call two
+        # sentences the same fact: their words must agree as well (LoCoMo's extracted facts)
+        weak = fn.subject in _PRONOUNS or (fn.attribute == "plan" and len(min(fn.value, fo.value).split()) == 1)
         if verdict is Verdict.DUPLICATE and (len(facts_new) != len(facts_old) or (
-                overlap < FACT_SHARED_WORDS and candidate.similarity < thresholds.fact_duplicate)):
+                overlap < FACT_SHARED_WORDS and (weak or candidate.similarity < thresholds.fact_duplicate))):
             # one of them says more: not the same memory, nor a change
             return out(Verdict.UNRELATED, f"{reason}, but one says more", 0.6, (fn, fo))
         if verdict is Verdict.DUPLICATE and numbers_new != numbers_old:

@@ -104,7 +104,8 @@ _THIRD_PERSON = (
     (re.compile(r"\bthe user (?:is|was)\b", re.IGNORECASE), "I am"),
     (re.compile(r"\bthe user has\b", re.IGNORECASE), "I have"),
     (re.compile(r"\bthe user (?:does not|doesn't)\b", re.IGNORECASE), "I do not"),
-    (re.compile(r"\bthe user (?:no longer|now|still|also|just|recently|finally|currently) (\w+)", re.IGNORECASE), None),
+    (re.compile(r"\bthe user (?:no longer|now|still|also|just|recently|finally|currently|usually|often|always|sometimes|"
+                r"normally|generally|typically|regularly|never) (\w+)", re.IGNORECASE), None),
     (re.compile(r"\bthe user (\w+)", re.IGNORECASE), None),
     (re.compile(r"\btheir\b", re.IGNORECASE), "my"),
 )
