@@ -371,6 +371,32 @@ class UnmergeMemoryResult(BaseModel):
     message: str
 
 
+class MergeMemory(BaseModel):
+    """Merge two memories that say the same fact: ``memory_id`` becomes one more saying of ``into``
+    (its words, when and where it was said, and the sayings merged into it before), and is forgotten
+    with a reason naming ``into``. ``into`` counts the sayings of both and keeps the higher importance.
+    Reversible: unmerge_memory on the MemoryMerged version this writes gives the saying back as a
+    memory of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    memory_id: UUID = Field(description="the duplicate: it becomes a saying of ``into``")
+    into: UUID = Field(description="the memory that stays")
+    reason: str | None = Field(None, pattern=TEXT_PATTERN, max_length=1_000,
+                               description="why they are the same fact (kept in the duplicate's history)")
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION)
+
+
+class MergeMemoryResult(BaseModel):
+    merged: bool = Field(description="false when the duplicate had been merged into it already (the same answer again)")
+    memory_id: UUID = Field(description="the memory that stays")
+    merged_id: UUID = Field(description="the duplicate, now forgotten: one of its sayings")
+    repeats: int = Field(description="how many sayings the memory counts now")
+    message: str
+
+
 class PinMemory(BaseModel):
     """Pin a memory (it never fades in recall), unpin it, or set when it leaves recall (forget_after)."""
 
@@ -758,6 +784,7 @@ for _name, _model, _result in (
     ("settle_conflict", SettleConflict, SettleConflictResult),
     ("pin_memory", PinMemory, SaveMemoryResult),
     ("unmerge_memory", UnmergeMemory, UnmergeMemoryResult),
+    ("merge_memory", MergeMemory, MergeMemoryResult),
 ):
     command(MEMORY, _name, result=_result)(_model)
 for _name, _model, _result in (

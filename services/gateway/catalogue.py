@@ -57,6 +57,7 @@ from contracts.memory import (
     ListConflicts,
     ListProjects,
     MemoryHistoryQuery,
+    MergeMemory,
     PinMemory,
     Recall,
     RecallMemory,
@@ -373,6 +374,17 @@ OPERATIONS += (
         ProjectRule.WRITE, params={"memory_id": "The merged memory's id.",
                                    "version": "The version the merge wrote (get_memory_history: event MemoryMerged)."},
         rest=Rest("POST", "/memories/{memory_id}/unmerge", "unmerge_memory", "Undo a merge", tags=()),
+    ),
+    Operation(
+        MergeMemory, "merge_memory", "Merge two memories of one fact", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Merge two memories that say the same fact (two phrasings Engram did not fold when they were saved):
+        memory_id becomes one more saying of into (×N in recall; its words, when and where it was said are kept
+        among into's sayings) and leaves recall, forgotten with a reason naming into. Both must be current and in
+        one project. unmerge_memory on the MemoryMerged version this writes undoes it.""",
+        ProjectRule.WRITE, params={"memory_id": "The duplicate's id: it becomes a saying of into.",
+                                   "into": "The id of the memory that stays.",
+                                   "reason": "Why they are the same fact (kept in the duplicate's history)."},
+        rest=Rest("POST", "/memories/{memory_id}/merge", "merge_memory", "Merge a memory into another", tags=()),
     ),
     Operation(
         GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,

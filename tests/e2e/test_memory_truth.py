@@ -298,3 +298,63 @@ async def test_a_merge_is_undone_from_the_history(running) -> None:  # type: ign
         stranger = h.post(f"/memories/{holder}/unmerge", headers=auth(running.other_key),
                           json={"project": project, "version": merge[0]["version"]})
         assert stranger.status_code == 404, stranger.text
+
+
+async def test_two_memories_of_one_fact_are_merged_by_an_agent_and_the_merge_undone(running) -> None:  # type: ignore[no-untyped-def]
+    """merge_memory (MCP): the duplicate becomes a saying of the memory that stays (×2, its words kept)
+    and leaves recall; the same request again merges nothing; unmerge_memory gives it back. REST
+    refuses a memory merged into itself (409), two projects (409), another user's memory and a key
+    restricted to another project (404), and a request naming no target (422, the field named)."""
+    project = "truth-merge-" + uuid.uuid4().hex[:8]
+    admin = (await asyncio.to_thread(running.stack.create_key, running.user_id, "admin", ["admin"]))["key"]
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        made = h.post("/keys", headers=auth(admin), json={
+            "user_id": running.user_id, "name": "elsewhere", "scopes": ["memory:read", "memory:write"],
+            "project": "elsewhere"})
+        assert made.status_code == 201, made.text
+    elsewhere = made.json()["key"]
+    async with session(running) as client:
+        keep = await call(client, "save_memory", category="preference", content="I go bouldering at Klimmhalle",
+                          containerTag=project)
+        dup = await call(client, "save_memory", category="preference", content="Klimmhalle is my bouldering gym",
+                         containerTag=project)
+        assert dup["created"] and dup["memory_id"] != keep["memory_id"], dup  # (the rules did not fold them)
+        other = await call(client, "save_memory", category="preference", content="Klimmhalle is my bouldering gym",
+                           containerTag=project + "-b")
+
+    async with session(running, auth(elsewhere)) as stranger:
+        refused = await stranger.call_tool("merge_memory", {"memory_id": dup["memory_id"], "into": keep["memory_id"]})
+        assert refused.is_error and "memory_id" in text_of(refused), text_of(refused)
+
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        url = f"/memories/{dup['memory_id']}/merge"
+        itself = h.post(url, headers=auth(running.key), json={"project": project, "into": dup["memory_id"]})
+        assert itself.status_code == 409 and itself.json()["error"]["field"] == "into", itself.text
+        across = h.post(url, headers=auth(running.key), json={"project": project, "into": other["memory_id"]})
+        assert across.status_code == 409 and across.json()["error"]["field"] == "into", across.text
+        stranger = h.post(url, headers=auth(running.other_key), json={"project": project, "into": keep["memory_id"]})
+        assert stranger.status_code == 404, stranger.text
+        nothing = h.post(url, headers=auth(running.key), json={"project": project})
+        assert nothing.status_code == 422 and "into" in nothing.text, nothing.text
+
+    async with session(running) as client:
+        merged = await call(client, "merge_memory", memory_id=dup["memory_id"], into=keep["memory_id"],
+                            reason="the same gym", containerTag=project)
+        assert merged["merged"] and merged["repeats"] == 2 and merged["memory_id"] == keep["memory_id"], merged
+        again = await call(client, "merge_memory", memory_id=dup["memory_id"], into=keep["memory_id"],
+                           containerTag=project)
+        assert not again["merged"] and again["repeats"] == 2, again
+        found = await recall(client, "where does the user go bouldering", project)
+        assert [h for h in hits_of(found) if "Klimmhalle" in h] == ["I go bouldering at Klimmhalle"], found
+        assert "×2" in found, found
+        gone = (await call(client, "get_memory_history", memory_id=dup["memory_id"]))["versions"][-1]
+        assert gone["status"] == "forgotten" and keep["memory_id"] in gone["forget_reason"], gone
+        assert "the same gym" in gone["forget_reason"], gone
+        versions = (await call(client, "get_memory_history", memory_id=keep["memory_id"]))["versions"]
+        assert versions[-1]["event"] == "MemoryMerged", versions
+
+        undone = await call(client, "unmerge_memory", memory_id=keep["memory_id"], version=versions[-1]["version"],
+                            containerTag=project)
+        assert undone["unmerged"] and undone["repeats"] == 1, undone
+        split = await call(client, "get_memory", memory_id=undone["split_id"])
+        assert split["content"] == "Klimmhalle is my bouldering gym" and split["status"] == "active", split

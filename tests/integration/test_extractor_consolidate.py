@@ -2,8 +2,8 @@
 Postgres. The same thing said on two days in other words is one memory said twice as soon as the
 second log is extracted (the memory service judges each extracted fact like a free-form save); the
 consolidation schedule's round is the backstop for near-duplicates that judgement let through
-(written before it, or by an extractor that did not judge them): merged into the later memory (the
-earlier forgotten, its history kept), what a client saved is never touched, and a second round, or
+(written before it, or by an extractor that did not judge them): merged into the later memory (one
+more saying of it; the earlier forgotten, its history kept), what a client saved is never touched, and a second round, or
 a replica running the same round, changes nothing."""
 
 from __future__ import annotations
@@ -88,8 +88,12 @@ async def test_near_duplicates_of_one_family_are_merged_into_the_latest(pipeline
     assert kept == ["The user adopted a beagle named Biscuit.", "The user went to the climbing gym with Leo again."]
     assert [m.content for m in after if m.source != "extractor"] == ["The user goes to the climbing gym with Leo."]
 
-    # the earlier memory is forgotten, not deleted: its history says why, naming the survivor
+    # the earlier memory is a saying of the survivor now, and forgotten, not deleted: its history
+    # says why, naming the survivor
     survivor = next(m for m in after if m.content.endswith("again."))
+    assert survivor.repeats == 2, survivor
+    kept = await p.client.ask("ana", MemoryHistoryQuery(memory_id=survivor.id))
+    assert kept.versions[-1].event == MemoryEventType.MERGED, kept
     gone = next(m for m in before if m.source == "extractor" and m.content.endswith("with Leo."))
     history = await p.client.ask("ana", MemoryHistoryQuery(memory_id=gone.id))
     assert [v.status for v in history.versions] == [MemoryStatus.ACTIVE, MemoryStatus.FORGOTTEN]

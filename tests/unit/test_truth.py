@@ -8,7 +8,7 @@ from uuid import uuid4
 
 import pytest
 
-from contracts.memory import MemoryState, MemoryStatus, Provenance, SaveMemory, Supersession
+from contracts.memory import MemorySource, MemoryState, MemoryStatus, Provenance, SaveMemory, Supersession
 from services.memory.domain import truth
 from services.memory.domain.errors import Conflict
 from services.memory.domain.supersession import Candidate, decide_all
@@ -195,3 +195,19 @@ def test_an_llm_judge_settles_a_flagged_pair_only_when_sure() -> None:
     # only a flagged pair is put to it: the rules' own verdicts stand
     dup = decide_all(new, [candidate_of(state("My dog is called Bruno"), 0.99)])[0]
     assert second_opinion(dup, Opinion(Verdict.UNRELATED, 0.99, "no"), new) is dup
+
+
+def test_a_memory_merged_into_another_is_one_more_saying_of_it() -> None:
+    into = state("I go bouldering at Klimmhalle", importance=2)
+    other = state("Klimmhalle is my bouldering gym", importance=4).model_copy(update={"repeats": 2, "sources": [
+        MemorySource(said_at=T0, source="mcp", content="Klimmhalle is where I boulder")]})
+    merged = truth.absorbed(into, other, T0 + timedelta(days=1))
+    assert merged is not None
+    assert (merged.content, merged.repeats, merged.importance, merged.version) == (into.content, 3, 4, into.version + 1)
+    assert [s.content for s in merged.sources] == ["Klimmhalle is where I boulder", "Klimmhalle is my bouldering gym"]
+    assert truth.absorbed(merged, other, T0) is None  # (a retry)
+    # undone, the duplicate's own saying is a memory again, in its words
+    done = truth.unmerged(into, merged, merged, uuid4(), T0)
+    assert done is not None
+    holder, split = done
+    assert split.content == "Klimmhalle is my bouldering gym" and holder.repeats == 2

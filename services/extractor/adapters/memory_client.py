@@ -7,11 +7,11 @@ from __future__ import annotations
 from uuid import UUID
 
 from contracts.memory import (
-    ForgetMemory,
-    ForgetMemoryResult,
     GetMemoryByKey,
     MemoryLookup,
     MemoryStatus,
+    MergeMemory,
+    MergeMemoryResult,
     Provenance,
     SaveMemory,
     SaveMemoryResult,
@@ -98,10 +98,7 @@ class ClientMemoryWriter:
                 return out
             after = page.next
 
-    async def forget(self, tenant: str, held: Held, reason: str, *, key: str) -> bool:
-        result: ForgetMemoryResult = await self.client.send(
-            tenant, ForgetMemory(project=held.project, memory_id=held.id, reason=reason[:1_000]), key=key)
-        return result.forgotten
-
-    async def set_importance(self, tenant: str, held: Held, importance: int, *, key: str) -> None:
-        await self.client.send(tenant, UpdateMemory(project=held.project, id=held.id, importance=importance), key=key)
+    async def merge(self, tenant: str, held: Held, into: Held, reason: str, *, key: str) -> bool:
+        result: MergeMemoryResult = await self.client.send(
+            tenant, MergeMemory(project=held.project, memory_id=held.id, into=into.id, reason=reason[:1_000]), key=key)
+        return result.merged

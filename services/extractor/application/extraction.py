@@ -248,20 +248,16 @@ def pipeline_task_id(task_id: str, log_id: str) -> str:
 
 async def consolidate(memories: ExtractedMemories, tenants: Tenants, *, round_id: str) -> int:
     """One consolidation round for every user with logs: near-duplicate extracted memories of one key
-    family merged (``domain/consolidate.py``) through the memory service's commands — the survivor's
-    importance raised to the cluster's, the others forgotten with a reason naming it (a versioned
-    status change: history is kept). Each command's key derives from the round and the memory, so
-    replicas running the same round act once. Returns how many memories were merged away."""
+    family merged (``domain/consolidate.py``) through the memory service's ``MergeMemory`` — each
+    duplicate one more saying of the survivor, then forgotten with a reason naming it (versioned
+    events: history is kept). Each command's key derives from the round and the memory, so replicas
+    running the same round act once. Returns how many memories were merged away."""
     total = 0
     for tenant in await tenants.all():
         try:
-            todo = plan(await memories.extracted(tenant))
-            for survivor, importance in todo.importance:
-                await memories.set_importance(tenant, survivor, importance,
-                                              key=step_key("consolidate-importance", str(survivor.id), round_id))
-            for merge in todo.forget:
-                total += await memories.forget(tenant, merge.memory, merge.reason,
-                                               key=step_key("consolidate-forget", str(merge.memory.id), round_id))
+            for merge in plan(await memories.extracted(tenant)).merge:
+                total += await memories.merge(tenant, merge.memory, merge.survivor, merge.reason,
+                                              key=step_key("consolidate-merge", str(merge.memory.id), round_id))
         except Exception:
             log.exception("consolidation of tenant %s failed (round %s)", tenant, round_id)
     return total

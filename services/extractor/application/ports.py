@@ -142,15 +142,15 @@ class MemoryWriter(Protocol):
 
 
 class ExtractedMemories(Protocol):
-    """What consolidation reads and writes: a user's extracted memories, forget, importance."""
+    """What consolidation reads and writes: a user's extracted memories, and merges."""
 
     async def extracted(self, tenant: str) -> list[Held]:
         """The user's active memories written by the extractor (every project)."""
         ...
 
-    async def forget(self, tenant: str, held: Held, reason: str, *, key: str) -> bool: ...
-
-    async def set_importance(self, tenant: str, held: Held, importance: int, *, key: str) -> None: ...
+    async def merge(self, tenant: str, held: Held, into: Held, reason: str, *, key: str) -> bool:
+        """``held`` merged into ``into`` (one more saying of it); False when it had been already."""
+        ...
 
 
 class Tenants(Protocol):

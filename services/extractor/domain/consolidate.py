@@ -7,8 +7,13 @@ extractor appends to a statement's words (``profile.ana_went_climbing_gym_3f2a9c
 ``…_9b01de``); a slot key (``profile.location``) is a family of one. Within a family (and a
 project), memories whose contents are near-duplicates both ways (:func:`same`)
 form a cluster; the survivor is the one said last (then the more important, then the older id),
-it takes the cluster's highest importance, and the others are forgotten with a reason naming it.
-Forgetting is a versioned status change on the event log: no history is deleted.
+and each other member is merged into it (the memory service's ``MergeMemory``: the survivor takes
+its sayings, when and where each was said, and the higher importance; the member is forgotten with
+a reason naming the survivor). Both are versioned events on the log: no history is deleted, and
+``unmerge_memory`` undoes a merge.
+
+The memory service already folds most such repeats as they are extracted (it judges each extracted
+fact like a save); this round is the backstop for what that lets through.
 
 Only what the extractor wrote (``source == "extractor"``) and is active is considered; what a
 person or an assistant saved is never merged away.
@@ -40,22 +45,21 @@ class Held:
 
 
 @dataclass(frozen=True)
-class Forget:
+class Merge:
     memory: Held
     survivor: Held
 
     @property
     def reason(self) -> str:
-        return f"consolidated: a near-duplicate of memory {self.survivor.id} ({self.survivor.memory_key})"
+        return f"consolidated: a near-duplicate ({self.memory.memory_key} / {self.survivor.memory_key})"
 
 
 @dataclass
 class Plan:
-    forget: list[Forget] = field(default_factory=list)
-    importance: list[tuple[Held, int]] = field(default_factory=list)  # survivor, its new importance
+    merge: list[Merge] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.forget or self.importance)
+        return bool(self.merge)
 
 
 def same(a: str, b: str) -> bool:
@@ -98,8 +102,5 @@ def plan(memories: list[Held]) -> Plan:
                 continue
             taken.add(head.id)
             taken.update(m.id for m in cluster)
-            out.forget.extend(Forget(m, head) for m in cluster)
-            top = max(m.importance for m in cluster)
-            if top > head.importance:
-                out.importance.append((head, top))
+            out.merge.extend(Merge(m, head) for m in cluster)
     return out

@@ -39,6 +39,8 @@ from contracts.memory import (
     MemoryState,
     MemoryStatus,
     MemoryView,
+    MergeMemory,
+    MergeMemoryResult,
     PinMemory,
     Profile,
     ProjectList,
@@ -566,6 +568,60 @@ class Memories:
         reply = await self._write(call, cmd.memory_id, leave)
         assert reply is not None
         return reply
+
+    async def merge(self, call: CommandCall, cmd: MergeMemory) -> MergeMemoryResult:
+        """Merge ``memory_id`` into ``into`` (:func:`truth.absorbed`): ``into`` takes its sayings
+        (``MemoryMerged``), then it is forgotten with a reason naming ``into``. Two writes on two
+        memories; the command's outcome is recorded after the second, so a command stopped half-way is
+        run again whole (the first write then appends nothing)."""
+        if cmd.memory_id == cmd.into:
+            raise Conflict("a memory cannot be merged into itself: name another memory as into", "into")
+        dup = await self.store.get(call.tenant, cmd.memory_id)
+        if dup is None or not call.sees(dup.project):
+            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+        found = await self.store.get(call.tenant, cmd.into)
+        if found is None or not call.sees(found.project):
+            raise NotFound(f"no memory with id {cmd.into}", "into")
+        if found.project != dup.project:
+            raise Conflict(f"memory {cmd.into} is in project {found.project}, memory {cmd.memory_id} in "
+                           f"{dup.project}: only memories of one project are merged", "into")
+        now = self.clock()
+
+        def take(loaded: Loaded) -> Write[MemoryState] | Answer[MemoryState]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {cmd.into}", "into")
+            current = model.state_of(loaded[0])
+            state = truth.absorbed(current, dup, now)
+            if state is None:
+                return Answer(current)  # (merged already: a retry, or the same request again)
+            for name, memory in (("into", current), ("memory_id", dup)):
+                if memory.status is not MemoryStatus.ACTIVE:
+                    raise Conflict(f"memory {memory.id} is {memory.status.value}: only current memories are "
+                                   "merged", name)
+            return Write(_event(call, state, MemoryEventType.MERGED), model.state_of)
+
+        holder = await self._write(call, cmd.into, take, outcome=False)
+        assert holder is not None
+        reason = (cmd.reason or "")[:900]
+        reason = f"merged into memory {cmd.into}" + (f": {reason}" if reason else "")
+
+        def leave(loaded: Loaded) -> Write[bool] | Answer[bool]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            current = model.state_of(loaded[0])
+            if current.status is MemoryStatus.FORGOTTEN:
+                return Answer(False)
+            gone = model.forget(current, reason, self.clock(), cmd.client)
+            return Write(model.event_for(gone, MemoryEventType.FORGOTTEN, command_id=call.command_id,
+                                         correlation_id=call.correlation_id, now=gone.updated_at), lambda _: True)
+
+        merged = await self._write(call, cmd.memory_id, leave, what=f"memory {cmd.memory_id}")
+        repeats = holder.repeats
+        return MergeMemoryResult(
+            merged=bool(merged), memory_id=cmd.into, merged_id=cmd.memory_id, repeats=repeats,
+            message=(f"Merged: memory {cmd.memory_id} is now a saying of memory {cmd.into}, which counts {repeats} "
+                     f"saying{'s' if repeats != 1 else ''} (unmerge_memory on its version {holder.version} undoes it)."
+                     if merged else f"Memory {cmd.memory_id} had been merged into memory {cmd.into} already."))
 
     async def forget(self, call: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
         """Forget by id, or by content: an exact match first, then the closest memory above the

@@ -56,6 +56,7 @@ from contracts.memory import (
     ListConflicts,
     ListProjects,
     MemoryHistoryQuery,
+    MergeMemory,
     PinMemory,
     Recall,
     RecallMemory,
@@ -130,7 +131,7 @@ class MemoryService:
     def command_handlers(self) -> dict[type[BaseModel], Any]:
         return {SaveMemory: self.memories.save, UpdateMemory: self.memories.update,
                 SettleConflict: self.memories.settle, PinMemory: self.memories.pin,
-                UnmergeMemory: self.memories.unmerge,
+                UnmergeMemory: self.memories.unmerge, MergeMemory: self.memories.merge,
                 ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save,
                 SaveDailyLog: self.daily_logs.save, ClaimDailyLog: self.daily_logs.claim,
                 MarkLogProcessed: self.daily_logs.mark_processed, MarkLogFailed: self.daily_logs.mark_failed,

@@ -245,6 +245,22 @@ def merged(existing: MemoryState, cmd: SaveMemory, when: datetime, now: datetime
     return existing.model_copy(update=update)
 
 
+def absorbed(into: MemoryState, other: MemoryState, now: datetime) -> MemoryState | None:
+    """``into`` having taken ``other`` (another memory of the same fact, merged into it) as sayings:
+    the sayings merged into ``other`` before, then its own (its words when they differ, when and
+    where it was said: last, so undoing this merge gives back that one), ``repeats`` the sum of both,
+    the higher importance; ``into``'s words stay. None when its own saying is among ``into``'s already
+    (a retry)."""
+    own = MemorySource(said_at=valid_from(other), source=other.source, provenance=other.provenance,
+                       content=None if other.content == into.content else other.content)
+    if own in into.sources:
+        return None
+    return into.model_copy(update={
+        "repeats": into.repeats + other.repeats, "sources": [*into.sources, *other.sources, own][-MAX_SOURCES:],
+        "importance": max(into.importance, other.importance), "version": into.version + 1, "updated_at": now,
+    })
+
+
 def unmerged(before: MemoryState, merge: MemoryState, current: MemoryState, split_id: UUID,
              now: datetime) -> tuple[MemoryState, MemoryState] | None:
     """A merge undone: ``merge`` is the version a ``MemoryMerged`` wrote, ``before`` the one before it,
