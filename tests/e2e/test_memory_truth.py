@@ -193,15 +193,20 @@ async def test_the_same_through_daily_logs_and_a_fact_said_in_twenty_logs_is_one
         assert "×20" in found, found  # ...said twenty times
 
 
-async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_be_pinned(running) -> None:  # type: ignore[no-untyped-def]
-    project = "truth-flag-" + uuid.uuid4().hex[:8]
+async def key_for_another_project(running) -> str:  # type: ignore[no-untyped-def]
+    """A key of the same user restricted to project "elsewhere" (made over REST by an admin key)."""
     admin = (await asyncio.to_thread(running.stack.create_key, running.user_id, "admin", ["admin"]))["key"]
     with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
-        other = h.post("/keys", headers=auth(admin), json={
+        made = h.post("/keys", headers=auth(admin), json={
             "user_id": running.user_id, "name": "elsewhere", "scopes": ["memory:read", "memory:write"],
             "project": "elsewhere"})
-        assert other.status_code == 201, other.text
-    elsewhere = other.json()["key"]
+        assert made.status_code == 201, made.text
+    return str(made.json()["key"])
+
+
+async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_be_pinned(running) -> None:  # type: ignore[no-untyped-def]
+    project = "truth-flag-" + uuid.uuid4().hex[:8]
+    elsewhere = await key_for_another_project(running)
     async with session(running) as client:
         await client.call_tool("memory", {"content": "My dog is called Rex", "containerTag": project})
         said = text_of(await client.call_tool("memory", {"content": "My dog is called Bruno", "containerTag": project}))
@@ -306,13 +311,7 @@ async def test_two_memories_of_one_fact_are_merged_by_an_agent_and_the_merge_und
     refuses a memory merged into itself (409), two projects (409), another user's memory and a key
     restricted to another project (404), and a request naming no target (422, the field named)."""
     project = "truth-merge-" + uuid.uuid4().hex[:8]
-    admin = (await asyncio.to_thread(running.stack.create_key, running.user_id, "admin", ["admin"]))["key"]
-    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
-        made = h.post("/keys", headers=auth(admin), json={
-            "user_id": running.user_id, "name": "elsewhere", "scopes": ["memory:read", "memory:write"],
-            "project": "elsewhere"})
-        assert made.status_code == 201, made.text
-    elsewhere = made.json()["key"]
+    elsewhere = await key_for_another_project(running)
     async with session(running) as client:
         keep = await call(client, "save_memory", category="preference", content="I go bouldering at Klimmhalle",
                           containerTag=project)

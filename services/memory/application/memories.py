@@ -109,6 +109,15 @@ C = TypeVar("C", SaveMemory, UpdateMemory)
 R = TypeVar("R")
 
 
+async def visible(store: ReadModel, call: Call, memory_id: UUID, field: str) -> MemoryState:
+    """The memory ``memory_id`` as the read model holds it, if the caller may see it (else, whether
+    it is missing or outside the caller's projects alike: not found, naming ``field``)."""
+    found = await store.get(call.tenant, memory_id)
+    if found is None or not call.sees(found.project):
+        raise NotFound(f"no memory with id {memory_id}", field)
+    return found
+
+
 class Memories:
     """The commands on memories."""
 
@@ -382,9 +391,7 @@ class Memories:
         """A new version of an existing memory, addressed by id or memory_key."""
         cmd = await self._with_provenance(call, cmd)
         if cmd.id is not None:
-            found = await self.store.get(call.tenant, cmd.id)
-            if found is None or not call.sees(found.project):
-                raise NotFound(f"no memory with id {cmd.id}", "id")
+            found = await visible(self.store, call, cmd.id, "id")
             memory_id = found.id
         else:
             assert cmd.memory_key is not None
@@ -456,12 +463,8 @@ class Memories:
         current and the other superseded by it, decided by whoever settles (an agent over MCP, a
         person over REST). The flag lives on ``memory_id``: its removal and, when it is the one
         superseded, its supersession are one event; the other's supersession is its own."""
-        found = await self.store.get(call.tenant, cmd.memory_id)
-        if found is None or not call.sees(found.project):
-            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
-        other = await self.store.get(call.tenant, cmd.other_id)
-        if other is None or not call.sees(other.project):
-            raise NotFound(f"no memory with id {cmd.other_id}", "other_id")
+        await visible(self.store, call, cmd.memory_id, "memory_id")
+        other = await visible(self.store, call, cmd.other_id, "other_id")
         by = DecidedBy.AGENT if cmd.client else DecidedBy.PERSON
         reason = (cmd.reason or "")[:500] or {"both": "both stand", "memory": "settled: the flagged memory is current",
                                 "other": "settled: the earlier memory is current"}[cmd.keep]
@@ -500,9 +503,7 @@ class Memories:
 
     async def pin(self, call: CommandCall, cmd: PinMemory) -> SaveMemoryResult:
         """Pin or unpin a memory, or set or clear when it leaves recall (``forget_after``)."""
-        found = await self.store.get(call.tenant, cmd.memory_id)
-        if found is None or not call.sees(found.project):
-            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+        await visible(self.store, call, cmd.memory_id, "memory_id")
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
@@ -524,9 +525,7 @@ class Memories:
         """Undo the merge that wrote version ``cmd.version`` of a memory (:func:`truth.unmerged`): the
         saying it added becomes a memory of its own (first: a command stopped half-way is run again
         whole, and creating it again appends nothing), then leaves the memory (``MemoryUnmerged``)."""
-        found = await self.store.get(call.tenant, cmd.memory_id)
-        if found is None or not call.sees(found.project):
-            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+        await visible(self.store, call, cmd.memory_id, "memory_id")
         events = await self.events.history(memory_subject(self.names, call.tenant, cmd.memory_id))
         states = [(e.type, model.state_of(e)) for e, _ in events]
         at = next((i for i, (kind, st) in enumerate(states) if st.version == cmd.version and i > 0), None)
@@ -576,12 +575,8 @@ class Memories:
         run again whole (the first write then appends nothing)."""
         if cmd.memory_id == cmd.into:
             raise Conflict("a memory cannot be merged into itself: name another memory as into", "into")
-        dup = await self.store.get(call.tenant, cmd.memory_id)
-        if dup is None or not call.sees(dup.project):
-            raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
-        found = await self.store.get(call.tenant, cmd.into)
-        if found is None or not call.sees(found.project):
-            raise NotFound(f"no memory with id {cmd.into}", "into")
+        dup = await visible(self.store, call, cmd.memory_id, "memory_id")
+        found = await visible(self.store, call, cmd.into, "into")
         if found.project != dup.project:
             raise Conflict(f"memory {cmd.into} is in project {found.project}, memory {cmd.memory_id} in "
                            f"{dup.project}: only memories of one project are merged", "into")
@@ -665,9 +660,7 @@ class Memories:
     ) -> tuple[MemoryState, str, float | None] | None:
         tenant = call.tenant
         if cmd.memory_id is not None:
-            state = await self.store.get(tenant, cmd.memory_id)
-            if state is None or not call.sees(state.project):
-                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            state = await visible(self.store, call, cmd.memory_id, "memory_id")
             return state, "id", None
         assert cmd.content is not None
         call.require_project(cmd.project)
@@ -813,9 +806,7 @@ class MemoryReads:
 
     async def get(self, call: Call, q: GetMemory) -> MemoryView:
         """A memory by id as it stands now (none outside the caller's project)."""
-        state = await self.store.get(call.tenant, q.memory_id)
-        if state is None or not call.sees(state.project):
-            raise NotFound(f"no memory with id {q.memory_id}", "memory_id")
+        state = await visible(self.store, call, q.memory_id, "memory_id")
         return MemoryView.model_validate(state.model_dump())
 
     async def history(self, call: Call, hq: MemoryHistoryQuery) -> MemoryHistory:
