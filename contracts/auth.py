@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -29,12 +30,16 @@ class Scope(StrEnum):
     #: delegation: a service credential acting for the user a call names (the ``user_id`` argument of the agent-centric design's tools); granted
     #: by the operator on API keys only (never through OAuth), recorded as the actor on every write
     MEMORY_ACT_AS = "memory:act-as"
+    #: a user's own API keys: create (at most the asking credential's scopes and project), list, revoke
+    KEYS_MANAGE = "keys:manage"
     ADMIN = "admin"
 
 
 DEFAULT_KEY_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE)
 # What an OAuth client may ask a user for (``admin`` is for API keys made by the operator only).
-OAUTH_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE, Scope.MEMORY_MAINTENANCE)
+OAUTH_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE, Scope.MEMORY_MAINTENANCE, Scope.KEYS_MANAGE)
+#: What a key a user makes for themselves may hold (admin, act-as and keys:manage are the operator's to grant).
+OwnKeyScope = Literal["memory:read", "memory:write", "memory:maintenance"]
 DEFAULT_OAUTH_SCOPES = (Scope.MEMORY_READ, Scope.MEMORY_WRITE)
 
 
@@ -58,6 +63,35 @@ class CreateApiKey(BaseModel):
                 "restricted to a project: create an admin key without a project, or a project key without admin"
             )
         return self
+
+
+class CreateMyApiKey(BaseModel):
+    """Create an API key of one's own (the asking credential needs ``keys:manage``): for the same user,
+    with at most the asking credential's scopes, restricted to its project when it is restricted to
+    one. The secret is in the reply only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("default", min_length=1, max_length=200, pattern=TEXT_PATTERN)
+    scopes: list[OwnKeyScope] = Field(default_factory=lambda: [s.value for s in DEFAULT_KEY_SCOPES], min_length=1,
+                                      max_length=3, description="at most the asking credential's own")
+    project: str | None = Field(None, pattern=PROJECT_PATTERN,
+                                description="restrict the key to this project (a restricted credential: its own)")
+    expires_in_days: int | None = Field(None, ge=1, le=3650)
+
+
+class ListMyApiKeys(BaseModel):
+    """The asking user's API keys (a credential restricted to a project: that project's), never their secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RevokeMyApiKey(BaseModel):
+    """Revoke one of the asking user's API keys (a credential restricted to a project: of that project)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key_id: UUID
 
 
 class RevokeApiKey(BaseModel):
@@ -189,6 +223,8 @@ USER_AGGREGATE = aggregate("user", AUTH, UserDeactivatedState, (AuthEventType.US
 for _name, _model, _result in (
     ("create_api_key", CreateApiKey, CreatedApiKey),
     ("revoke_api_key", RevokeApiKey, ApiKeyView),
+    ("create_my_api_key", CreateMyApiKey, CreatedApiKey),
+    ("revoke_my_api_key", RevokeMyApiKey, ApiKeyView),
     ("create_user", CreateUser, UserView),
     ("disable_user", DisableUser, UserView),
 ):
@@ -196,6 +232,7 @@ for _name, _model, _result in (
 for _name, _model, _result in (
     ("introspect", IntrospectToken, TokenInfo),
     ("list_api_keys", ListApiKeys, ApiKeyList),
+    ("list_my_api_keys", ListMyApiKeys, ApiKeyList),
     ("list_users", ListUsers, UserList),
 ):
     query(AUTH, _name, result=_result)(_model)

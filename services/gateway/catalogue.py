@@ -25,7 +25,15 @@ from typing import Any
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
-from contracts.auth import CreateApiKey, ListApiKeys, RevokeApiKey, Scope
+from contracts.auth import (
+    CreateApiKey,
+    CreateMyApiKey,
+    ListApiKeys,
+    ListMyApiKeys,
+    RevokeApiKey,
+    RevokeMyApiKey,
+    Scope,
+)
 from contracts.daily_logs import (
     ClaimDailyLog,
     DeleteLogs,
@@ -84,6 +92,9 @@ class ProjectRule(StrEnum):
     WRITE = "write"  # where it acts: the restriction or pin, else the request's, else 'default'
     #: the install operator's (API keys): install-wide, so refused to a credential restricted to a project
     OPERATOR = "operator"
+    #: the user's own (their API keys): the caller's user, never one a credential acts for; within the
+    #: caller's project and scopes
+    OWNER = "owner"
 
 
 @dataclass(frozen=True)
@@ -447,6 +458,33 @@ OPERATIONS += (
         """Revoke an API key.""", ProjectRule.OPERATOR, mcp=False,
         rest=Rest("DELETE", "/keys/{key_id}", "revoke_key", "Revoke an API key",
                   "Revoke a key; every gateway refuses it at once. Needs the `admin` scope.", tags=("admin",)),
+    ),
+)
+
+#: A user's own API keys (``keys:manage``): what the console's Keys page uses; REST only.
+OPERATIONS += (
+    Operation(
+        CreateMyApiKey, "create_my_api_key", "Create a key of your own", WRITE, Scope.KEYS_MANAGE, ASSISTANT,
+        """Create an API key of your own.""", ProjectRule.OWNER, mcp=False,
+        rest=Rest("POST", "/me/keys", "create_my_key", "Create an API key of your own",
+                  "A key for the same user, with at most the scopes of the credential that asks (memory:read,\n"
+                  "memory:write, memory:maintenance) and, when that credential is restricted to a project, restricted\n"
+                  "to it too. The secret is in this response only. Needs the `keys:manage` scope.",
+                  status=201, tags=("keys",)),
+    ),
+    Operation(
+        ListMyApiKeys, "list_my_api_keys", "List your keys", READ, Scope.KEYS_MANAGE, ASSISTANT,
+        """List your API keys.""", ProjectRule.OWNER, mcp=False,
+        rest=Rest("GET", "/me/keys", "list_my_keys", "List your API keys",
+                  "Your keys (a credential restricted to a project: that project's), never their secrets. Needs the\n"
+                  "`keys:manage` scope.", tags=("keys",)),
+    ),
+    Operation(
+        RevokeMyApiKey, "revoke_my_api_key", "Revoke a key of yours", DESTRUCTIVE, Scope.KEYS_MANAGE, ASSISTANT,
+        """Revoke one of your API keys.""", ProjectRule.OWNER, mcp=False,
+        rest=Rest("DELETE", "/me/keys/{key_id}", "revoke_my_key", "Revoke an API key of yours",
+                  "Revoke one of your keys; every gateway refuses it at once. Another user's key is not found.\n"
+                  "Needs the `keys:manage` scope.", tags=("keys",)),
     ),
 )
 

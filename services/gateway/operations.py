@@ -186,6 +186,8 @@ class Operations:
             message = _with(message, project=c.project(project))
         elif op.project is ProjectRule.OPERATOR:
             _operator(c)
+        elif op.project is ProjectRule.OWNER:
+            _owner(c, message)
         if spec_of(message).kind == "query":
             started = time.monotonic()
             result = await self._ask(c, message)
@@ -220,6 +222,19 @@ def correlation(c: Caller) -> str | None:
 
 def _projects_key(c: Caller) -> tuple[str, str | None]:
     return (c.tenant, c.project_scope)
+
+
+def _owner(c: Caller, message: BaseModel) -> None:
+    """A user's own keys: managed by the user's own credential, never by one acting for them; a key
+    made gets at most the scopes of the credential that makes it (its project is the memory-free
+    auth service's check: the command carries the caller's restriction)."""
+    if c.who.actor is not None:
+        raise AccessDenied(f"this credential acts for user {c.tenant}: it cannot manage that user's keys",
+                           Scope.KEYS_MANAGE.value)
+    missing = sorted(set(getattr(message, "scopes", None) or ()) - set(c.who.scopes))
+    if missing:
+        raise AccessDenied(f"this credential does not hold {', '.join(missing)}: a key it creates gets at most "
+                           f"its own scopes ({', '.join(sorted(c.who.scopes))})", field="scopes")
 
 
 def _operator(c: Caller) -> None:

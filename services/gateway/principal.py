@@ -19,9 +19,10 @@ from contracts.memory import DEFAULT_PROJECT
 class AccessDenied(Exception):
     """The caller lacks a scope or reaches outside its project."""
 
-    def __init__(self, message: str, scope: str | None = None) -> None:
+    def __init__(self, message: str, scope: str | None = None, field: str = "project") -> None:
         super().__init__(message)
         self.scope = scope
+        self.field = field  # (without a scope: the request's field that reaches too far)
 
 
 @dataclass(frozen=True)

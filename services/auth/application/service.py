@@ -18,12 +18,15 @@ from contracts.auth import (
     AuthEventType,
     CreateApiKey,
     CreatedApiKey,
+    CreateMyApiKey,
     CreateUser,
     DisableUser,
     IntrospectToken,
     ListApiKeys,
+    ListMyApiKeys,
     ListUsers,
     RevokeApiKey,
+    RevokeMyApiKey,
     Scope,
     TokenInfo,
     UserList,
@@ -61,12 +64,14 @@ class AuthService:
         self.auth_events = AuthEvents(events, names)
 
     def command_handlers(self) -> dict[type[BaseModel], Any]:
-        return {CreateApiKey: self.create_key, RevokeApiKey: self.revoke_key, CreateUser: self.create_user,
+        return {CreateApiKey: self.create_key, RevokeApiKey: self.revoke_key, CreateMyApiKey: self.create_my_key,
+                RevokeMyApiKey: self.revoke_my_key, CreateUser: self.create_user,
                 DisableUser: self.disable_user,
                 **_portability(AuthPurge(PgAuthPurge(self.store.pool, self.store.s), self.auth_events))}
 
     def query_handlers(self) -> dict[type[BaseModel], Any]:
-        return {IntrospectToken: self.introspect_query, ListApiKeys: self.list_keys, ListUsers: self.list_users}
+        return {IntrospectToken: self.introspect_query, ListApiKeys: self.list_keys, ListMyApiKeys: self.list_my_keys,
+                ListUsers: self.list_users}
 
     async def create_key(self, call: CommandCall, cmd: CreateApiKey) -> CreatedApiKey:
         """Create an API key (and its user when no user_id is given); the secret is in this result only."""
@@ -93,6 +98,35 @@ class AuthService:
             raise ServiceError(f"no API key {cmd.key_id}", "key_id", code=ErrorCode.NOT_FOUND)
         await self._emit(call, revoked, AuthEventType.API_KEY_REVOKED, utcnow())
         return revoked
+
+    async def create_my_key(self, call: CommandCall, cmd: CreateMyApiKey) -> CreatedApiKey:
+        """A key of the caller's own (``call.tenant``), restricted to the caller's project when the
+        caller is restricted to one (a key naming another project is refused). That its scopes are
+        the asking credential's is the gateway's check: it alone knows them."""
+        project = cmd.project
+        if call.project_scope is not None:
+            if project is not None and project != call.project_scope:
+                raise ServiceError(f"this credential is restricted to project '{call.project_scope}': a key it "
+                                   f"creates is too", "project", code=ErrorCode.PERMISSION_DENIED)
+            project = call.project_scope
+        return await self.create_key(call, CreateApiKey(
+            user_id=call.tenant, name=cmd.name, scopes=[Scope(s) for s in cmd.scopes], project=project,
+            expires_in_days=cmd.expires_in_days))
+
+    async def _own_keys(self, call: Call) -> list[ApiKeyView]:
+        """The caller's keys within reach (a restricted caller: its project's only)."""
+        return [k for k in await self.store.list_keys(call.tenant)
+                if call.project_scope is None or k.project == call.project_scope]
+
+    async def list_my_keys(self, call: Call, _: ListMyApiKeys) -> ApiKeyList:
+        return ApiKeyList(keys=await self._own_keys(call))
+
+    async def revoke_my_key(self, call: CommandCall, cmd: RevokeMyApiKey) -> ApiKeyView:
+        """Revoke one of the caller's keys; another user's, or one outside the caller's project, is not
+        found (nothing says it exists)."""
+        if not any(k.key_id == cmd.key_id for k in await self._own_keys(call)):
+            raise ServiceError(f"no API key {cmd.key_id}", "key_id", code=ErrorCode.NOT_FOUND)
+        return await self.revoke_key(call, RevokeApiKey(key_id=cmd.key_id))
 
     async def create_user(self, call: CommandCall, cmd: CreateUser) -> UserView:
         """Create a user who signs in with a password, or give an existing user a login."""

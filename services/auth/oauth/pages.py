@@ -39,6 +39,7 @@ SCOPE_TEXT = {
     "memory:read": "Read your memories, projects and profile",
     "memory:write": "Save, update and forget memories",
     "memory:maintenance": "Run maintenance on your memories",
+    "keys:manage": "Create, list and revoke your own API keys",
 }
 NO_STORE = {
     "Cache-Control": "no-store",

@@ -359,8 +359,8 @@ def build_router(ops: Operations, unauthorized: Any) -> APIRouter:
             retry = {"Retry-After": str(RETRY_AFTER_S)} if status in (202, 503) else None
             raise ApiError(status, exc.error, retry) from exc
         except AccessDenied as exc:
-            if exc.scope is None:  # outside the credential's project
-                raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc), field="project")) from exc
+            if exc.scope is None:  # outside the credential's project, or more than it holds
+                raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc), field=exc.field)) from exc
             # RFC 6750 §3.1: insufficient_scope, naming the scope needed.
             challenge = f'Bearer error="insufficient_scope", scope="{exc.scope}", error_description="{exc}"'
             raise ApiError(403, ErrorBody(code=ErrorCode.PERMISSION_DENIED, message=str(exc)),
