@@ -654,3 +654,66 @@ async def test_a_qdrant_collection_belongs_to_one_install(corpus_points: list[Ve
     elsewhere = QdrantServerVectorIndex(client, "staging-memories", DIM, owner="staging")
     await elsewhere.ensure()  # its own collection is fine
     await client.close()
+
+
+def _small_points(n: int, start: int = 0) -> list[VectorPoint]:
+    return [VectorPoint(str(uuid.UUID(int=start + i + 1)), [1.0, 0.0, 0.0, float(start + i)],
+                        document_vector("flush test"), {"tenant": "t", "status": "active"}) for i in range(n)]
+
+
+async def test_edge_flushes_after_enough_points_written(tmp_path: Path) -> None:
+    """The WAL is bounded: past ``flush_every_points`` written since the last flush, the write flushes."""
+    idx = EdgeVectorIndex(tmp_path / "flush", 4, flush_every_points=50, flush_every_s=3600)
+    await idx.ensure()
+    await idx.upsert(_small_points(40))
+    assert (idx.flushes, idx.unflushed_points) == (0, 40)
+    assert not await idx.flush_if_due()  # an hour has not passed
+    await idx.upsert(_small_points(100, start=40))  # through the worker thread, in chunks
+    assert (idx.flushes, idx.unflushed_points) == (1, 0)
+    await idx.set_payload([str(uuid.UUID(int=1))], {"status": "forgotten"})
+    await idx.delete([str(uuid.UUID(int=2))])
+    assert idx.unflushed_points == 2
+    await idx.optimize()  # persists what it optimised
+    assert (idx.flushes, idx.unflushed_points) == (2, 0)
+    await idx.close()
+
+
+async def test_edge_flushes_on_schedule_when_writes_are_pending(tmp_path: Path) -> None:
+    idx = EdgeVectorIndex(tmp_path / "due", 4, flush_every_points=10_000, flush_every_s=1e-9)
+    await idx.ensure()
+    assert not await idx.flush_if_due()  # nothing written: nothing to flush
+    await idx.upsert(_small_points(3))
+    assert await idx.flush_if_due()
+    assert (idx.flushes, idx.unflushed_points) == (1, 0)
+    assert not await idx.flush_if_due()
+    with pytest.raises(ValueError):
+        EdgeVectorIndex(tmp_path / "bad", 4, flush_every_points=0)
+    await idx.close()
+
+
+async def test_edge_flushed_shard_survives_a_crash_with_later_writes(tmp_path: Path) -> None:
+    """Points flushed (segments persisted, the WAL truncated) and points written after the last flush
+    (in the WAL only) are all there after a crash."""
+    path = tmp_path / "crash-flushed"
+    script = f"""
+import asyncio, os, uuid
+from pathlib import Path
+from services.memory.search.ports import VectorPoint
+from services.memory.adapters.vectors_edge import EdgeVectorIndex
+from services.memory.domain.keywords import document_vector
+async def main():
+    idx = EdgeVectorIndex(Path({str(path)!r}), 4, flush_every_points=100)
+    await idx.ensure()
+    for start in range(0, 250, 50):
+        await idx.upsert([VectorPoint(str(uuid.UUID(int=start + i + 1)), [1.0, 0.0, 0.0, float(i)],
+                                      document_vector("crash test"), {{"tenant": "t", "status": "active"}})
+                                      for i in range(50)])
+    assert idx.flushes == 2 and idx.unflushed_points == 50, (idx.flushes, idx.unflushed_points)
+    os._exit(0)  # no close
+asyncio.run(main())
+"""
+    assert await run_python(script) == 0
+    idx = EdgeVectorIndex(path, 4)
+    await idx.ensure()
+    assert await idx.count(SearchFilter(tenant="t")) == 250
+    await idx.close()

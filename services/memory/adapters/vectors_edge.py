@@ -11,9 +11,16 @@ Operational notes (qdrant-edge-py 0.9.0, measured on a 2-core machine):
   upserting 10,000 points in ~1 s).
 * **Durability.** The shard keeps its write-ahead log enabled (the engine's
   default), so every acknowledged update survives a process crash and is
-  replayed on the next open; ``close()`` flushes segments so reopening does
-  not need to replay. The index is a projection of the event log anyway:
-  ``drop()`` + ``ensure()`` + a replay rebuilds it.
+  replayed on the next open. A ``flush()`` persists the segments and lets the
+  engine truncate the WAL; without one the WAL grows with every write (~4 GiB
+  at 1M points) and a reopen after a crash replays all of it. So the shard is
+  flushed after :attr:`EdgeVectorIndex.flush_every_points` points written
+  (inline, from a worker thread, holding the write mutex), when
+  :meth:`EdgeVectorIndex.flush_if_due` finds :attr:`~EdgeVectorIndex.flush_every_s`
+  passed since the last flush with writes pending (the memory service's
+  maintenance loop asks every second), after each ``optimize()``, and on
+  ``close()``. The index is a projection of the event log anyway: ``drop()`` +
+  ``ensure()`` + a replay rebuilds it.
 * **Single opener.** The engine itself refuses a second open of a shard's WAL
   (``Can't init WAL: WouldBlock``), in this or another process. On top of
   that this adapter holds an exclusive ``flock`` on a sibling file
@@ -24,7 +31,13 @@ Operational notes (qdrant-edge-py 0.9.0, measured on a 2-core machine):
   segment that is searched exactly (filtered by the payload index), which is
   sub-millisecond at 10,000 points. Building HNSW graphs / vacuuming is
   ``optimize()``, which blocks (seconds at tens of thousands of points) and
-  is left to maintenance moments such as the end of a replay.
+  is left to maintenance moments such as the end of a replay, or to the
+  memory service's maintenance loop (``services/memory/main.py``,
+  ``maintain_index``). ``optimize()`` runs in a worker thread but the engine
+  holds the GIL for all of it (measured with qdrant-edge-py 0.9.0: a 50 ms
+  ``time.sleep`` in the main thread did not return during a 33 s
+  optimisation), so nothing else in the process runs meanwhile; what bounds
+  the stall is how many new points one optimisation covers.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ import asyncio
 import errno
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,7 +79,8 @@ try:
 except ImportError:  # pragma: no cover - non-POSIX: rely on the engine's own WAL lock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["THREAD_THRESHOLD", "UPSERT_CHUNK", "EdgeVectorIndex", "ShardLockedError"]
+__all__ = ["FLUSH_EVERY_POINTS", "FLUSH_EVERY_S", "THREAD_THRESHOLD", "UPSERT_CHUNK", "EdgeVectorIndex",
+           "ShardLockedError"]
 
 #: Upserts larger than this run in a worker thread, chunked.
 THREAD_THRESHOLD = 64
@@ -73,6 +88,10 @@ THREAD_THRESHOLD = 64
 UPSERT_CHUNK = 256
 #: Point ids per page when listing every point.
 SCROLL_PAGE = 10_000
+#: Flush (persist segments, truncate the WAL) after this many points written since the last flush.
+FLUSH_EVERY_POINTS = 20_000
+#: ... or this many seconds after the last flush, if anything was written since (``flush_if_due``).
+FLUSH_EVERY_S = 60.0
 
 
 class ShardLockedError(RuntimeError):
@@ -98,9 +117,22 @@ class EdgeVectorIndex(VectorIndex):
 
     optimizes_itself = False  # the engine optimises only when asked (see maintain_index)
 
-    def __init__(self, path: Path, dim: int, *, tenant_scoped_idf: bool = True) -> None:
+    def __init__(
+        self, path: Path, dim: int, *, tenant_scoped_idf: bool = True,
+        flush_every_points: int = FLUSH_EVERY_POINTS, flush_every_s: float = FLUSH_EVERY_S,
+    ) -> None:
         if dim <= 0:
             raise ValueError("dim must be positive")
+        if flush_every_points <= 0 or flush_every_s <= 0:
+            raise ValueError("flush_every_points and flush_every_s must be positive")
+        #: flush once this many points were written since the last flush (see the module notes)
+        self.flush_every_points = flush_every_points
+        #: ... or once this many seconds passed since the last flush with writes pending
+        self.flush_every_s = flush_every_s
+        self._unflushed = 0  # points written (upserted, deleted, payloads set) since the last flush
+        self._flushed_at = time.monotonic()
+        #: flushes done since the shard was opened (the scheduled ones and those after optimize)
+        self.flushes = 0
         self.path = Path(path)
         self.dim = dim
         self.tenant_scoped_idf = tenant_scoped_idf
@@ -240,6 +272,7 @@ class EdgeVectorIndex(VectorIndex):
                 shard, self._shard = self._shard, None
                 shard.flush()
                 shard.close()
+                self._unflushed = 0
             self._release_lock()
             self._closed = True
 
@@ -248,7 +281,9 @@ class EdgeVectorIndex(VectorIndex):
         run in a thread. Returns True if anything was optimised. Not on the hot
         path: call it after bulk loads such as a replay."""
         async with self._mutex:
-            return await asyncio.to_thread(self._require().optimize)
+            optimised = await asyncio.to_thread(self._require().optimize)
+            await self._flush_locked()  # the optimised segments are persisted, the WAL truncated
+            return optimised
 
     def unindexed_points(self) -> int:
         """Points whose dense vector no HNSW index covers yet (searched by full scan until optimised).
@@ -264,8 +299,40 @@ class EdgeVectorIndex(VectorIndex):
         return self.unindexed_points() * self.dim * 4 >= INDEXING_THRESHOLD_KB * 1024
 
     async def flush(self) -> None:
-        """Persist segments now (the WAL already makes updates crash-safe)."""
-        self._require().flush()
+        """Persist segments now and let the engine truncate its WAL (which already makes updates
+        crash-safe); from a worker thread, writes waiting meanwhile."""
+        async with self._mutex:
+            await self._flush_locked()
+
+    async def flush_if_due(self) -> bool:
+        """Flush if points were written and :attr:`flush_every_s` passed since the last flush;
+        whether it flushed. Called on a schedule (the memory service's maintenance loop)."""
+        if self._shard is None or not self._unflushed:
+            return False
+        if time.monotonic() - self._flushed_at < self.flush_every_s:
+            return False
+        async with self._mutex:
+            if self._shard is None or not self._unflushed:
+                return False
+            await self._flush_locked()
+            return True
+
+    @property
+    def unflushed_points(self) -> int:
+        """Points written since the last flush (what a reopen after a crash would replay)."""
+        return self._unflushed
+
+    async def _flush_locked(self) -> None:
+        await asyncio.to_thread(self._require().flush)
+        self._unflushed = 0
+        self._flushed_at = time.monotonic()
+        self.flushes += 1
+
+    async def _wrote_locked(self, points: int) -> None:
+        """Count ``points`` written (holding the mutex); flush once enough are pending."""
+        self._unflushed += points
+        if self._unflushed >= self.flush_every_points:
+            await self._flush_locked()
 
     def _require(self) -> qe.EdgeShard:
         if self._shard is None:
@@ -306,9 +373,10 @@ class EdgeVectorIndex(VectorIndex):
             self._note_tenants([str(p.payload[TENANT_FIELD]) for p in points])
             if len(points) <= THREAD_THRESHOLD:
                 self._apply_upsert(shard, points)
-                return
-            for start in range(0, len(points), UPSERT_CHUNK):
-                await asyncio.to_thread(self._apply_upsert, shard, points[start : start + UPSERT_CHUNK])
+            else:
+                for start in range(0, len(points), UPSERT_CHUNK):
+                    await asyncio.to_thread(self._apply_upsert, shard, points[start : start + UPSERT_CHUNK])
+            await self._wrote_locked(len(points))
 
     async def delete(self, ids: Sequence[str]) -> None:
         """Delete points by id; unknown ids are ignored."""
@@ -317,6 +385,7 @@ class EdgeVectorIndex(VectorIndex):
         point_ids: list[Any] = [str(uuid.UUID(i)) for i in ids]
         async with self._mutex:
             self._require().update(qe.UpdateOperation.delete_points(point_ids))
+            await self._wrote_locked(len(point_ids))
 
     async def set_payload(self, ids: Sequence[str], payload: dict[str, Any]) -> None:
         """Merge ``payload`` into the points' payloads. Changing ``tenant`` is refused."""
@@ -327,6 +396,7 @@ class EdgeVectorIndex(VectorIndex):
         point_ids: list[Any] = [str(uuid.UUID(i)) for i in ids]
         async with self._mutex:
             self._require().update(qe.UpdateOperation.set_payload(point_ids, dict(payload)))
+            await self._wrote_locked(len(point_ids))
 
     # --- reads -------------------------------------------------------------
 
@@ -439,6 +509,7 @@ class EdgeVectorIndex(VectorIndex):
         flt = qe.Filter(must=[qe.FieldCondition(TENANT_FIELD, match=qe.MatchValue(tenant))])
         async with self._mutex:
             self._require().update(qe.UpdateOperation.delete_points_by_filter(flt))
+            await self._wrote_locked(1)  # (a filtered delete: at least one WAL record)
 
     async def size(self) -> int:
         """How many points the shard holds (every tenant)."""

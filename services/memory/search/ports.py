@@ -185,6 +185,15 @@ class VectorIndex(Protocol):
         """Whether enough points wait for an index build to make ``optimize`` worthwhile."""
         return False
 
+    def unindexed_points(self) -> int:
+        """Points no search index covers yet (searched by full scan until ``optimize``)."""
+        return 0
+
+    async def flush_if_due(self) -> bool:
+        """Persist what was written if the engine's schedule says so (bounding its write-ahead
+        log); whether it did. Engines that manage their own persistence do nothing."""
+        return False
+
     async def optimize(self) -> bool:
         """Build search indexes now (blocking the engine); True if anything was optimised."""
         return False

@@ -1,0 +1,92 @@
+"""The memory service's index maintenance loop (services/memory/main.py, maintain_index): the
+embedded index is flushed on its schedule and optimised when idle, and also under steady writes
+once enough points wait for an index."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from services.memory.main import maintain_index
+
+
+class FakeIndex:
+    optimizes_itself = False
+
+    def __init__(self, unindexed: int, *, worthwhile: bool = True) -> None:
+        self.unindexed = unindexed
+        self.worthwhile = worthwhile
+        self.optimised = 0
+        self.flush_checks = 0
+
+    def unindexed_points(self) -> int:
+        return self.unindexed
+
+    def needs_optimize(self) -> bool:
+        return self.worthwhile and self.unindexed > 0
+
+    async def optimize(self) -> bool:
+        self.optimised += 1
+        self.unindexed = 0
+        return True
+
+    async def flush_if_due(self) -> bool:
+        self.flush_checks += 1
+        return False
+
+
+async def run_ticks(index: Any, *, busy: bool, ticks: int = 5, steady_points: int = 1000) -> None:
+    """Run the loop for ``ticks`` ticks; ``busy``: a command was handled just now at every tick."""
+    loop = asyncio.get_running_loop()
+    service = SimpleNamespace(last_activity=loop.time() if busy else loop.time() - 3600)
+    stop = asyncio.Event()
+    task = asyncio.create_task(maintain_index(SimpleNamespace(index=index, service=service), stop,  # type: ignore[arg-type]
+                                              tick_s=0.001, idle_s=5.0, steady_points=steady_points))
+    for _ in range(ticks):
+        if busy:
+            service.last_activity = loop.time()
+        await asyncio.sleep(0.01)
+    stop.set()
+    await task
+
+
+async def test_steady_writes_with_many_unindexed_points_optimise() -> None:
+    index = FakeIndex(unindexed=1500)
+    await run_ticks(index, busy=True)
+    assert index.optimised == 1 and index.flush_checks > 0
+
+
+async def test_steady_writes_with_few_unindexed_points_wait() -> None:
+    index = FakeIndex(unindexed=999)
+    await run_ticks(index, busy=True)
+    assert index.optimised == 0 and index.flush_checks > 0
+
+
+async def test_idle_optimises_a_worthwhile_batch_only() -> None:
+    worthwhile = FakeIndex(unindexed=200)
+    await run_ticks(worthwhile, busy=False)
+    assert worthwhile.optimised == 1
+    small = FakeIndex(unindexed=200, worthwhile=False)
+    await run_ticks(small, busy=False)
+    assert small.optimised == 0
+
+
+async def test_a_failing_maintenance_step_does_not_end_the_loop() -> None:
+    class Flaky(FakeIndex):
+        async def flush_if_due(self) -> bool:
+            self.flush_checks += 1
+            if self.flush_checks == 1:
+                raise OSError("disk full")
+            return False
+
+    index = Flaky(unindexed=1500)
+    await run_ticks(index, busy=True)
+    assert index.flush_checks > 1 and index.optimised == 1
+
+
+async def test_an_engine_that_optimises_itself_is_left_alone() -> None:
+    index = FakeIndex(unindexed=10**6)
+    index.optimizes_itself = True  # type: ignore[misc]
+    await run_ticks(index, busy=True)
+    assert index.optimised == 0 and index.flush_checks == 0
