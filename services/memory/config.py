@@ -58,6 +58,10 @@ class MemorySettings(CommonSettings):
     )
     truth_llm_model: str | None = Field(None, description="the model the LLM judge asks (with truth_llm_url)")
     truth_llm_api_key: str | None = None
+    embedding_cache_max_entries: int = Field(
+        1_000_000, ge=0, description="entries the embedding cache in Postgres keeps (~3.5 KB each, 4-6 a memory); "
+        "past it the oldest added are deleted and recomputed when next needed. 0: no bound",
+    )
     memory_schema: str = "memory"
 
     @property

@@ -116,7 +116,8 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
         encoders = Encoders(
             embedder=embedder, late_encoder=await asyncio.to_thread(make_late_encoder, settings),
             reranker=build_reranker(settings.reranker, threads=settings.embedder_threads),
-            cache=VectorCache(PgEmbeddingCache(pool, settings.memory_schema)),
+            cache=VectorCache(PgEmbeddingCache(pool, settings.memory_schema,
+                                                max_entries=settings.embedding_cache_max_entries)),
         )
         metrics.track_embedding_cache(encoders.cache)  # engram_embedding_cache_total{result=hit|miss}
         service = MemoryService(

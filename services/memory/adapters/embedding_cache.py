@@ -12,6 +12,14 @@ One table in the memory schema, ``embedding_cache (model, digest, value)`` (migr
 It is a cache: a replay leaves it alone (not a projection of the event log), and
 ``TRUNCATE <schema>.embedding_cache`` at any time only costs re-embedding. Its keys name no user:
 a purge deletes the digests of the user's texts under every model (:meth:`PgEmbeddingCache.delete_digests`).
+
+It is bounded (``ENGRAM_EMBEDDING_CACHE_MAX_ENTRIES``, :data:`DEFAULT_MAX_ENTRIES`): after every
+``trim_every`` entries this process wrote, :meth:`PgEmbeddingCache.trim` deletes the oldest added
+past the bound (first in, first out: a lookup does not refresh an entry, so reads stay reads). A
+memory leaves ~4-6 entries (its sentences' vectors, its packed late tokens, and after a replay its
+dense and keyword vectors), ~17 KiB in all (docs/scaling.md), so the default keeps the last
+~200,000 memories' worth, ~3.5 GB. What was evicted is recomputed when next needed (a replay
+re-embeds those memories).
 """
 
 from __future__ import annotations
@@ -22,15 +30,28 @@ import asyncpg
 
 from services.memory.search.ports import EmbeddingCacheStore
 
-__all__ = ["PgEmbeddingCache"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "PgEmbeddingCache"]
+
+#: Entries the cache keeps by default (``ENGRAM_EMBEDDING_CACHE_MAX_ENTRIES``).
+DEFAULT_MAX_ENTRIES = 1_000_000
 
 
 class PgEmbeddingCache(EmbeddingCacheStore):
-    """``(model, sha256) -> bytes`` in ``<schema>.embedding_cache`` (created by the memory store's migrations)."""
+    """``(model, sha256) -> bytes`` in ``<schema>.embedding_cache`` (created by the memory store's
+    migrations), at most ``max_entries`` of them (0: no bound) once trimmed; a trim runs after every
+    ``trim_every`` entries written (default: a hundredth of the bound, at least 1,000)."""
 
-    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, schema: str, *, max_entries: int = DEFAULT_MAX_ENTRIES,
+                 trim_every: int | None = None) -> None:
+        if max_entries < 0:
+            raise ValueError("max_entries must be 0 (no bound) or positive")
         self.pool = pool
         self.s = schema
+        self.max_entries = max_entries
+        self.trim_every = trim_every if trim_every is not None else max(1_000, max_entries // 100)
+        self._written = 0  # entries written since the last trim
+        #: entries this process's trims deleted
+        self.evicted = 0
 
     async def get_many(self, keys: Sequence[tuple[str, bytes]]) -> dict[tuple[str, bytes], bytes]:
         """Present values of ``keys``, one query (a join on the primary key)."""
@@ -49,12 +70,33 @@ class PgEmbeddingCache(EmbeddingCacheStore):
         if not items:
             return
         unique = {(m, d): v for m, d, v in items}
-        await self.pool.execute(
+        status = await self.pool.execute(
             f"""INSERT INTO {self.s}.embedding_cache (model, digest, value)
                 SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[])
                 ON CONFLICT (model, digest) DO NOTHING""",
             [k[0] for k in unique], [k[1] for k in unique], list(unique.values()),
         )
+        self._written += int(status.split()[-1])
+        if self.max_entries and self._written >= self.trim_every:
+            await self.trim()
+
+    async def trim(self) -> int:
+        """Delete the oldest added entries past ``max_entries`` (entries from before the bound
+        existed first); how many. One count and one delete by the ``added_at`` index."""
+        self._written = 0
+        if not self.max_entries:
+            return 0
+        status = await self.pool.execute(
+            f"""DELETE FROM {self.s}.embedding_cache c
+                USING (SELECT model, digest FROM {self.s}.embedding_cache
+                       ORDER BY added_at NULLS FIRST
+                       LIMIT greatest(0, (SELECT count(*) FROM {self.s}.embedding_cache) - $1)) old
+                WHERE c.model = old.model AND c.digest = old.digest""",
+            self.max_entries,
+        )
+        deleted = int(status.split()[-1])
+        self.evicted += deleted
+        return deleted
 
     async def delete_digests(self, digests: Sequence[bytes]) -> int:
         """Delete ``digests`` under every model, in one statement: the models present are found by
