@@ -264,6 +264,7 @@ class EdgeVectorIndex(VectorIndex):
             if self.path.exists():
                 shutil.rmtree(self.path)
             self._only_tenant, self._many_tenants = None, False
+            self._unflushed = 0
 
     async def close(self) -> None:
         """Flush and close the shard, release the directory lock. Idempotent."""
