@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,7 @@ def main() -> None:
                               "--memories", str(args.memories)], check=True, capture_output=True, text=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         reopen_s = asyncio.run(reopen(path, 384))
+        shutil.rmtree(path.parent, ignore_errors=True)
         s = percentiles(r["search_ms"])
         opt = r["optimisations"]
         during = [ms for o in opt for ms in o["during"]]
