@@ -183,7 +183,7 @@ def main() -> None:
         sizes = ", ".join(f"{o['points']:,}" for o in opt)
         times = ", ".join(f"{o['s']:.1f}" for o in opt)
         lines.append(
-            f"{policy}: {len(opt)} optimisation(s) of {sizes} points taking {times} s (longest {max(o['s'] for o in opt):.1f} s); "
+            f"{policy}: {len(opt)} optimisation(s) of {sizes} points taking {times} s (longest {max((o['s'] for o in opt), default=0.0):.1f} s); "
             f"searches during them: {len(during)}, p50 {d['p50']:.0f} ms, longest {max(during, default=0):,.0f} ms; "
             f"search after each chunk p50 {s['p50']:.1f} · p95 {s['p95']:.1f} · max {max(r['search_ms']):.1f} ms; "
             f"writes + searches {r['stream_s']:.0f} s; flushes {r['flushes']}; WAL at the crash "
