@@ -48,3 +48,28 @@ def test_a_scoped_call_reaches_only_its_project(scope, requested, where) -> None
         assert denied.value.code == "permission_denied" and denied.value.field == "project"
     else:
         assert call.search_project(requested) == (requested if requested is not None else scope)
+
+
+@given(held=st.sets(st.sampled_from(("memory:read", "memory:write", "memory:maintenance", "keys:manage"))),
+       asked=st.lists(st.sampled_from(("memory:read", "memory:write", "memory:maintenance")), min_size=1, max_size=3))
+def test_a_key_of_ones_own_gets_at_most_the_asking_credentials_scopes(held, asked) -> None:  # type: ignore[no-untyped-def]
+    from contracts.auth import CreateMyApiKey
+    from services.gateway.operations import _owner
+
+    c = Caller(Principal(tenant="u", client_id="c", scopes=frozenset(held)))
+    try:
+        _owner(c, CreateMyApiKey(scopes=asked))
+    except AccessDenied as refused:
+        assert not set(asked) <= held and refused.field == "scopes"
+        return
+    assert set(asked) <= held
+
+
+def test_a_credential_acting_for_a_user_cannot_manage_that_users_keys() -> None:
+    from contracts.auth import ListMyApiKeys
+    from services.gateway.operations import _owner
+
+    delegated = Caller(Principal(tenant="u", client_id="svc", scopes=frozenset({"keys:manage", "memory:act-as"}),
+                                 actor="service-user"))
+    with pytest.raises(AccessDenied, match="acts for user u"):
+        _owner(delegated, ListMyApiKeys())
