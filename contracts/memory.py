@@ -608,6 +608,10 @@ class MemoryVersion(BaseModel):
 class MemoryHistory(BaseModel):
     memory_id: UUID
     versions: list[MemoryVersion]
+    sayings: list[MemorySource] = Field(
+        default_factory=list, description="every time the memory's fact was said, as it stands now: its own first, "
+        "then each merged one (when, by what source, the log and turns it came from, and its words when they "
+        "differ); as many as its repeats (the last 100)")
 
 
 class RelationKind(StrEnum):

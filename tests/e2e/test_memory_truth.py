@@ -191,6 +191,10 @@ async def test_the_same_through_daily_logs_and_a_fact_said_in_twenty_logs_is_one
         tea = [h for h in hits_of(found) if "green tea" in h]
         assert len(tea) == 1, found  # one memory...
         assert "×20" in found, found  # ...said twenty times
+        tea_id = (await call(client, "recall_memory", containerTag=project, keyword="green tea"))["memories"][0]["id"]
+        sayings = (await call(client, "get_memory_history", memory_id=tea_id))["sayings"]
+        assert sorted(s["provenance"]["log_id"] for s in sayings) == sorted(ids), sayings  # ...with twenty sources
+        assert sorted(s["said_at"][:10] for s in sayings) == [f"2025-08-{day:02d}" for day in range(1, 21)], sayings
 
 
 async def key_for_another_project(running) -> str:  # type: ignore[no-untyped-def]

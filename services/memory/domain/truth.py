@@ -245,6 +245,13 @@ def merged(existing: MemoryState, cmd: SaveMemory, when: datetime, now: datetime
     return existing.model_copy(update=update)
 
 
+def sayings(state: MemoryState) -> list[MemorySource]:
+    """Every saying of ``state``'s fact: its own (when it was said, its source and provenance), then
+    the ones merged into it."""
+    own = MemorySource(said_at=valid_from(state), source=state.source, provenance=state.provenance)
+    return [own, *state.sources]
+
+
 def absorbed(into: MemoryState, other: MemoryState, now: datetime) -> MemoryState | None:
     """``into`` having taken ``other`` (another memory of the same fact, merged into it) as sayings:
     the sayings merged into ``other`` before, then its own (its words when they differ, when and
