@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 from uuid import UUID
@@ -323,6 +323,28 @@ Moment = Annotated[datetime | None, BeforeValidator(_moment)]
 AsOf = Moment
 
 
+def _moment_end(value: object) -> object:
+    """The end of a range, exclusive: a date alone is through that day's end (the next midnight), a
+    date-time is through that instant (one microsecond after it)."""
+    text = value.strip() if isinstance(value, str) else None
+    moment = _moment(value)
+    if not isinstance(moment, datetime):
+        return moment
+    try:
+        return moment + (timedelta(days=1) if text is not None and "T" not in text and " " not in text
+                         else timedelta(microseconds=1))
+    except OverflowError:  # the last moment there is: nothing lies after it
+        return moment
+
+
+#: the end of a caller's range (through a date's end, or through a date-time), kept as its exclusive bound
+MomentEnd = Annotated[datetime | None, BeforeValidator(_moment_end)]
+#: GET /v1/memories' orders: importance (most important, then most recently changed), newest or oldest created
+ListSort = Literal["importance", "newest", "oldest"]
+#: a listing's page cursor (next_cursor of the page before): opaque, URL-safe
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,512}$"
+
+
 class SettleConflict(BaseModel):
     """Settle a pair of memories flagged as possibly contradicting each other (list_conflicts)."""
 
@@ -511,6 +533,18 @@ class RecallMemory(BaseModel):
         "forgotten: what was forgotten (its last words, kept in its history); all: every one. With as_of, "
         "of that moment: current what stood then, superseded what had been replaced by then, all both "
         "(forgotten ones are never answered as of a moment)")
+    created_from: Moment = Field(None, description="only memories created at or after this moment (ISO 8601 date "
+                                 "or date-time, UTC unless an offset is given)")
+    created_to: MomentEnd = Field(None, description="only memories created up to this moment: a date alone is "
+                                  "through that day's end, a date-time through that instant")
+    source: Literal["saved", "extracted"] | None = Field(
+        None, description="saved: written by a save (MCP, REST, a bulk save or an import); extracted: learnt "
+        "from a daily log (it has provenance). An import keeps each memory's own source and provenance, so "
+        "imported memories are not a source of their own")
+    sort: ListSort = Field("importance", description="importance (default: most important first, then the most "
+                           "recently changed), newest or oldest (by when it was created)")
+    cursor: str | None = Field(None, pattern=CURSOR_PATTERN, description="the next page: next_cursor of the "
+                               "page before, with the same sort (not with as_of)")
 
 
 class MemoryHistoryQuery(BaseModel):
@@ -582,6 +616,8 @@ class MemoryLookup(BaseModel):
 
 class MemoryList(BaseModel):
     memories: list[MemoryView]
+    next_cursor: str | None = Field(None, exclude_if=lambda v: v is None,
+                                    description="more match: pass it as cursor (same filters and sort) for the next page")
 
 
 class MemoryVersion(BaseModel):

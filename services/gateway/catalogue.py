@@ -412,8 +412,18 @@ OPERATIONS += (
                                     "keyword": "Substring to match in the content (any language).", "limit": LIMIT,
                                     "as_of": AS_OF,
                                     "status": "current (default: what stands now), superseded (replaced by a later "
-                                              "fact), forgotten, or all."},
-        rest=Rest("GET", "/memories", "list_memories", "List memories by category and/or keyword", tags=()),
+                                              "fact), forgotten, or all.",
+                                    "created_from": "Only memories created at or after this (ISO 8601 date or "
+                                                    "date-time).",
+                                    "created_to": "Only memories created up to this (a date: through its end).",
+                                    "source": "saved (written by a save or an import) or extracted (from a daily "
+                                              "log).",
+                                    "sort": "importance (default), newest or oldest.",
+                                    "cursor": "next_cursor of the page before (same sort)."},
+        rest=Rest("GET", "/memories", "list_memories", "List memories: filters, a sort and pages", tags=(),
+                  doc="By category, keyword, status, when created (created_from, created_to) and source (saved or "
+                      "extracted), sorted by importance (default), newest or oldest; next_cursor pages on in the "
+                      "same sort. A restricted key or pinned connection lists its project only."),
     ),
     Operation(
         MemoryHistoryQuery, "get_memory_history", "A memory's history", READ, Scope.MEMORY_READ, ASSISTANT,

@@ -46,6 +46,14 @@ _RECORDS: dict[str, tuple[str, int]] = {"log": ("daily_logs", 2), "task": ("extr
                                         "result": ("extraction_results", 4)}
 
 
+#: GET /v1/memories' orders: the sort keys (column, SQL type), the ORDER BY, its direction (one for every key)
+LIST_ORDERS: dict[str, tuple[tuple[tuple[str, str], ...], str, str]] = {
+    "importance": ((("importance", "int"), ("updated_at", "timestamptz"), ("id", "uuid")),
+                   "importance DESC, updated_at DESC, id DESC", "DESC"),
+    "newest": ((("created_at", "timestamptz"), ("id", "uuid")), "created_at DESC, id DESC", "DESC"),
+    "oldest": ((("created_at", "timestamptz"), ("id", "uuid")), "created_at ASC, id ASC", "ASC"),
+}
+
 #: ``standing``'s orders (a memory changed since counts as changed when it was said: its change
 #: after the moment is not visible then)
 _STANDING_ORDER = {
@@ -378,19 +386,32 @@ class MemoryStore(ReadModel):
 
     async def list_active(
         self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int,
-        statuses: Sequence[str] = ("active",),
+        statuses: Sequence[str] = ("active",), *, created_from: datetime | None = None,
+        created_before: datetime | None = None, source: str | None = None, sort: str = "importance",
+        after: Sequence[object] | None = None,
     ) -> list[MemoryView]:
         """Memories of ``statuses`` (active by default) by category and/or keyword (case-insensitive
-        substring), most important first."""
+        substring), created in [created_from, created_before), saved (no provenance) or extracted (with
+        it), in ``sort`` (:data:`LIST_ORDERS`); ``after``: the sort keys of the page before's last row."""
         pattern = _like(keyword) if keyword else None
+        keys, order, direction = LIST_ORDERS[sort]
+        page = ""
+        if after is not None:
+            marks = ", ".join(f"${11 + i}::{cast}" for i, (_, cast) in enumerate(keys))
+            page = f"AND ({', '.join(k for k, _ in keys)}) {'<' if direction == 'DESC' else '>'} ({marks})"
         rows = await self.pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self.s}.memories
                 WHERE tenant = $1 AND status = ANY($6::text[])
                   AND ($2::text IS NULL OR project = $2)
                   AND ($3::text IS NULL OR category = $3)
                   AND ($4::text IS NULL OR content ILIKE $4)
-                ORDER BY importance DESC, updated_at DESC LIMIT $5""",
-            tenant, project, category, pattern, limit, list(statuses),
+                  AND ($7::timestamptz IS NULL OR created_at >= $7)
+                  AND ($8::timestamptz IS NULL OR created_at < $8)
+                  AND ($9::text IS NULL OR ($9 = 'extracted') = (provenance IS NOT NULL))
+                  AND $10::bool {page}
+                ORDER BY {order} LIMIT $5""",
+            tenant, project, category, pattern, limit, list(statuses), created_from, created_before, source, True,
+            *(after or ()),
         )
         return [_view(r) for r in rows]
 

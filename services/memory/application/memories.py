@@ -10,6 +10,8 @@ the effect and its outcome commit together.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -21,6 +23,7 @@ from pydantic import BaseModel
 from contracts.envelope import EventEnvelope, utcnow
 from contracts.events import Event
 from contracts.memory import (
+    MAX_RECALL_LIMIT,
     ConflictList,
     ConflictView,
     DecidedBy,
@@ -104,6 +107,41 @@ def _by_last_change(moment: datetime) -> Callable[[MemoryView], tuple[datetime]]
 
 _STANDING_KEYS: dict[str, Callable[[datetime], Callable[[MemoryView], Any]]] = {
     "importance": _by_importance, "weight": _by_weight, "recent": _by_last_change}
+
+#: a listing page's sort keys, by sort (what its cursor carries of the page's last memory)
+_PAGE_KEYS: dict[str, Callable[[MemoryView], list[Any]]] = {
+    "importance": lambda v: [v.importance, v.updated_at, v.id],
+    "newest": lambda v: [v.created_at, v.id], "oldest": lambda v: [v.created_at, v.id]}
+_KEY_TYPES: dict[str, tuple[Callable[[Any], Any], ...]] = {
+    "importance": (int, datetime.fromisoformat, UUID), "newest": (datetime.fromisoformat, UUID),
+    "oldest": (datetime.fromisoformat, UUID)}
+
+
+def page_cursor(sort: str, last: MemoryView) -> str:
+    """The cursor after ``last`` in ``sort``: its sort keys, URL-safe base64 of JSON (no padding)."""
+    keys = [k.isoformat() if isinstance(k, datetime) else str(k) if isinstance(k, UUID) else k
+            for k in _PAGE_KEYS[sort](last)]
+    return base64.urlsafe_b64encode(json.dumps([sort, *keys], separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def page_after(sort: str, cursor: str) -> list[Any]:
+    """The sort keys a cursor carries; refused (409, naming cursor) unless this listing gave it in ``sort``."""
+    try:
+        given = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(given, list) or not given or given[0] not in _KEY_TYPES:
+            raise ValueError
+        types = _KEY_TYPES[given[0]]
+        if len(given) != len(types) + 1:
+            raise ValueError
+        keys = [cast(k) for cast, k in zip(types, given[1:], strict=True)]
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise Conflict("cursor is not one this listing gave: pass next_cursor of the page before as it is",
+                       "cursor") from None
+    if given[0] != sort:
+        raise Conflict(f"cursor was given for sort={given[0]}, not sort={sort}: keep the sort while paging, or "
+                       "start again without a cursor", "cursor")
+    return keys
+
 
 C = TypeVar("C", SaveMemory, UpdateMemory)
 R = TypeVar("R")
@@ -768,15 +806,30 @@ class MemoryReads:
 
     async def list_memories(self, call: Call, rm: RecallMemory) -> MemoryList:
         project = call.search_project(rm.project)
+        category = rm.category.value if rm.category else None
         if rm.as_of is not None:
+            if rm.cursor is not None:
+                raise Conflict("paging (cursor) is not offered as of a moment: narrow the answer by created_from "
+                               "and created_to instead", "cursor")
             if rm.status == "forgotten":  # never answered as of a moment: forgetting is the user's wish
                 return MemoryList(memories=[])
-            category = rm.category.value if rm.category else None
-            found = await self._standing(call.tenant, project, rm.as_of, "importance", rm.limit,
+            narrowed = rm.created_from or rm.created_to or rm.source or rm.sort != "importance"
+            found = await self._standing(call.tenant, project, rm.as_of, "importance",
+                                         MAX_RECALL_LIMIT if narrowed else rm.limit,
                                          category=category, keyword=rm.keyword, then=AS_OF_STATUSES[rm.status])
-            return MemoryList(memories=found)
-        return MemoryList(memories=await self.store.list_active(call.tenant, project, rm.category, rm.keyword, rm.limit,
-                                                               statuses=LISTED_STATUSES[rm.status]))
+            found = [v for v in found if (rm.created_from is None or v.created_at >= rm.created_from)
+                     and (rm.created_to is None or v.created_at < rm.created_to)
+                     and (rm.source is None or (rm.source == "extracted") == (v.provenance is not None))]
+            if rm.sort != "importance":
+                found.sort(key=lambda v: (v.created_at, v.id), reverse=rm.sort == "newest")
+            return MemoryList(memories=found[: rm.limit])
+        after = page_after(rm.sort, rm.cursor) if rm.cursor is not None else None
+        found = await self.store.list_active(
+            call.tenant, project, category, rm.keyword, rm.limit + 1, statuses=LISTED_STATUSES[rm.status],
+            created_from=rm.created_from, created_before=rm.created_to, source=rm.source, sort=rm.sort, after=after)
+        more = len(found) > rm.limit
+        found = found[: rm.limit]
+        return MemoryList(memories=found, next_cursor=page_cursor(rm.sort, found[-1]) if more else None)
 
     async def _standing(
         self, tenant: str, project: str | None, moment: datetime, order: StandingOrder, limit: int, *,

@@ -136,7 +136,9 @@ class ReadModel(RecallReads, Protocol):
 
     async def list_active(
         self, tenant: str, project: str | None, category: str | None, keyword: str | None, limit: int,
-        statuses: Sequence[str] = ("active",),
+        statuses: Sequence[str] = ("active",), *, created_from: datetime | None = None,
+        created_before: datetime | None = None, source: str | None = None, sort: str = "importance",
+        after: Sequence[object] | None = None,
     ) -> list[MemoryView]: ...
 
     async def shared_memories(
