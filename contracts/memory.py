@@ -333,8 +333,8 @@ def _moment_end(value: object) -> object:
     try:
         return moment + (timedelta(days=1) if text is not None and "T" not in text and " " not in text
                          else timedelta(microseconds=1))
-    except OverflowError:  # the last moment there is: nothing lies after it
-        return moment
+    except OverflowError:  # through the last day there is
+        return datetime.max.replace(tzinfo=UTC)
 
 
 #: the end of a caller's range (through a date's end, or through a date-time), kept as its exclusive bound
