@@ -262,14 +262,25 @@ async function viewMemories(root, _args, query) {
   const q = h('input', { type: 'search', value: query.get('q') || '', maxlength: 1000, placeholder: 'what are you looking for?' });
   const mode = select([['hybrid', 'hybrid (words + meaning)'], ['dense', 'meaning'], ['keyword', 'words']], query.get('mode') || 'hybrid');
   const asOf = h('input', { type: 'date', value: query.get('as_of') || '', max: new Date().toISOString().slice(0, 10), id: 'as-of' });
-  const sort = select([['updated-desc', 'Newest first'], ['updated-asc', 'Oldest first'], ['importance', 'Most important'],
-    ['category', 'Category'], ...(query.get('q') ? [['score', 'Best match']] : [])], query.get('sort') || (query.get('q') ? 'score' : 'updated-desc'));
+  // the list is sorted by the REST API (newest, oldest or importance, paged by its cursor); a search's hits here
+  const sort = select(query.get('q') ? [['updated-desc', 'Newest first'], ['updated-asc', 'Oldest first'], ['importance', 'Most important'],
+    ['category', 'Category'], ['score', 'Best match']] : [['newest', 'Newest first'], ['oldest', 'Oldest first'], ['importance', 'Most important']],
+  query.get('sort') || (query.get('q') ? 'score' : 'newest'));
+  sort.id = 'sort';
+  const from = h('input', { type: 'date', value: query.get('from') || '', id: 'created-from' });
+  const to = h('input', { type: 'date', value: query.get('to') || '', id: 'created-to' });
+  const source = select([['', 'Any source'], ['saved', 'Saved'], ['extracted', 'Extracted']], query.get('source') || '');
+  source.id = 'source-filter';
   const go = (extra) => {
     const p = new URLSearchParams();
     if (project.value) p.set('project', project.value);
     if (category.value) p.set('category', category.value);
     if (keyword.value.trim()) p.set('keyword', keyword.value.trim());
     if (status.value !== 'current') p.set('status', status.value);
+    if (from.value) p.set('from', from.value);
+    if (to.value) p.set('to', to.value);
+    if (source.value) p.set('source', source.value);
+    if (query.get('limit')) p.set('limit', query.get('limit'));
     if (extra && extra.search && q.value.trim()) { p.set('q', q.value.trim()); p.set('mode', mode.value); if (asOf.value) p.set('as_of', asOf.value); }
     const searching = !!(extra && extra.search);
     // a new search sorts by match; a sort chosen for a search (or for the list) stays with it
@@ -277,9 +288,10 @@ async function viewMemories(root, _args, query) {
     const hash = `#/memories?${p}`;
     if (location.hash === hash) route(); else location.hash = hash;
   };
-  const filters = h('form', { class: 'filters', 'aria-label': 'Filter memories', onsubmit: (e) => { e.preventDefault(); go(); } },
-    field('Project', project), field('Category', category), field('Keyword', keyword), field('Status', status), field('Sort', sort),
-    h('div', { class: 'actions' }, h('button', { type: 'submit' }, 'Apply')));
+  const filters = h('form', { class: 'filters list-filters', 'aria-label': 'Filter memories', onsubmit: (e) => { e.preventDefault(); go(); } },
+    field('Project', project), field('Category', category), field('Keyword', keyword), field('Status', status),
+    field('Created from', from), field('Created to', to), field('Source', source), field('Sort', sort),
+    h('div', { class: 'actions' }, h('button', { type: 'submit', id: 'apply' }, 'Apply')));
   const search = h('form', { class: 'filters', role: 'search', 'aria-label': 'Search memories', onsubmit: (e) => { e.preventDefault(); go({ search: true }); } },
     field('Search', q), field('Search by', mode), field('As of (optional)', asOf, 'what Engram knew at the end of that day'),
     h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Search'),
@@ -287,9 +299,9 @@ async function viewMemories(root, _args, query) {
   sort.addEventListener('change', () => go({ search: !!query.get('q') }));
   const list = h('div', { id: 'memory-list' }, h('p', { class: 'muted' }, 'Loading…'));
   fill(root, h('h1', {}, 'Memories'), search, filters,
-    h('p', { class: 'muted small' }, 'The list shows current memories unless a status is chosen (the REST API has no date range or source filter yet); a search as of a past day shows what was true then, superseded ones marked.'),
+    h('p', { class: 'muted small' }, 'The list shows current memories unless a status is chosen; dates are days in this browser\'s time zone. An import keeps each memory\'s own source, so imported memories are listed as saved or extracted. A search as of a past day shows what was true then, superseded ones marked.'),
     list);
-  let rows, scores = new Map();
+  let rows, scores = new Map(), next = null;
   state.replacedBy = new Map();     // a hit's id -> the newer memory that replaced it (its relation's excerpt)
   if (query.get('q')) {
     const body = { query: query.get('q'), project: query.get('project') || null, limit: LIST_LIMIT, mode: query.get('mode') || 'hybrid' };
@@ -303,20 +315,34 @@ async function viewMemories(root, _args, query) {
       return hit.memory;
     });
     if (query.get('category')) rows = rows.filter((m) => m.category === query.get('category'));
+    const inRange = listQuery(query);
+    rows = rows.filter((m) => (!inRange.created_from || new Date(m.created_at) >= new Date(inRange.created_from)) && (!inRange.created_to || new Date(m.created_at) <= new Date(inRange.created_to))
+      && (!query.get('source') || (query.get('source') === 'extracted') === !!m.provenance));
   } else {
-    rows = (await api('GET', '/v1/memories', { query: { project: query.get('project'), category: query.get('category'), keyword: query.get('keyword'), status: query.get('status') || null, limit: LIST_LIMIT } })).memories;
+    const page = await api('GET', '/v1/memories', { query: listQuery(query) });
+    rows = page.memories;
+    next = page.next_cursor || null;
   }
   const order = sort.value;
   const by = { 'updated-desc': (a, b) => b.updated_at.localeCompare(a.updated_at), 'updated-asc': (a, b) => a.updated_at.localeCompare(b.updated_at),
     importance: (a, b) => b.importance - a.importance || b.updated_at.localeCompare(a.updated_at),
     category: (a, b) => (a.category || '').localeCompare(b.category || '') || b.updated_at.localeCompare(a.updated_at),
     score: (a, b) => (scores.get(b.id) || 0) - (scores.get(a.id) || 0) };
-  rows.sort(by[order] || by['updated-desc']);
+  if (query.get('q')) rows.sort(by[order] || by['updated-desc']);
   state.rows = rows;
   state.selected.clear();
-  renderMemoryList(list, rows, scores, query);
+  renderMemoryList(list, rows, scores, query, next);
 }
-function renderMemoryList(list, rows, scores, query) {
+// GET /v1/memories' query from the console's address: a day is the browser's day (its start to its end)
+function listQuery(query) {
+  const day = (d, end) => { if (!d) return null; const t = new Date(`${d}T${end ? '23:59:59.999' : '00:00:00'}`); return isNaN(t) ? d : t.toISOString(); };
+  const sort = query.get('sort');
+  return { project: query.get('project'), category: query.get('category'), keyword: query.get('keyword'), status: query.get('status') || null,
+    created_from: day(query.get('from'), false), created_to: day(query.get('to'), true), source: query.get('source') || null,
+    sort: ['newest', 'oldest', 'importance'].includes(sort) ? sort : 'newest',
+    limit: Math.min(LIST_LIMIT, Math.max(1, parseInt(query.get('limit'), 10) || LIST_LIMIT)) };
+}
+function renderMemoryList(list, rows, scores, query, next) {
   if (!rows.length) {
     fill(list, h('p', { class: 'empty' }, query.get('q') ? 'Nothing matches this search.' : 'No memories here yet.'));
     return;
@@ -373,19 +399,35 @@ function renderMemoryList(list, rows, scores, query) {
         h('td', { 'data-label': 'Importance', class: 'num' }, String(m.importance)),
         h('td', { 'data-label': 'Source' }, m.source),
         scores.size ? h('td', { 'data-label': 'Score', class: 'num' }, (scores.get(m.id) || 0).toFixed(3)) : null,
+        h('td', { 'data-label': 'Created' }, when(m.created_at)),
         h('td', { 'data-label': 'Updated' }, when(m.updated_at)));
     }));
   };
   renderRows();
   renderBulk();
-  const cap = rows.length >= LIST_LIMIT ? ` (the REST API returns at most ${LIST_LIMIT}; narrow with a filter or a search)` : '';
-  fill(list, h('p', { class: 'muted small', id: 'count' }, `${rows.length} memor${rows.length === 1 ? 'y' : 'ies'}${cap}`), bulk,
+  const cap = query.get('q') && rows.length >= LIST_LIMIT ? ` (a search returns at most ${LIST_LIMIT}; narrow it)` : '';
+  const count = h('p', { class: 'muted small', id: 'count' });
+  const counted = () => { count.textContent = `${rows.length} memor${rows.length === 1 ? 'y' : 'ies'}${cap}${next ? ', more to load' : ''}`; };
+  counted();
+  const more = h('div', { class: 'actions' });
+  const renderMore = () => fill(more, next ? h('button', { type: 'button', id: 'load-more', onclick: async (e) => {
+    e.currentTarget.disabled = true;
+    try {
+      const page = await api('GET', '/v1/memories', { query: { ...listQuery(query), cursor: next } });
+      rows.push(...page.memories.filter((m) => !rows.some((r) => r.id === m.id)));
+      next = page.next_cursor || null;
+    } catch (err) { notice(err.message, 'error'); }
+    state.rows = rows;
+    renderRows(); renderBulk(); renderMore(); counted();
+  } }, 'Load more') : null);
+  renderMore();
+  fill(list, count, bulk,
     h('div', { class: 'table-wrap' }, h('table', { class: 'rows memories' },
       h('caption', { class: 'sr-only' }, 'Memories'),
       h('thead', {}, h('tr', {}, h('th', { scope: 'col', class: 'pick' }, all), h('th', { scope: 'col' }, 'Memory'), h('th', { scope: 'col' }, 'Category'),
         h('th', { scope: 'col' }, 'Project'), h('th', { scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Importance'), h('th', { scope: 'col' }, 'Source'),
-        scores.size ? h('th', { scope: 'col' }, 'Score') : null, h('th', { scope: 'col' }, 'Updated'))),
-      body)));
+        scores.size ? h('th', { scope: 'col' }, 'Score') : null, h('th', { scope: 'col' }, 'Created'), h('th', { scope: 'col' }, 'Updated'))),
+      body)), more);
 }
 function download(text, name, type) {
   const url = URL.createObjectURL(new Blob([text], { type }));

@@ -1,0 +1,98 @@
+"""The console's memory list in headless Chromium: the REST API's sort (newest, oldest, importance),
+its pages (Load more, through next_cursor), the created date range and the source filter, each
+checked against GET /v1/memories. Screenshots as in test_console.py (ENGRAM_SCREENSHOTS_DIR)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_console import ALL_SCOPES, _go
+from tests.e2e.test_graph_app import auth, browser, chromium_only, screenshots
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def listed(running) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    run = uuid.uuid4().hex[:6]
+    project = f"cl-{run}"
+    key = running.stack.create_key(running.user_id, f"console-lists-{run}", ALL_SCOPES)["key"]
+    with httpx.Client(base_url=running.base_url, headers=auth(key), timeout=60) as h:
+        ids = []
+        for i, (text, importance) in enumerate([("Walks the dog at seven", 2), ("Prefers green tea", 4),
+                                                 ("Plays chess on Sundays", 3), ("Lives in Lisbon", 5)]):
+            saved = h.post("/v1/memories", json={"content": f"{text} ({run} {i})", "project": project,
+                                                 "importance": importance})
+            assert saved.status_code == 201, saved.text
+            ids.append(saved.json()["memory_id"])
+        assert h.put(f"/v1/projects/{project}/extraction-mode", json={"mode": "agent"}).status_code == 200
+        log = h.post("/v1/daily-logs", json={"log_date": "2025-03-04", "project": project,
+                                             "turns": [{"speaker": "user", "text": "I started learning the cello"}]})
+        assert log.status_code in (200, 201), log.text
+        extracted = h.post("/v1/memories", json={
+            "content": f"Learning the cello ({run})", "project": project, "category": "skill",
+            "provenance": {"log_id": log.json()["id"], "task_id": f"cl-{run}", "turns": [0]}})
+        assert extracted.status_code == 201, extracted.text
+        ids.append(extracted.json()["memory_id"])
+    return {"key": key, "project": project, "ids": ids}
+
+
+async def _rows(page: Any) -> list[str]:
+    return await page.eval_on_selector_all("table.memories tbody tr", "rs => rs.map(r => r.dataset.id)")  # type: ignore[no-any-return]
+
+
+@chromium_only
+async def test_sort_pages_dates_and_source(running, listed: dict[str, Any], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    shots = screenshots(tmp_path)
+    project, ids = listed["project"], listed["ids"]
+    h = httpx.Client(base_url=running.base_url, headers=auth(listed["key"]), timeout=60)
+    async with browser() as chromium:
+        context = await chromium.new_context(viewport={"width": 1200, "height": 900}, color_scheme="light")
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(running.base_url + "/console")
+        await page.wait_for_selector("#signin:not([hidden])")
+        await page.fill("#key", listed["key"])
+        await page.press("#key", "Enter")
+        await page.wait_for_selector("table.memories")
+
+        # oldest first, two a page: Load more pages on (the REST API's cursor) until everything is shown
+        await _go(page, f"#/memories?project={project}&sort=oldest&limit=2")
+        assert await _rows(page) == ids[:2]
+        assert "more to load" in await page.inner_text("#count")
+        for shown in (4, 5):
+            await page.click("#load-more")
+            await page.wait_for_function(f"() => document.querySelectorAll('table.memories tbody tr').length === {shown}")
+        assert await _rows(page) == ids and await page.locator("#load-more").count() == 0
+        await _go(page, f"#/memories?project={project}&sort=newest")
+        assert await _rows(page) == list(reversed(ids))
+        await _go(page, f"#/memories?project={project}&sort=importance")
+        by_rest = h.get("/v1/memories", params={"project": project, "sort": "importance"}).json()["memories"]
+        assert await _rows(page) == [m["id"] for m in by_rest]
+
+        # the source filter and the date range, set through the form
+        await page.select_option("#source-filter", "extracted")
+        await page.click("#apply")
+        await page.wait_for_function("() => location.hash.includes('source=extracted') && engramConsole.busy === 0")
+        await page.wait_for_function(f"() => document.querySelectorAll('table.memories tbody tr').length === 1")
+        assert await _rows(page) == ids[-1:]
+        await page.screenshot(path=str(shots / "console-memories-filters.png"), full_page=True)
+        await page.select_option("#source-filter", "saved")
+        tomorrow = (date.today() + timedelta(days=2)).isoformat()
+        await page.fill("#created-from", tomorrow)
+        await page.click("#apply")
+        await page.wait_for_function("() => location.hash.includes('from=') && engramConsole.busy === 0")
+        await page.wait_for_selector("#memory-list .empty")
+        yesterday = (date.today() - timedelta(days=2)).isoformat()
+        await _go(page, f"#/memories?project={project}&source=saved&from={yesterday}&to={tomorrow}&sort=oldest")
+        assert await _rows(page) == ids[:-1]
+        assert await page.input_value("#created-from") == yesterday and await page.input_value("#source-filter") == "saved"
+        assert not errors, errors
+    h.close()
