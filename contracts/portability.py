@@ -20,11 +20,11 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from contracts.daily_logs import DailyLogState, ExtractionResultState, ExtractionTaskState
 from contracts.errors import ErrorBody
-from contracts.memory import PROJECT_PATTERN, MemoryState, SharedMemoryState
+from contracts.memory import PROJECT_PATTERN, TEXT_PATTERN, MemoryState, SharedMemoryState
 from contracts.messages import command, query
 from contracts.subjects import AUTH, GRAPH, MEMORY
 
@@ -67,6 +67,51 @@ class SaveMemoriesResult(BaseModel):
     duplicates: int
     errors: int
     results: list[BulkItemResult]
+
+
+#: Memories one bulk forget names (``POST /v1/memories/forget/bulk``).
+MAX_BULK_FORGET = 100
+
+
+class ForgetMemoriesRequest(BaseModel):
+    """Forget many memories by id, with one reason. Each id is forgotten as ``POST /v1/memories/forget``
+    would (a memory outside the caller's project is not found), answered item by item."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_ids: list[UUID] = Field(min_length=1, max_length=MAX_BULK_FORGET, json_schema_extra={"uniqueItems": True},
+                                   description=f"the memories to forget: 1-{MAX_BULK_FORGET} ids, each once")
+    reason: str | None = Field(None, pattern=TEXT_PATTERN, max_length=1_000, description="why (kept with each)")
+
+    @field_validator("memory_ids")
+    @classmethod
+    def _once(cls, ids: list[UUID]) -> list[UUID]:
+        if len(set(ids)) != len(ids):
+            raise ValueError("each memory id may be named once")
+        return ids
+
+
+class ForgetItemStatus(StrEnum):
+    FORGOTTEN = "forgotten"
+    ALREADY_FORGOTTEN = "already_forgotten"
+    ERROR = "error"
+
+
+class ForgetItemResult(BaseModel):
+    """The outcome of one id of a bulk forget, in request order."""
+
+    index: int = Field(ge=0)
+    memory_id: UUID
+    status: ForgetItemStatus
+    error: ErrorBody | None = Field(None, description="for status error: the code, message and field "
+                                    "(``memory_ids[i]``)")
+
+
+class ForgetMemoriesResult(BaseModel):
+    forgotten: int
+    already_forgotten: int
+    errors: int
+    results: list[ForgetItemResult]
 
 
 class SaveMemoriesRequest(BaseModel):

@@ -13,18 +13,22 @@ import hashlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from pydantic import ValidationError
 
 from contracts.auth import Scope
 from contracts.envelope import IDEMPOTENCY_KEY_PATTERN
 from contracts.errors import ErrorBody, ErrorCode
-from contracts.memory import SaveMemory, SaveMemoryResult
+from contracts.memory import ForgetMemory, ForgetMemoryResult, SaveMemory, SaveMemoryResult
 from contracts.portability import (
     BULK_CONCURRENCY,
     BulkItemResult,
     BulkItemStatus,
+    ForgetItemResult,
+    ForgetItemStatus,
+    ForgetMemoriesRequest,
+    ForgetMemoriesResult,
     PurgeReport,
     SaveMemoriesRequest,
     SaveMemoriesResult,
@@ -108,6 +112,37 @@ class PortabilityOperations:
         count = {s: sum(1 for r in results if r.status is s) for s in BulkItemStatus}
         return SaveMemoriesResult(saved=count[BulkItemStatus.SAVED], duplicates=count[BulkItemStatus.DUPLICATE],
                                   errors=count[BulkItemStatus.ERROR], results=results)
+
+    async def forget_memories(self, c: Caller, req: ForgetMemoriesRequest, *,
+                              key: str | None = None) -> ForgetMemoriesResult:
+        """Forget every id (``memory:write``), BULK_CONCURRENCY in flight at once, each an ordinary
+        ForgetMemory with its own idempotency key (``<request key>:<index>``: a retried request
+        answers the same); one result per id. A memory the caller may not see is not found."""
+        c.require(Scope.MEMORY_WRITE)
+        gate = asyncio.Semaphore(BULK_CONCURRENCY)
+        project = c.project(None)
+
+        async def one(i: int, memory_id: UUID) -> ForgetItemResult:
+            where = f"memory_ids[{i}]"
+            cmd = ForgetMemory.model_validate({"memory_id": memory_id, "reason": req.reason, "project": project,
+                                               **write_client(c)})
+            try:
+                async with gate:
+                    result: ForgetMemoryResult = await self.client.send(
+                        c.tenant, cmd, key=item_key(key, i, None), project_scope=c.project_scope,
+                        correlation_id=correlation(c))
+            except ServiceFailure as exc:
+                e = exc.error
+                return ForgetItemResult(index=i, memory_id=memory_id, status=ForgetItemStatus.ERROR,
+                                        error=ErrorBody(code=e.code, message=e.message, field=where))
+            status = ForgetItemStatus.FORGOTTEN if result.forgotten else ForgetItemStatus.ALREADY_FORGOTTEN
+            return ForgetItemResult(index=i, memory_id=memory_id, status=status)
+
+        results = list(await asyncio.gather(*(one(i, m) for i, m in enumerate(req.memory_ids))))
+        count = {s: sum(1 for r in results if r.status is s) for s in ForgetItemStatus}
+        return ForgetMemoriesResult(forgotten=count[ForgetItemStatus.FORGOTTEN],
+                                    already_forgotten=count[ForgetItemStatus.ALREADY_FORGOTTEN],
+                                    errors=count[ForgetItemStatus.ERROR], results=results)
 
     def export(self, c: Caller, *, project: str | None, fmt: Format) -> AsyncIterator[str]:
         """The caller's export (``memory:read``; a restricted or pinned caller: its project only)."""

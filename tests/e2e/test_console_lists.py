@@ -81,7 +81,7 @@ async def test_sort_pages_dates_and_source(running, listed: dict[str, Any], tmp_
         await page.select_option("#source-filter", "extracted")
         await page.click("#apply")
         await page.wait_for_function("() => location.hash.includes('source=extracted') && engramConsole.busy === 0")
-        await page.wait_for_function(f"() => document.querySelectorAll('table.memories tbody tr').length === 1")
+        await page.wait_for_function("() => document.querySelectorAll('table.memories tbody tr').length === 1")
         assert await _rows(page) == ids[-1:]
         await page.screenshot(path=str(shots / "console-memories-filters.png"), full_page=True)
         await page.select_option("#source-filter", "saved")
@@ -94,5 +94,42 @@ async def test_sort_pages_dates_and_source(running, listed: dict[str, Any], tmp_
         await _go(page, f"#/memories?project={project}&source=saved&from={yesterday}&to={tomorrow}&sort=oldest")
         assert await _rows(page) == ids[:-1]
         assert await page.input_value("#created-from") == yesterday and await page.input_value("#source-filter") == "saved"
+        assert not errors, errors
+    h.close()
+
+
+@chromium_only
+async def test_bulk_forget_of_the_selected(running, listed: dict[str, Any], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Select rows, give a reason, forget them in one request (POST /v1/memories/forget/bulk)."""
+    shots = screenshots(tmp_path)
+    run = uuid.uuid4().hex[:6]
+    project = f"clf-{run}"
+    h = httpx.Client(base_url=running.base_url, headers=auth(listed["key"]), timeout=60)
+    ids = [h.post("/v1/memories", json={"content": f"Bulk pick {i} ({run})", "project": project}).json()["memory_id"]
+           for i in range(3)]
+    async with browser() as chromium:
+        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(running.base_url + "/console")
+        await page.wait_for_selector("#signin:not([hidden])")
+        await page.fill("#key", listed["key"])
+        await page.press("#key", "Enter")
+        await page.wait_for_selector("table.memories")
+        await _go(page, f"#/memories?project={project}&sort=oldest")
+        for memory_id in ids[:2]:
+            await page.check(f"tr[data-id='{memory_id}'] td.pick input")
+        await page.fill(".bulk input[type=text]", "no longer true")
+        await page.screenshot(path=str(shots / "console-bulk-selected.png"), full_page=True)
+        await page.click("#bulk-forget")
+        await page.click("#bulk-forget")  # the confirmation
+        await page.wait_for_function(f"() => !document.querySelector(\"tr[data-id='{ids[0]}']\") && engramConsole.busy === 0")
+        assert await _rows(page) == ids[2:]
+        for memory_id in ids[:2]:
+            got = h.get(f"/v1/memories/{memory_id}").json()
+            assert (got.get("memory") or got)["status"] == "forgotten"
+        last = h.get(f"/v1/memories/{ids[0]}/history").json()["versions"][-1]
+        assert last["event"] == "MemoryForgotten"
         assert not errors, errors
     h.close()

@@ -10,6 +10,7 @@ const OAUTH = 'engram.console.oauth', CLIENT = 'engram.console.client';
 const OAUTH_SCOPES = 'memory:read memory:write memory:maintenance';
 const LIST_LIMIT = 100;            // the REST list's and recall's most (MAX_RECALL_LIMIT)
 const BULK_BATCH = 100;            // memories per POST /v1/memories/bulk when importing
+const BULK_FORGET = 100;           // ids per POST /v1/memories/forget/bulk (MAX_BULK_FORGET)
 const CATEGORIES = ['user_profile', 'preference', 'personality', 'goal', 'skill', 'relationship', 'emotional_pattern',
   'conversation_style'];
 const SCOPES = ['memory:read', 'memory:write', 'memory:maintenance', 'memory:act-as', 'admin'];
@@ -362,15 +363,20 @@ function renderMemoryList(list, rows, scores, query, next) {
         button.disabled = true;
         const progress = h('progress', { max: n, value: 0, 'aria-label': 'Forgetting' });
         bulk.append(progress);
-        let done = 0;
         const errors = [];
-        for (const m of chosen()) {
-          try { await api('POST', '/v1/memories/forget', { body: { memory_id: m.id, project: m.project, reason: reason.value.trim() || null }, key: idem() }); }
-          catch (err) { errors.push(err.message); if (err.status === 401) return; }
-          progress.value = ++done;
+        let forgotten = 0;
+        const ids = chosen().map((m) => m.id);
+        // POST /v1/memories/forget/bulk: 100 ids a request, one Idempotency-Key each (a retry forgets nothing twice)
+        for (let i = 0; i < ids.length; i += BULK_FORGET) {
+          try {
+            const answer = await api('POST', '/v1/memories/forget/bulk', { body: { memory_ids: ids.slice(i, i + BULK_FORGET), reason: reason.value.trim() || null }, key: idem() });
+            forgotten += answer.forgotten + answer.already_forgotten;
+            for (const r of answer.results) if (r.status === 'error') errors.push(r.error.message);
+          } catch (err) { errors.push(err.message); if (err.status === 401) return; }
+          progress.value = Math.min(n, i + BULK_FORGET);
         }
         await route();
-        notice(errors.length ? `Forgot ${n - errors.length} of ${n}: ${errors[0]}` : `Forgot ${n} memories.`, errors.length ? 'error' : 'ok');
+        notice(errors.length ? `Forgot ${forgotten} of ${n}: ${errors[0]}` : `Forgot ${n} memories.`, errors.length ? 'error' : 'ok');
       } }, `Forget ${n}`) : null,
       h('button', { type: 'button', id: 'bulk-export', onclick: () => download(chosen().map((m) => JSON.stringify(m)).join('\n') + '\n',
         `engram-memories-${n}.jsonl`, 'application/x-ndjson') }, 'Export selected (JSONL)'),

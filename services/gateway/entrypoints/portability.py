@@ -13,7 +13,15 @@ from mcp_types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from contracts.memory import PROJECT_PATTERN
-from contracts.portability import MAX_BULK_MEMORIES, PurgeReport, SaveMemoriesRequest, SaveMemoriesResult
+from contracts.portability import (
+    MAX_BULK_FORGET,
+    MAX_BULK_MEMORIES,
+    ForgetMemoriesRequest,
+    ForgetMemoriesResult,
+    PurgeReport,
+    SaveMemoriesRequest,
+    SaveMemoriesResult,
+)
 from kit.bus import validation_reply
 from services.gateway.entrypoints import mcp_extras
 from services.gateway.operations import Operations
@@ -27,6 +35,13 @@ _BULK_DESCRIPTION = (
     "`<Idempotency-Key>:<index>`, so a retried request saves nothing twice. Answered item by item: `saved`, "
     "`duplicate` (already held) or `error` with the code, message and field (`memories[i].<field>`)."
 )
+_FORGET_DESCRIPTION = (
+    f"Forget up to {MAX_BULK_FORGET} memories by id, with one reason (`memory:write`). Each is forgotten as "
+    "`POST /v1/memories/forget` would (its history remains); a memory outside the caller's project, or another "
+    "user's, is `not_found`. Answered id by id: `forgotten`, `already_forgotten` or `error` with the code, message "
+    "and field (`memory_ids[i]`). With an `Idempotency-Key`, each id gets `<key>:<index>`: a retried request "
+    "answers the same and forgets nothing twice."
+)
 WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
 
@@ -39,6 +54,11 @@ def portability_routes(router: APIRouter, ops: Operations, Caller: Any, Idempote
                  responses={413: {"description": "The body is larger than the gateway accepts"}})
     async def save_bulk(body: SaveMemoriesRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
         return await call(port.save_memories(who, body, key=idempotency_key, source="api"))
+
+    @router.post("/memories/forget/bulk", response_model=ForgetMemoriesResult, summary="Forget many memories",
+                 description=_FORGET_DESCRIPTION)
+    async def forget_bulk(body: ForgetMemoriesRequest, who: Caller, idempotency_key: IdempotencyKey = None) -> Any:
+        return await call(port.forget_memories(who, body, key=idempotency_key))
 
     @router.get("/export", summary="Export everything of the caller", response_class=StreamingResponse,
                 responses={200: {"content": {"application/x-ndjson": {}, "text/markdown": {}},
