@@ -615,6 +615,19 @@ class GetUnprocessedLogs(BaseModel):
     project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
 
 
+class ListDailyLogs(BaseModel):
+    """Daily logs of any status (none deleted), by day range and status, newest day first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
+    status: ProcessingStatus | None = Field(None, description="only logs in this status: pending, processing, "
+                                            "processed or failed")
+    date_from: date | None = Field(None, description="only logs of this day or later (log_date)")
+    date_to: date | None = Field(None, description="only logs of this day or earlier (log_date)")
+    limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+
+
 class GetDailyLog(BaseModel):
     """One log by id."""
 
@@ -633,12 +646,13 @@ class DailyLogLookup(BaseModel):
 
 
 class GetExtractionTasks(BaseModel):
-    """Extraction tasks, newest first, by status and/or task_id."""
+    """Extraction tasks, newest first, by status, task_id and/or a log they cover."""
 
     model_config = ConfigDict(extra="forbid")
 
     status: TaskStatus | None = None
     task_id: str | None = Field(None, pattern=TASK_ID_PATTERN)
+    log_id: UUID | None = Field(None, description="only the tasks that cover this daily log")
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 
@@ -676,6 +690,7 @@ for _name, _model, _result in (
 for _name, _model, _result in (
     ("get_unprocessed_logs", GetUnprocessedLogs, DailyLogList),
     ("get_daily_log", GetDailyLog, DailyLogLookup),
+    ("list_daily_logs", ListDailyLogs, DailyLogList),
     ("get_extraction_tasks", GetExtractionTasks, ExtractionTaskList),
     ("get_extraction_results", GetExtractionResults, ExtractionResultList),
 ):

@@ -41,6 +41,7 @@ from contracts.daily_logs import (
     GetExtractionResults,
     GetExtractionTasks,
     GetUnprocessedLogs,
+    ListDailyLogs,
     MarkLogFailed,
     MarkLogProcessed,
     ReconcileLogStatuses,
@@ -258,7 +259,18 @@ OPERATIONS: tuple[Operation, ...] = (
         GetExtractionTasks, "get_extraction_tasks", "List extraction tasks", READ,
         """List extraction runs, newest first.""",
         rest=Rest("GET", "/extraction-tasks", "list_tasks", "List extraction tasks"),
-        status="Only tasks in this status.", task_id="Only this task.", limit=LIMIT),
+        status="Only tasks in this status.", task_id="Only this task.",
+        log_id="Only the tasks that cover this daily log.", limit=LIMIT),
+    _maintenance(
+        ListDailyLogs, "list_daily_logs", "List daily logs", READ,
+        """List daily logs of any status (pending, processing, processed, failed) by day range, newest day first,
+        each with its retry_count and error_reason. get_extraction_tasks(log_id) gives a log's runs.""",
+        rest=Rest("GET", "/daily-logs", "list_logs", "List daily logs",
+                  "Logs of any status by day (date_from, date_to: log_date, inclusive) and status, newest day first,\n"
+                  "each with its retry_count and error_reason. A restricted key or pinned connection lists its project."),
+        project=ProjectRule.SEARCH, status="pending, processing, processed or failed.",
+        date_from="Only logs of this day or later (YYYY-MM-DD).", date_to="Only logs of this day or earlier.",
+        limit=LIMIT),
     _maintenance(
         GetDailyLog, "get_daily_log", "Read a daily log", READ,
         """One daily log with its turns, fields and where its extraction stands (status, retry_count, error).""",

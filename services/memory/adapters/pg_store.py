@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 from uuid import UUID
@@ -516,6 +516,21 @@ class MemoryStore(ReadModel):
         )
         return [DailyLogState.model_validate_json(r["state"]) for r in rows]
 
+    async def logs(
+        self, tenant: str, project: str | None, status: str | None, date_from: date | None, date_to: date | None,
+        limit: int,
+    ) -> list[DailyLogState]:
+        """Logs (none deleted) by status and day range, newest day first."""
+        rows = await self.pool.fetch(
+            f"""SELECT state FROM {self.s}.daily_logs
+                WHERE tenant = $1 AND NOT deleted AND ($2::text IS NULL OR project = $2)
+                  AND ($3::text IS NULL OR processing_status = $3)
+                  AND ($4::date IS NULL OR log_date >= $4) AND ($5::date IS NULL OR log_date <= $5)
+                ORDER BY log_date DESC, updated_at DESC, id LIMIT $6""",
+            tenant, project, status, date_from, date_to, limit,
+        )
+        return [DailyLogState.model_validate_json(r["state"]) for r in rows]
+
     async def _log_ids(self, where: str, tenant: str, project: str | None, limit: int, *args: object) -> list[UUID]:
         rows = await self.pool.fetch(
             f"""SELECT id FROM {self.s}.daily_logs l
@@ -546,14 +561,16 @@ class MemoryStore(ReadModel):
         return ExtractionTaskState.model_validate_json(raw) if raw else None
 
     async def tasks(
-        self, tenant: str, project: str | None, status: str | None, task_id: str | None, limit: int
+        self, tenant: str, project: str | None, status: str | None, task_id: str | None, limit: int,
+        log_id: UUID | None = None,
     ) -> list[ExtractionTaskState]:
         rows = await self.pool.fetch(
             f"""SELECT state FROM {self.s}.extraction_tasks
                 WHERE tenant = $1 AND ($2::text IS NULL OR project = $2) AND ($3::text IS NULL OR status = $3)
                   AND ($4::text IS NULL OR task_id = $4)
+                  AND ($6::text IS NULL OR state->'log_ids' ? $6::text)
                 ORDER BY updated_at DESC, id LIMIT $5""",
-            tenant, project, status, task_id, limit,
+            tenant, project, status, task_id, limit, str(log_id) if log_id else None,
         )
         return [ExtractionTaskState.model_validate_json(r["state"]) for r in rows]
 

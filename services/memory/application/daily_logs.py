@@ -32,6 +32,7 @@ from contracts.daily_logs import (
     DeleteLogs,
     GetDailyLog,
     GetUnprocessedLogs,
+    ListDailyLogs,
     LogBatchResult,
     MarkLogFailed,
     MarkLogProcessed,
@@ -254,6 +255,13 @@ class DailyLogs:
     async def unprocessed(self, call: Call, q: GetUnprocessedLogs) -> DailyLogList:
         project = call.search_project(q.project)
         found = await self.store.waiting_logs(call.tenant, project, q.include_failed, q.limit)
+        return DailyLogList(logs=[rules.log_view(s) for s in found])
+
+    async def list_logs(self, call: Call, q: ListDailyLogs) -> DailyLogList:
+        """Logs of any status by day range, newest day first (the caller's project only)."""
+        project = call.search_project(q.project)
+        found = await self.store.logs(call.tenant, project, q.status.value if q.status else None, q.date_from,
+                                      q.date_to, q.limit)
         return DailyLogList(logs=[rules.log_view(s) for s in found])
 
     async def get(self, call: Call, q: GetDailyLog) -> DailyLogLookup:

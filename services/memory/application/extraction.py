@@ -91,7 +91,7 @@ class Extraction:
 
     async def list_tasks(self, call: Call, q: GetExtractionTasks) -> ExtractionTaskList:
         found = await self.store.tasks(call.tenant, call.project_scope, q.status.value if q.status else None,
-                                       q.task_id, q.limit)
+                                       q.task_id, q.limit, log_id=q.log_id)
         return ExtractionTaskList(tasks=[rules.task_view(t) for t in found])
 
     # results ------------------------------------------------------------------------------

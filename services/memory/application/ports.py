@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal, Protocol
 from uuid import UUID
 
@@ -189,8 +189,14 @@ class ReadModel(RecallReads, Protocol):
     async def get_task(self, tenant: str, task_uuid: UUID) -> ExtractionTaskState | None: ...
 
     async def tasks(
-        self, tenant: str, project: str | None, status: str | None, task_id: str | None, limit: int
+        self, tenant: str, project: str | None, status: str | None, task_id: str | None, limit: int,
+        log_id: UUID | None = None,
     ) -> list[ExtractionTaskState]: ...
+
+    async def logs(
+        self, tenant: str, project: str | None, status: str | None, date_from: date | None, date_to: date | None,
+        limit: int,
+    ) -> list[DailyLogState]: ...
 
     async def results(
         self, tenant: str, project: str | None, log_id: UUID | None, task_id: str | None, limit: int

@@ -36,6 +36,7 @@ from contracts.daily_logs import (
     GetExtractionResults,
     GetExtractionTasks,
     GetUnprocessedLogs,
+    ListDailyLogs,
     MarkLogFailed,
     MarkLogProcessed,
     ReconcileLogStatuses,
@@ -148,7 +149,7 @@ class MemoryService:
                 ListConflicts: self.reads.conflicts,
                 GetSharedMemories: self.shared.list, ListProjects: self.reads.projects,
                 GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
-                GetDailyLog: self.daily_logs.get, GetExtractionTasks: self.extraction.list_tasks,
+                GetDailyLog: self.daily_logs.get, ListDailyLogs: self.daily_logs.list_logs, GetExtractionTasks: self.extraction.list_tasks,
                 GetExtractionResults: self.extraction.list_results, SimilarMemories: self.similar.similar,
                 **({ExportPage: self.portability.export_page} if self.portability else {})}
 
