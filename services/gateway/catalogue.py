@@ -30,6 +30,7 @@ from contracts.auth import (
     CreateMyApiKey,
     ListApiKeys,
     ListMyApiKeys,
+    ListUsers,
     RevokeApiKey,
     RevokeMyApiKey,
     Scope,
@@ -460,7 +461,7 @@ OPERATIONS += (
     ),
 )
 
-#: API keys: the install operator's (``admin``, never with a project restriction); REST only.
+#: API keys and users: the install operator's (``admin``, never with a project restriction); REST only.
 OPERATIONS += (
     Operation(
         CreateApiKey, "create_api_key", "Create an API key", WRITE, Scope.ADMIN, ASSISTANT,
@@ -474,6 +475,13 @@ OPERATIONS += (
         """List API keys.""", ProjectRule.OPERATOR, mcp=False,
         rest=Rest("GET", "/keys", "list_keys", "List API keys",
                   "Every key (or one user's), never their secrets. Needs the `admin` scope.", tags=("admin",)),
+    ),
+    Operation(
+        ListUsers, "list_users", "List users", READ, Scope.ADMIN, ASSISTANT,
+        """List users.""", ProjectRule.OPERATOR, mcp=False,
+        rest=Rest("GET", "/users", "list_users", "List users",
+                  "Every user of the install (id, sign-in name, name, disabled, created), never a password. Needs an\n"
+                  "unrestricted `admin` key.", tags=("admin",)),
     ),
     Operation(
         RevokeApiKey, "revoke_api_key", "Revoke an API key", DESTRUCTIVE, Scope.ADMIN, ASSISTANT,

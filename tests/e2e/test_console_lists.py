@@ -61,7 +61,7 @@ async def test_sort_pages_dates_and_source(running, listed: dict[str, Any], tmp_
         await page.wait_for_selector("#signin:not([hidden])")
         await page.fill("#key", listed["key"])
         await page.press("#key", "Enter")
-        await page.wait_for_selector("table.memories")
+        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
 
         # oldest first, two a page: Load more pages on (the REST API's cursor) until everything is shown
         await _go(page, f"#/memories?project={project}&sort=oldest&limit=2")
@@ -116,7 +116,7 @@ async def test_bulk_forget_of_the_selected(running, listed: dict[str, Any], tmp_
         await page.wait_for_selector("#signin:not([hidden])")
         await page.fill("#key", listed["key"])
         await page.press("#key", "Enter")
-        await page.wait_for_selector("table.memories")
+        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
         await _go(page, f"#/memories?project={project}&sort=oldest")
         for memory_id in ids[:2]:
             await page.check(f"tr[data-id='{memory_id}'] td.pick input")
@@ -133,3 +133,107 @@ async def test_bulk_forget_of_the_selected(running, listed: dict[str, Any], tmp_
         assert last["event"] == "MemoryForgotten"
         assert not errors, errors
     h.close()
+
+
+@pytest.fixture
+def log_days(running) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    run = uuid.uuid4().hex[:6]
+    return {"run": run, "key": running.stack.create_key(running.user_id, f"console-logs-{run}", ALL_SCOPES)["key"]}
+
+
+@chromium_only
+async def test_logs_by_day_and_status_and_a_logs_runs(running, log_days: dict[str, Any], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The logs view lists logs of any status by day range and status (GET /v1/daily-logs), with tries and
+    the error; a log's page shows a run that failed before recording a result (GET /v1/extraction-tasks?log_id=)."""
+    shots = screenshots(tmp_path)
+    run, key = log_days["run"], log_days["key"]
+    project = f"cll-{run}"
+    h = httpx.Client(base_url=running.base_url, headers=auth(key), timeout=60)
+    assert h.put(f"/v1/projects/{project}/extraction-mode", json={"mode": "agent"}).status_code == 200
+    ids = {}
+    for day in ("2025-06-01", "2025-06-02", "2025-06-03"):
+        saved = h.post("/v1/daily-logs", json={"project": project, "log_date": day,
+                                               "turns": [{"speaker": "user", "text": f"On {day} I repotted the fern"}]})
+        assert saved.status_code in (200, 201), saved.text
+        ids[day] = saved.json()["id"]
+    failing = ids["2025-06-02"]
+    assert h.post(f"/v1/daily-logs/{failing}/claim").json()["claimed"] is True
+    assert h.post(f"/v1/daily-logs/{failing}/failed", json={"error_reason": "the model answered no JSON"}).status_code == 200
+    assert h.post("/v1/extraction-tasks", json={"task_id": f"cll-{run}", "log_ids": [failing], "status": "failed",
+                                                "error": "the model answered no JSON", "project": project}).status_code == 200
+    async with browser() as chromium:
+        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(running.base_url + "/console")
+        await page.wait_for_selector("#signin:not([hidden])")
+        await page.fill("#key", key)
+        await page.press("#key", "Enter")
+        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+        await _go(page, f"#/logs?project={project}")
+        rows = await page.eval_on_selector_all("#log-list tbody tr", "rs => rs.map(r => r.dataset.id)")
+        assert rows == [ids["2025-06-03"], ids["2025-06-02"], ids["2025-06-01"]]
+        row = page.locator(f"#log-list tr[data-id='{failing}']")
+        assert "the model answered no JSON" in await row.inner_text() and "1" in await row.locator("td.num").inner_text()
+        await page.fill("#log-from", "2025-06-02")
+        await page.fill("#log-to", "2025-06-02")
+        await page.click("#log-apply")
+        await page.wait_for_function("() => location.hash.includes('from=2025-06-02') && engramConsole.busy === 0")
+        await page.wait_for_function("() => document.querySelectorAll('#log-list tbody tr').length === 1")
+        assert f"project={project}" in page.url and await page.input_value("#log-status") == ""
+        await page.screenshot(path=str(shots / "console-logs-filtered.png"), full_page=True)
+        await _go(page, f"#/logs?project={project}&status=processed")
+        assert await page.locator("#log-list").count() == 0 and "No log matches" in await page.inner_text("#view")
+        await _go(page, f"#/log/{failing}")
+        await page.wait_for_selector(f".run[data-task='cll-{run}']")
+        assert "the model answered no JSON" in await page.inner_text(f".run[data-task='cll-{run}']")
+        await page.screenshot(path=str(shots / "console-log-runs.png"), full_page=True)
+        assert not errors, errors
+    h.close()
+
+
+@pytest.fixture
+def user_keys(running) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    run = uuid.uuid4().hex[:6]
+    return {"admin": running.stack.create_key(running.user_id, f"console-users-{run}", ALL_SCOPES)["key"],
+            "worker": running.stack.create_key(running.user_id, f"console-users-w-{run}",
+                                               ["memory:read", "memory:write"])["key"]}
+
+
+@chromium_only
+async def test_users_for_an_admin(running, user_keys: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An admin key sees the install's users (GET /v1/users) and opens another user's keys; a key
+    without admin is told what it lacks."""
+    shots = screenshots(tmp_path)
+    async with browser() as chromium:
+        for key, admin in ((user_keys["admin"], True), (user_keys["worker"], False)):
+            context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))  # noqa: B023
+            await page.goto(running.base_url + "/console")
+            await page.wait_for_selector("#signin:not([hidden])")
+            await page.fill("#key", key)
+            await page.press("#key", "Enter")
+            await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+            await _go(page, "#/users")
+            if not admin:
+                assert await page.locator("#user-list").count() == 0 and "admin scope" in await page.inner_text("#view")
+                await context.close()
+                continue
+            shown = await page.eval_on_selector_all("#user-list tbody tr", "rs => rs.map(r => r.dataset.id)")
+            with httpx.Client(base_url=running.base_url, headers=auth(key), timeout=60) as h:
+                assert set(shown) == {u["user_id"] for u in h.get("/v1/users").json()["users"]}
+                bobs = {k["key_id"] for k in h.get("/v1/keys", params={"user_id": running.other_user_id}).json()["keys"]}
+            assert running.user_id in shown and running.other_user_id in shown
+            assert running.username in await page.inner_text(f"#user-list tr[data-id='{running.user_id}']")
+            await page.screenshot(path=str(shots / "console-users.png"), full_page=True)
+            before = await page.evaluate("engramConsole.rendered")
+            await page.click(f"#user-list tr[data-id='{running.other_user_id}'] a.user-keys")
+            await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+            assert running.other_user_id in await page.inner_text("#view h1")
+            listed = await page.eval_on_selector_all("#key-list tbody tr", "rs => rs.map(r => r.dataset.id)")
+            assert set(listed) == bobs
+            assert not errors, errors
+            await context.close()

@@ -214,7 +214,7 @@ async function oauthCallback() {
 }
 
 // ---- routing ----------------------------------------------------------------------------------
-const VIEWS = { memories: viewMemories, memory: viewMemory, conflicts: viewConflicts, logs: viewLogs, log: viewLog, projects: viewProjects,
+const VIEWS = { memories: viewMemories, memory: viewMemory, conflicts: viewConflicts, logs: viewLogs, log: viewLog, projects: viewProjects, users: viewUsers,
   keys: viewKeys, transfer: viewTransfer };
 function parseHash() {
   const [path, query] = location.hash.replace(/^#\/?/, '').split('?');
@@ -702,14 +702,29 @@ async function viewLogs(root, _args, query) {
   await Promise.all([renderQueue(logsBox, query), renderModes(modesBox)]);
 }
 async function renderQueue(box, query) {
-  const title = h('h2', { id: 'queue-title' }, 'Waiting and failed logs');
-  if (!can('memory:maintenance')) { fill(box, title, needs('memory:maintenance', 'Seeing the extraction queue')); return; }
-  const project = select(projectOptions(), query.get('project') || state.restricted || '');
-  project.addEventListener('change', () => { location.hash = `#/logs${project.value ? `?project=${encodeURIComponent(project.value)}` : ''}`; });
-  const logs = (await api('GET', '/v1/daily-logs/unprocessed', { query: { limit: LIST_LIMIT, include_failed: true, project: query.get('project') } })).logs;
-  const note = h('p', { class: 'muted small' }, 'The REST API lists logs waiting for extraction and failed ones; processed logs open from a memory\'s provenance or by id.');
-  if (!logs.length) { fill(box, title, field('Project', project), note, h('p', { class: 'empty' }, 'No log is waiting or failed.')); return; }
-  fill(box, title, field('Project', project), note, h('div', { class: 'table-wrap' }, h('table', { class: 'rows logs', id: 'log-list' },
+  const title = h('h2', { id: 'queue-title' }, 'Daily logs');
+  if (!can('memory:maintenance')) { fill(box, title, needs('memory:maintenance', 'Seeing the daily logs')); return; }
+  const options = projectOptions();        // a project with logs but no memory yet is kept when named
+  if (query.get('project') && !options.some(([v]) => v === query.get('project'))) options.push([query.get('project'), query.get('project')]);
+  const project = select(options, query.get('project') || state.restricted || '');
+  const status = select([['', 'Any status'], ['pending', 'Pending'], ['processing', 'Processing'], ['processed', 'Processed'], ['failed', 'Failed']], query.get('status') || '');
+  status.id = 'log-status';
+  const from = h('input', { type: 'date', value: query.get('from') || '', id: 'log-from' });
+  const to = h('input', { type: 'date', value: query.get('to') || '', id: 'log-to' });
+  const go = () => {
+    const p = new URLSearchParams();
+    for (const [k, el] of [['project', project], ['status', status], ['from', from], ['to', to]]) if (el.value) p.set(k, el.value);
+    const hash = `#/logs${p.toString() ? `?${p}` : ''}`;
+    if (location.hash === hash) route(); else location.hash = hash;
+  };
+  const filters = h('form', { class: 'filters list-filters', 'aria-label': 'Filter logs', onsubmit: (e) => { e.preventDefault(); go(); } },
+    field('Project', project), field('Status', status), field('Day from', from), field('Day to', to),
+    h('div', { class: 'actions' }, h('button', { type: 'submit', id: 'log-apply' }, 'Apply')));
+  const logs = (await api('GET', '/v1/daily-logs', { query: { limit: LIST_LIMIT, project: query.get('project'), status: query.get('status'),
+    date_from: query.get('from'), date_to: query.get('to') } })).logs;
+  const note = h('p', { class: 'muted small', id: 'log-count' }, `${logs.length} log${logs.length === 1 ? '' : 's'}, newest day first${logs.length >= LIST_LIMIT ? ` (at most ${LIST_LIMIT}: narrow the days)` : ''}. A failed log has used its tries: re-queue it for a fresh start.`);
+  if (!logs.length) { fill(box, title, filters, h('p', { class: 'empty' }, 'No log matches.')); return; }
+  fill(box, title, filters, note, h('div', { class: 'table-wrap' }, h('table', { class: 'rows logs', id: 'log-list' },
     h('thead', {}, h('tr', {}, ...['Day', 'Project', 'Status', 'Tries', 'Error', 'Updated', ''].map((t) => h('th', { scope: 'col' }, t)))),
     h('tbody', {}, ...logs.map((l) => h('tr', { dataset: { id: l.id, status: l.processing_status } },
       h('td', {}, h('a', { href: logHref(l.id) }, l.log_date)), h('td', { 'data-label': 'Project' }, l.project),
@@ -768,20 +783,31 @@ async function viewLog(root, args, query) {
     h('section', { class: 'card', 'aria-labelledby': 'turns-title' }, h('h2', { id: 'turns-title' }, `Turns (${(log.turns || []).length})`),
       (log.turns || []).length ? turns : h('p', { class: 'empty' }, 'This log has no turns.')),
     extraction);
-  const results = (await api('GET', '/v1/extraction-results', { query: { log_id: id, limit: 100 } })).results;
-  if (!results.length) { fill(extraction, extraction.firstChild, h('p', { class: 'empty' }, 'No extraction result for this log yet.')); return; }
-  const tasks = new Map();
-  await Promise.all([...new Set(results.map((r) => r.task_id))].map(async (t) => {
-    const list = (await api('GET', '/v1/extraction-tasks', { query: { task_id: t, limit: 1 } })).tasks;
+  // the runs covering this log (GET /v1/extraction-tasks?log_id=), and what each produced from it
+  const [results, runs] = await Promise.all([
+    api('GET', '/v1/extraction-results', { query: { log_id: id, limit: 100 } }).then((r) => r.results),
+    api('GET', '/v1/extraction-tasks', { query: { log_id: id, limit: 100 } }).then((r) => r.tasks)]);
+  const tasks = new Map(runs.map((t) => [t.task_id, t]));
+  await Promise.all([...new Set(results.map((r) => r.task_id))].filter((t) => !tasks.has(t)).map(async (t) => {
+    const list = (await api('GET', '/v1/extraction-tasks', { query: { task_id: t, limit: 1 } })).tasks;   // a run that did not name the log
     if (list.length) tasks.set(t, list[0]);
   }));
+  const unresulted = runs.filter((t) => !results.some((r) => r.task_id === t.task_id));
+  const runCard = (t) => h('div', { class: 'result run', dataset: { task: t.task_id } },
+    h('p', {}, h('strong', {}, `Run ${t.task_id}`), ` · ${t.status}${t.engine ? ` · ${t.engine}` : ''} · ${when(t.updated_at)}`),
+    t.error ? h('p', { class: 'error-text' }, t.error) : null,
+    h('p', { class: 'muted small' }, 'No result recorded for this log by this run.'));
+  if (!results.length) {
+    fill(extraction, extraction.firstChild, ...unresulted.map(runCard), h('p', { class: 'empty' }, runs.length ? 'No run recorded a result for this log yet.' : 'No extraction run for this log yet.'));
+    return;
+  }
   const texts = new Map();              // each produced memory's current text (its history's last version)
   const produced = [...new Set(results.flatMap((r) => r.memory_ids))].slice(0, 50);
   await Promise.all(produced.map(async (m) => {
     try { const v = (await api('GET', `/v1/memories/${encodeURIComponent(m)}/history`)).versions || []; if (v.length) texts.set(m, v[v.length - 1]); }
     catch (err) { if (err.status === 401) throw err; }
   }));
-  fill(extraction, extraction.firstChild, ...results.map((r) => {
+  fill(extraction, extraction.firstChild, ...unresulted.map(runCard), ...results.map((r) => {
     const t = tasks.get(r.task_id);
     return h('div', { class: 'result' },
       h('p', {}, h('strong', {}, `Run ${r.task_id}`), t ? ` · ${t.status}${t.engine ? ` · ${t.engine}` : ''}${t.finished_at ? ` · finished ${when(t.finished_at)}` : ''}` : ' · no task recorded for this run'),
@@ -809,14 +835,30 @@ async function viewProjects(root) {
 }
 
 // ---- API keys (admin) -------------------------------------------------------------------------
-async function viewKeys(root) {
-  const title = h('h1', {}, 'API keys');
+async function viewUsers(root) {
+  const title = h('h1', {}, 'Users');
+  if (!can('admin') || state.restricted) { fill(root, title, needs('admin', 'Listing users'), h('p', { class: 'muted' }, 'The users of the install are the operator\'s to see: sign in with an unrestricted admin key.')); return; }
+  const users = (await api('GET', '/v1/users')).users;
+  if (!users.length) { fill(root, title, h('p', { class: 'empty' }, 'No user yet.')); return; }
+  users.sort((a, b) => b.created_at.localeCompare(a.created_at));
+  fill(root, title, h('p', { class: 'muted small', id: 'user-count' }, `${users.length} user${users.length === 1 ? '' : 's'}, newest first. A user's keys open from their row.`),
+    h('div', { class: 'table-wrap' }, h('table', { class: 'rows users', id: 'user-list' },
+      h('thead', {}, h('tr', {}, ...['User', 'Sign-in name', 'Id', 'State', 'Created', ''].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, ...users.map((u) => h('tr', { dataset: { id: u.user_id }, class: u.disabled ? 'revoked' : null },
+        h('td', {}, u.name), h('td', { 'data-label': 'Sign-in name' }, u.username || '—'), h('td', { 'data-label': 'Id' }, h('code', {}, u.user_id)),
+        h('td', { 'data-label': 'State' }, u.disabled ? 'disabled' : 'active'), h('td', { 'data-label': 'Created' }, when(u.created_at)),
+        h('td', {}, h('a', { href: `#/keys?user=${encodeURIComponent(u.user_id)}`, class: 'user-keys' }, u.user_id === state.who.user_id ? 'Your keys' : 'Keys'))))))));
+}
+async function viewKeys(root, _args, query) {
+  const asked = query && query.get('user');
+  const title = h('h1', {}, asked && state.who && asked !== state.who.user_id ? `API keys of ${asked}` : 'API keys');
   if (!can('admin')) {
     fill(root, title, needs('admin', 'Managing API keys'),
       h('p', { class: 'muted' }, 'Keys are made by the install operator: sign in here with an admin key, or run ', h('code', {}, 'engram keys create'), '. OAuth sign-in never carries the admin scope.'));
     return;
   }
-  const user = state.who.user_id;
+  const user = (query && query.get('user')) || state.who.user_id;
+  const userName = user === state.who.user_id ? (state.who.user_name || user) : user;
   const keys = (await api('GET', '/v1/keys', { query: { user_id: user } })).keys;
   const name = h('input', { type: 'text', maxlength: 200, required: true, value: 'console key' });
   const boxes = SCOPES.map((s) => h('input', { type: 'checkbox', value: s, checked: s === 'memory:read' || s === 'memory:write', id: uid('scope') }));
@@ -840,7 +882,7 @@ async function viewKeys(root) {
         } }, 'Copy'), h('button', { type: 'button', class: 'link', onclick: () => fill($('key-out'), ) }, 'Done: hide it')));
       secret.focus(); secret.select();
     } catch (err) { failed(err, out); }
-  } }, h('h2', { id: 'new-key-title' }, `New key for ${state.who.user_name || user}`), field('Name', name),
+  } }, h('h2', { id: 'new-key-title' }, `New key for ${userName}`), field('Name', name),
     h('fieldset', {}, h('legend', {}, 'Scopes'), ...boxes.map((b) => h('label', { class: 'check', for: b.id }, b, ` ${b.value}`))),
     h('div', { class: 'row' }, field('Project (optional)', project, 'restricts the key to one project'), field('Expires in days (optional)', days)),
     h('datalist', { id: 'project-names' }, ...state.projects.map((p) => new Option(p.project, p.project))),
