@@ -623,8 +623,10 @@ class ListDailyLogs(BaseModel):
     project: str | None = Field(None, pattern=PROJECT_PATTERN, description="only this project (default: all)")
     status: ProcessingStatus | None = Field(None, description="only logs in this status: pending, processing, "
                                             "processed or failed")
-    date_from: date | None = Field(None, description="only logs of this day or later (log_date)")
-    date_to: date | None = Field(None, description="only logs of this day or earlier (log_date)")
+    date_from: Annotated[date, BeforeValidator(_iso_only)] | None = Field(
+        None, description="only logs of this day or later (log_date, YYYY-MM-DD)")
+    date_to: Annotated[date, BeforeValidator(_iso_only)] | None = Field(
+        None, description="only logs of this day or earlier (log_date, YYYY-MM-DD)")
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 
