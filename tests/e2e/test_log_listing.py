@@ -100,3 +100,23 @@ def test_a_restricted_key_and_another_user_see_none_of_it(running, logs) -> None
         assert runs.status_code == 200 and runs.json()["tasks"] == []
         reader = running.stack.create_key(running.user_id, f"ll-reader-{logs['run']}", ["memory:read"])["key"]
         assert h.get("/v1/daily-logs", headers=auth(reader)).status_code == 403
+
+
+async def test_the_mcp_tools_answer_the_same(running, logs) -> None:  # type: ignore[no-untyped-def]
+    """list_daily_logs and get_extraction_tasks(log_id) over MCP (the maintenance toolset), and
+    recall_memory's sort and cursor: the REST answers, inside a restricted key's project too."""
+    from tests.e2e.test_daily_log_tools import call, session
+
+    headers = {**auth(logs["owner"]), "X-Engram-Toolsets": "maintenance"}
+    async with session(running.mcp_url, headers) as client:
+        listed = await call(client, "list_daily_logs", containerTag=logs["project"], date_to="2025-01-11")
+        assert [g["id"] for g in listed["logs"]] == [logs["ids"]["2025-01-11"], logs["ids"]["2025-01-10"]]
+        tasks = await call(client, "get_extraction_tasks", log_id=logs["ids"]["2025-01-11"])
+        assert [t["task_id"] for t in tasks["tasks"]] == [f"ll-{logs['run']}"]
+        refused = await client.call_tool("list_daily_logs", {"date_from": 0})
+        assert refused.is_error and "date_from" in str(refused.content)
+    async with session(running.mcp_url, {**auth(logs["restricted"]), "X-Engram-Toolsets": "maintenance"}) as client:
+        mine = await call(client, "list_daily_logs")
+        assert [g["id"] for g in mine["logs"]] == [logs["work"]]
+        first = await call(client, "recall_memory", sort="newest", limit=1)
+        assert all(m["project"] == logs["other"] for m in first["memories"])
