@@ -397,7 +397,7 @@ class MemoryStore(ReadModel):
         keys, order, direction = LIST_ORDERS[sort]
         page = ""
         if after is not None:
-            marks = ", ".join(f"${11 + i}::{cast}" for i, (_, cast) in enumerate(keys))
+            marks = ", ".join(f"${10 + i}::{cast}" for i, (_, cast) in enumerate(keys))
             page = f"AND ({', '.join(k for k, _ in keys)}) {'<' if direction == 'DESC' else '>'} ({marks})"
         rows = await self.pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self.s}.memories
@@ -408,9 +408,9 @@ class MemoryStore(ReadModel):
                   AND ($7::timestamptz IS NULL OR created_at >= $7)
                   AND ($8::timestamptz IS NULL OR created_at < $8)
                   AND ($9::text IS NULL OR ($9 = 'extracted') = (provenance IS NOT NULL))
-                  AND $10::bool {page}
+                  {page}
                 ORDER BY {order} LIMIT $5""",
-            tenant, project, category, pattern, limit, list(statuses), created_from, created_before, source, True,
+            tenant, project, category, pattern, limit, list(statuses), created_from, created_before, source,
             *(after or ()),
         )
         return [_view(r) for r in rows]
