@@ -10,7 +10,8 @@ downloaded), against a running stack, every step checked through the REST API as
   created (shown once, restricted as asked) and revoked, a revoked sign-in sent back to the form;
   every view in a narrow window (no sideways scrolling) and in the dark theme;
 - signed in with OAuth: authorization code + PKCE as a public client of the auth service, the code
-  gone from the address bar, a token without the admin scope (the keys view says so).
+  gone from the address bar, a token without the admin scope: the keys view manages the user's own
+  keys (keys:manage), at most the token's scopes.
 
 Screenshots go to ENGRAM_SCREENSHOTS_DIR when set, else to the test's temporary folder.
 """
@@ -361,7 +362,7 @@ async def test_signed_in_with_oauth(running, console_data: ConsoleData, tmp_path
         await page.wait_for_selector("#username", timeout=60_000)
         query = dict(httpx.URL(asked[0]).params)
         assert query["code_challenge_method"] == "S256" and query["redirect_uri"] == running.base_url + "/console"
-        assert set(query["scope"].split()) == {"memory:read", "memory:write", "memory:maintenance"}
+        assert set(query["scope"].split()) == {"memory:read", "memory:write", "memory:maintenance", "keys:manage"}
         await page.fill("#username", running.username)
         await page.fill("#password", running.password)
         await page.click("button[type=submit]")
@@ -375,10 +376,26 @@ async def test_signed_in_with_oauth(running, console_data: ConsoleData, tmp_path
         who = httpx.get(running.base_url + "/v1/whoami", headers=auth(token), timeout=60).json()
         assert who["user_id"] == running.user_id and "memory:write" in who["scopes"] and "admin" not in who["scopes"]
         assert console_data.project in await page.inner_text("#project-list")
+        # no admin scope: the user's own keys (keys:manage, /v1/me/keys), at most the token's scopes
         await _go(page, "#/keys")
-        assert "admin scope" in await page.inner_text("#view")
-        assert await page.locator("#create-key").count() == 0
+        offered = await page.eval_on_selector_all("#create-key input[type=checkbox]", "bs => bs.map(b => b.value)")
+        assert offered == ["memory:read", "memory:write", "memory:maintenance"], offered
+        await page.fill("#create-key input[type=text] >> nth=0", "phone")
+        await page.uncheck("#create-key input[value='memory:write']")
+        before = await _rendered(page)
+        await page.click("#create-key button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        secret = await page.input_value("#new-key-secret")
+        phone = httpx.get(running.base_url + "/v1/whoami", headers=auth(secret), timeout=60).json()
+        assert (phone["user_id"], phone["scopes"]) == (running.user_id, ["memory:read"]), phone
         await page.screenshot(path=str(shots / "console-oauth-dark.png"), full_page=True)
+        revoke = page.locator(f"#key-list tr[data-id='{phone['key_id']}'] button.revoke")
+        await revoke.click()
+        await page.wait_for_selector(f"#key-list tr[data-id='{phone['key_id']}'] button.revoke[data-confirm='1']")
+        before = await _rendered(page)
+        await revoke.click()
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert httpx.get(running.base_url + "/v1/whoami", headers=auth(secret), timeout=60).status_code == 401
         await page.click("#signout")
         await page.wait_for_selector("#signin:not([hidden])")
         assert await page.evaluate("sessionStorage.getItem('engram.console.token')") is None

@@ -7,13 +7,14 @@
 
 const TOKEN = 'engram.console.token', THEME = 'engram.console.theme';
 const OAUTH = 'engram.console.oauth', CLIENT = 'engram.console.client';
-const OAUTH_SCOPES = 'memory:read memory:write memory:maintenance';
+const OAUTH_SCOPES = 'memory:read memory:write memory:maintenance keys:manage';
 const LIST_LIMIT = 100;            // the REST list's and recall's most (MAX_RECALL_LIMIT)
 const BULK_BATCH = 100;            // memories per POST /v1/memories/bulk when importing
 const BULK_FORGET = 100;           // ids per POST /v1/memories/forget/bulk (MAX_BULK_FORGET)
 const CATEGORIES = ['user_profile', 'preference', 'personality', 'goal', 'skill', 'relationship', 'emotional_pattern',
   'conversation_style'];
-const SCOPES = ['memory:read', 'memory:write', 'memory:maintenance', 'memory:act-as', 'admin'];
+const SCOPES = ['memory:read', 'memory:write', 'memory:maintenance', 'keys:manage', 'memory:act-as', 'admin'];
+const OWN_KEY_SCOPES = ['memory:read', 'memory:write', 'memory:maintenance'];  // what a key of one's own may hold
 const MODES = ['auto', 'agent', 'handoff'];
 
 const $ = (id) => document.getElementById(id);
@@ -852,16 +853,20 @@ async function viewUsers(root) {
 async function viewKeys(root, _args, query) {
   const asked = query && query.get('user');
   const title = h('h1', {}, asked && state.who && asked !== state.who.user_id ? `API keys of ${asked}` : 'API keys');
-  if (!can('admin')) {
-    fill(root, title, needs('admin', 'Managing API keys'),
-      h('p', { class: 'muted' }, 'Keys are made by the install operator: sign in here with an admin key, or run ', h('code', {}, 'engram keys create'), '. OAuth sign-in never carries the admin scope.'));
+  // an admin manages every user's keys (/v1/keys); anyone with keys:manage their own (/v1/me/keys)
+  const admin = can('admin');
+  if (!admin && !can('keys:manage')) {
+    fill(root, title, needs('keys:manage', 'Managing your API keys'),
+      h('p', { class: 'muted' }, 'Sign in again (OAuth asks for it) or with a key that holds keys:manage; the install operator manages every user\'s keys with an admin key or ', h('code', {}, 'engram keys create'), '.'));
     return;
   }
-  const user = (query && query.get('user')) || state.who.user_id;
+  const user = (admin && query && query.get('user')) || state.who.user_id;
   const userName = user === state.who.user_id ? (state.who.user_name || user) : user;
-  const keys = (await api('GET', '/v1/keys', { query: { user_id: user } })).keys;
+  const base = admin ? '/v1/keys' : '/v1/me/keys';
+  const keys = (await api('GET', base, { query: admin ? { user_id: user } : {} })).keys;
   const name = h('input', { type: 'text', maxlength: 200, required: true, value: 'console key' });
-  const boxes = SCOPES.map((s) => h('input', { type: 'checkbox', value: s, checked: s === 'memory:read' || s === 'memory:write', id: uid('scope') }));
+  const offered = admin ? SCOPES : OWN_KEY_SCOPES.filter((s) => can(s));  // (a key of one's own: at most one's own scopes)
+  const boxes = offered.map((s) => h('input', { type: 'checkbox', value: s, checked: s === 'memory:read' || s === 'memory:write', id: uid('scope') }));
   const project = h('input', { type: 'text', pattern: '[A-Za-z0-9_.:\\-]{1,128}', placeholder: 'any project', list: 'project-names' });
   const days = h('input', { type: 'number', min: 1, max: 3650, placeholder: 'never' });
   const out = h('div', { id: 'key-out', role: 'status' });
@@ -870,10 +875,10 @@ async function viewKeys(root, _args, query) {
     const scopes = boxes.filter((b) => b.checked).map((b) => b.value);
     if (!scopes.length) { fill(out, h('p', { class: 'error' }, 'Choose at least one scope.')); return; }
     if (project.value && scopes.includes('admin')) { fill(out, h('p', { class: 'error' }, 'An admin key cannot be restricted to a project.')); return; }
-    const body = { user_id: user, name: name.value.trim() || 'console key', scopes, project: project.value.trim() || null,
-      expires_in_days: days.value ? Number(days.value) : null };
+    const body = { ...(admin ? { user_id: user } : {}), name: name.value.trim() || 'console key', scopes,
+      project: project.value.trim() || null, expires_in_days: days.value ? Number(days.value) : null };
     try {
-      const made = await api('POST', '/v1/keys', { body, key: idem() });
+      const made = await api('POST', base, { body, key: idem() });
       await route();
       const secret = h('input', { type: 'text', readonly: true, value: made.key, id: 'new-key-secret', class: 'secret' });
       fill($('key-out'), h('div', { class: 'once', role: 'alert' }, h('p', {}, h('strong', {}, `Key “${made.view.name}” made.`), ' Copy it now: it is shown this once.'),
@@ -896,14 +901,15 @@ async function viewKeys(root, _args, query) {
       const b = e.currentTarget;
       if (b.dataset.confirm !== '1') { b.dataset.confirm = '1'; b.textContent = 'Really revoke?'; return; }
       b.disabled = true;
-      try { await api('DELETE', `/v1/keys/${encodeURIComponent(k.key_id)}`, { key: idem() }); await route(); notice(`Revoked “${k.name}”.`, 'ok'); }
+      try { await api('DELETE', `${base}/${encodeURIComponent(k.key_id)}`, { key: idem() }); await route(); notice(`Revoked “${k.name}”.`, 'ok'); }
       catch (err) { failed(err); b.disabled = false; }
     } }, 'Revoke'))));
   fill(root, title, create, h('section', { class: 'card', 'aria-labelledby': 'keys-title' }, h('h2', { id: 'keys-title' }, `Keys of ${state.who.user_name || user}`),
     rows.length ? h('div', { class: 'table-wrap' }, h('table', { class: 'rows', id: 'key-list' },
       h('thead', {}, h('tr', {}, ...['Name', 'Prefix', 'Scopes', 'Project', 'Created', 'Last used', 'State', ''].map((t) => h('th', { scope: 'col' }, t)))), h('tbody', {}, ...rows)))
       : h('p', { class: 'empty' }, 'No key yet.')),
-  h('p', { class: 'muted small' }, 'Users and other users\' keys: the REST API lists keys by user id but has no list of users yet.'));
+  h('p', { class: 'muted small' }, admin ? 'Other users\' keys: open Users and follow a user\'s Keys link.'
+    : 'Your own keys (keys:manage): a key made here gets at most the scopes of this sign-in, and its project when this sign-in is restricted to one.'));
 }
 
 // ---- export / import --------------------------------------------------------------------------
