@@ -549,6 +549,10 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         await _go(page, f"#/memory/{project}/{bruno_id}")
         button = page.locator("#versions li button.unmerge")
         assert await button.count() == 1
+        # every saying listed, as the history's sayings say (the second in its own words)
+        sayings = h.get(f"/v1/memories/{bruno_id}/history").json()["sayings"]
+        assert len(sayings) == 2 and await page.inner_text("#said-title") == "Said 2 times"
+        assert await page.locator("#sayings li").count() == 2
         await page.screenshot(path=str(shots / "console-memory-merged.png"), full_page=True)
         before = await _rendered(page)
         await button.click()

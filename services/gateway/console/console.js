@@ -507,6 +507,15 @@ async function viewMemory(root, args) {
       `the daily log${prov.provenance.log_date ? ` of ${prov.provenance.log_date}` : ''}`),
     prov.provenance.turns && prov.provenance.turns.length ? `, turn${prov.provenance.turns.length > 1 ? 's' : ''} ${prov.provenance.turns.map((t) => t + 1).join(', ')}` : '',
     ` (extraction run ${prov.provenance.task_id}).`)) : null;
+  // every time the fact was said (a merged memory's sayings), each with the log and turns it came from
+  const sayings = historyData.sayings || [];
+  const said = sayings.length > 1 ? h('section', { class: 'card', 'aria-labelledby': 'said-title' },
+    h('h2', { id: 'said-title' }, `Said ${sayings.length} times`),
+    h('ol', { class: 'sayings', id: 'sayings' }, ...sayings.map((x) => h('li', {},
+      h('span', { class: 'muted small' }, `${when(x.said_at)} · ${x.source}`), ' ',
+      x.provenance ? h('a', { href: logHref(x.provenance.log_id, x.provenance.turns), class: 'saying-log' },
+        `daily log${x.provenance.log_date ? ` of ${x.provenance.log_date}` : ''}`) : null,
+      x.content ? h('q', { class: 'saying-words' }, x.content) : null)))) : null;
 
   // versions, newest first, and a diff between any two
   // a merge (the same fact said again) can be undone: that saying becomes a memory of its own again
@@ -538,6 +547,7 @@ async function viewMemory(root, args) {
   if (current && current.supersedes && current.supersedes.length) sections.push(replacedList(current, related));
   if (current && !forgotten && !superseded && can('memory:write') && state.routes && state.routes.has('/v1/memories/{memory_id}/pin')) sections.push(pinForm(current));
   if (provenance) sections.push(provenance);
+  if (said) sections.push(said);
   sections.push(h('section', { class: 'card', 'aria-labelledby': 'ver-title' }, h('h2', { id: 'ver-title' }, `Versions (${numbers.length})`),
     numbers.length > 1 ? h('div', { class: 'filters' }, field('Compare', from), field('with', to)) : null, numbers.length > 1 ? diffOut : null, list));
   if (!forgotten && can('memory:write')) sections.push(editForm(id, project, last), forgetForm(id, project));
