@@ -393,6 +393,29 @@ class UnmergeMemoryResult(BaseModel):
     message: str
 
 
+class MoveMemory(BaseModel):
+    """Move a memory to another project of the same user: it becomes a memory of that project (its
+    words, fields, sayings, pin and when it was said go with it; a keyed memory keeps its key there)
+    and the one left behind is forgotten with a reason naming the new one. A relation to memories of
+    the old project (what it superseded, open conflicts) stays behind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Project
+    memory_id: UUID
+    to_project: str = Field(pattern=PROJECT_PATTERN, description="the project it moves to")
+    client: str | None = Field(None, min_length=1, max_length=MAX_CLIENT_CHARS, pattern=TEXT_PATTERN,
+                               description=_CLIENT_DESCRIPTION)
+
+
+class MoveMemoryResult(BaseModel):
+    moved: bool = Field(description="false when it had been moved there already (the same answer again)")
+    memory_id: UUID = Field(description="the memory in its new project")
+    moved_from: UUID = Field(description="the memory left behind (forgotten)")
+    project: str = Field(description="the project it is in now")
+    message: str
+
+
 class MergeMemory(BaseModel):
     """Merge two memories that say the same fact: ``memory_id`` becomes one more saying of ``into``
     (its words, when and where it was said, and the sayings merged into it before), and is forgotten
@@ -825,6 +848,7 @@ for _name, _model, _result in (
     ("pin_memory", PinMemory, SaveMemoryResult),
     ("unmerge_memory", UnmergeMemory, UnmergeMemoryResult),
     ("merge_memory", MergeMemory, MergeMemoryResult),
+    ("move_memory", MoveMemory, MoveMemoryResult),
 ):
     command(MEMORY, _name, result=_result)(_model)
 for _name, _model, _result in (

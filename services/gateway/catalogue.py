@@ -68,6 +68,7 @@ from contracts.memory import (
     ListProjects,
     MemoryHistoryQuery,
     MergeMemory,
+    MoveMemory,
     PinMemory,
     Recall,
     RecallMemory,
@@ -409,6 +410,15 @@ OPERATIONS += (
                                    "into": "The id of the memory that stays.",
                                    "reason": "Why they are the same fact (kept in the duplicate's history)."},
         rest=Rest("POST", "/memories/{memory_id}/merge", "merge_memory", "Merge a memory into another", tags=()),
+    ),
+    Operation(
+        MoveMemory, "move_memory", "Move a memory to another project", WRITE, Scope.MEMORY_WRITE, ASSISTANT,
+        """Move a memory to another project: it becomes a memory of to_project (its words, fields, how often and
+        when it was said, and its pin go with it; a keyed memory keeps its key there) and the one left behind is
+        forgotten with a reason naming the new one, which the answer gives. A credential restricted to a project
+        moves nothing out of it.""",
+        ProjectRule.WRITE, params={"memory_id": "The memory's id.", "to_project": "The project it moves to."},
+        rest=Rest("POST", "/memories/{memory_id}/move", "move_memory", "Move a memory to another project", tags=()),
     ),
     Operation(
         GetMemory, "get_memory", "Read a memory", READ, Scope.MEMORY_READ, ASSISTANT,

@@ -135,6 +135,48 @@ async def test_bulk_forget_of_the_selected(running, listed: dict[str, Any], tmp_
     h.close()
 
 
+@chromium_only
+async def test_memories_moved_to_another_project(running, listed: dict[str, Any], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two selected rows moved at once, and one from its own page (POST /v1/memories/{id}/move): each
+    arrives in the other project (REST lists it there) and the one left behind is forgotten naming it."""
+    shots = screenshots(tmp_path)
+    run = uuid.uuid4().hex[:6]
+    project, target = f"clm-{run}", f"clm-to-{run}"
+    h = httpx.Client(base_url=running.base_url, headers=auth(listed["key"]), timeout=60)
+    ids = [h.post("/v1/memories", json={"content": f"Moving box {i} ({run})", "project": project}).json()["memory_id"]
+           for i in range(3)]
+    async with browser() as chromium:
+        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(running.base_url + "/console")
+        await page.wait_for_selector("#signin:not([hidden])")
+        await page.fill("#key", listed["key"])
+        await page.press("#key", "Enter")
+        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+        await _go(page, f"#/memories?project={project}&sort=oldest")
+        for memory_id in ids[:2]:
+            await page.check(f"tr[data-id='{memory_id}'] td.pick input")
+        await page.fill("#bulk-move-to", target)
+        await page.screenshot(path=str(shots / "console-bulk-move.png"), full_page=True)
+        await page.click("#bulk-move button[type=submit]")
+        await page.wait_for_function(f"() => !document.querySelector(\"tr[data-id='{ids[0]}']\") && "
+                                     f"document.querySelector(\"tr[data-id='{ids[2]}']\") && engramConsole.busy === 0")
+        assert await _rows(page) == ids[2:]
+        await _go(page, f"#/memory/{project}/{ids[2]}")
+        await page.fill("#move-memory-to", target)
+        await page.click("#move-memory button[type=submit]")
+        await page.wait_for_function(f"() => location.hash.includes('{target}') && engramConsole.busy === 0")
+        moved = h.get("/v1/memories", params={"project": target, "sort": "oldest"}).json()["memories"]
+        assert [m["content"] for m in moved] == [f"Moving box {i} ({run})" for i in range(3)], moved
+        assert h.get("/v1/memories", params={"project": project}).json()["memories"] == []
+        left = h.get(f"/v1/memories/{ids[0]}/history").json()["versions"][-1]
+        assert left["status"] == "forgotten" and target in left["forget_reason"], left
+        assert not errors, errors
+    h.close()
+
+
 @pytest.fixture
 def log_days(running) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     run = uuid.uuid4().hex[:6]

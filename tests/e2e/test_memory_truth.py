@@ -361,3 +361,60 @@ async def test_two_memories_of_one_fact_are_merged_by_an_agent_and_the_merge_und
         assert undone["unmerged"] and undone["repeats"] == 1, undone
         split = await call(client, "get_memory", memory_id=undone["split_id"])
         assert split["content"] == "Klimmhalle is my bouldering gym" and split["status"] == "active", split
+
+
+async def test_a_memory_moves_to_another_project_with_its_sayings_and_key(running) -> None:  # type: ignore[no-untyped-def]
+    """move_memory (MCP) and POST /v1/memories/{id}/move: the memory arrives in the other project with
+    its sayings (×2) and its key (found by key there), the one left behind is forgotten naming it; the
+    same request again moves nothing; a key restricted to a project moves nothing out of it (403
+    naming to_project), another user reaches nothing (404), a move into its own project or onto a key
+    held there is a conflict (409)."""
+    home, work = "move-home-" + uuid.uuid4().hex[:6], "move-work-" + uuid.uuid4().hex[:6]
+    elsewhere = await key_for_another_project(running)
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        tea = h.post("/memories", headers=auth(running.key), json={
+            "content": "I drink green tea every morning", "project": home}).json()
+        again = h.post("/memories", headers=auth(running.key), json={
+            "content": "Actually, I really drink green tea every morning", "project": home}).json()
+        assert again["merged"] and again["memory_id"] == tea["memory_id"], (again, tea)
+    async with session(running) as client:
+        city = await call(client, "save_memory", category="user_profile", content="I live in Porto",
+                          memory_key="profile.city", containerTag=home)
+        await call(client, "save_memory", category="user_profile", content="I live in Braga",
+                   memory_key="profile.city", containerTag=work)
+
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        url = f"/memories/{tea['memory_id']}/move"
+        own = h.post(url, headers=auth(running.key), json={"to_project": home})
+        assert own.status_code == 409 and own.json()["error"]["field"] == "to_project", own.text
+        stranger = h.post(url, headers=auth(running.other_key), json={"to_project": work})
+        assert stranger.status_code == 404, stranger.text
+        restricted = h.post(url, headers=auth(elsewhere), json={"to_project": work})
+        assert restricted.status_code == 404, restricted.text  # (its project is not the memory's: not found)
+        inside = h.post("/memories", headers=auth(elsewhere), json={"content": "I keep bees on the roof"}).json()
+        out = h.post(f"/memories/{inside['memory_id']}/move", headers=auth(elsewhere), json={"to_project": work})
+        assert out.status_code == 403 and out.json()["error"]["field"] == "to_project", out.text
+        keyed = h.post(f"/memories/{city['memory_id']}/move", headers=auth(running.key), json={"to_project": work})
+        assert keyed.status_code == 409 and keyed.json()["error"]["field"] == "to_project", keyed.text
+        nowhere = h.post(url, headers=auth(running.key), json={"to_project": "bad project!"})
+        assert nowhere.status_code == 422 and "to_project" in nowhere.text, nowhere.text
+
+    async with session(running) as client:
+        moved = await call(client, "move_memory", memory_id=tea["memory_id"], to_project=work, containerTag=home)
+        assert moved["moved"] and moved["project"] == work and moved["moved_from"] == tea["memory_id"], moved
+        arrived = await call(client, "get_memory", memory_id=moved["memory_id"])
+        assert (arrived["project"], arrived["repeats"], arrived["status"]) == (work, 2, "active"), arrived
+        left = await call(client, "get_memory_history", memory_id=tea["memory_id"])
+        assert left["versions"][-1]["status"] == "forgotten" and moved["memory_id"] in left["versions"][-1]["forget_reason"]
+        twice = await call(client, "move_memory", memory_id=tea["memory_id"], to_project=work, containerTag=home)
+        assert not twice["moved"] and twice["memory_id"] == moved["memory_id"], twice
+        found = await recall(client, "what does the user drink in the morning", work)
+        assert "green tea" in hits_of(found)[0], found
+        assert not any("green tea" in h for h in hits_of(await recall(client, "what does the user drink", home)))
+
+        # a keyed memory keeps its key in its new project
+        town = await call(client, "save_memory", category="user_profile", content="My hometown is Guimaraes",
+                          memory_key="profile.hometown", containerTag=home)
+        hop = await call(client, "move_memory", memory_id=town["memory_id"], to_project=work, containerTag=home)
+        there = await call(client, "get_memory_by_key", memory_key="profile.hometown", containerTag=work)
+        assert there["memory"]["id"] == hop["memory_id"] and there["memory"]["content"] == "My hometown is Guimaraes"

@@ -379,6 +379,21 @@ function renderMemoryList(list, rows, scores, query, next) {
         await route();
         notice(errors.length ? `Forgot ${forgotten} of ${n}: ${errors[0]}` : `Forgot ${n} memories.`, errors.length ? 'error' : 'ok');
       } }, `Forget ${n}`) : null,
+      canMove() ? moveControls('bulk-move', async (to, out) => {
+        // POST /v1/memories/{id}/move, one by one (each with its own Idempotency-Key: a retry moves nothing twice)
+        const picked = chosen();
+        const progress = h('progress', { max: picked.length, value: 0, 'aria-label': 'Moving' });
+        out.append(progress);
+        const errors = [];
+        for (const m of picked) {
+          try { await api('POST', `/v1/memories/${encodeURIComponent(m.id)}/move`, { body: { project: m.project, to_project: to }, key: idem() }); }
+          catch (err) { errors.push(err.message); if (err.status === 401) return; }
+          progress.value += 1;
+        }
+        state.selected.clear();
+        await route();
+        notice(errors.length ? `Moved ${picked.length - errors.length} of ${picked.length}: ${errors[0]}` : `Moved ${picked.length} to ${to}.`, errors.length ? 'error' : 'ok');
+      }) : null,
       h('button', { type: 'button', id: 'bulk-export', onclick: () => download(chosen().map((m) => JSON.stringify(m)).join('\n') + '\n',
         `engram-memories-${n}.jsonl`, 'application/x-ndjson') }, 'Export selected (JSONL)'),
       h('button', { type: 'button', class: 'link', onclick: () => { state.selected.clear(); renderRows(); renderBulk(); } }, 'Clear selection'));
@@ -550,9 +565,18 @@ async function viewMemory(root, args) {
   if (said) sections.push(said);
   sections.push(h('section', { class: 'card', 'aria-labelledby': 'ver-title' }, h('h2', { id: 'ver-title' }, `Versions (${numbers.length})`),
     numbers.length > 1 ? h('div', { class: 'filters' }, field('Compare', from), field('with', to)) : null, numbers.length > 1 ? diffOut : null, list));
+  if (current && !forgotten && !superseded && canMove()) {
+    sections.push(h('section', { class: 'card', 'aria-labelledby': 'move-title' }, h('h2', { id: 'move-title' }, 'Move to another project'),
+      h('p', { class: 'muted small' }, 'It becomes a memory of that project (its words, sayings and pin go with it); this one is forgotten, naming it.'),
+      moveControls('move-memory', async (to) => {
+        const result = await api('POST', `/v1/memories/${encodeURIComponent(id)}/move`, { body: { project, to_project: to }, key: idem() });
+        location.hash = `#/memory/${encodeURIComponent(result.project)}/${encodeURIComponent(result.memory_id)}`;
+        notice(result.message, 'ok');
+      })));
+  }
   if (!forgotten && can('memory:write')) sections.push(editForm(id, project, last), forgetForm(id, project));
   else if (!forgotten) sections.push(needs('memory:write', 'Editing or forgetting'));
-  sections.push(h('p', { class: 'muted small' }, 'Relations other than supersession, and moving to another project, are not offered by the REST API yet.'));
+  sections.push(h('p', { class: 'muted small' }, 'Relations other than supersession are not offered by the REST API yet.'));
   fill(root, ...sections);
 }
 // what the truth rules say about a memory: superseded, said N times, pinned, expires on …
@@ -653,6 +677,23 @@ function forgetForm(id, project) {
     } catch (err) { failed(err, out); button.disabled = false; }
   } }, h('h2', { id: 'forget-title' }, 'Forget'), h('p', { class: 'muted small' }, 'Recall stops returning it; its history keeps every version.'),
     field('Reason', reason), h('div', { class: 'actions' }, button), out);
+  return form;
+}
+
+// ---- moving memories to another project (POST /v1/memories/{id}/move) --------------------------
+const canMove = () => can('memory:write') && !state.restricted && state.routes && state.routes.has('/v1/memories/{memory_id}/move');
+function moveControls(id, run) {
+  const to = h('input', { type: 'text', pattern: '[A-Za-z0-9_.:\\-]{1,128}', required: true, placeholder: 'project', list: `${id}-projects`, id: `${id}-to` });
+  const out = h('span', { role: 'status' });
+  const form = h('form', { class: 'move', id, 'aria-label': 'Move to project', onsubmit: async (e) => {
+    e.preventDefault();
+    const target = to.value.trim();
+    if (!target) return;
+    const button = form.querySelector('button');
+    button.disabled = true;
+    try { await run(target, out); } catch (err) { failed(err, out); } finally { button.disabled = false; }
+  } }, field('Move to project', to), h('datalist', { id: `${id}-projects` }, ...state.projects.map((p) => new Option(p.project, p.project))),
+    h('button', { type: 'submit' }, 'Move'), out);
   return form;
 }
 

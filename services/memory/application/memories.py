@@ -44,6 +44,8 @@ from contracts.memory import (
     MemoryView,
     MergeMemory,
     MergeMemoryResult,
+    MoveMemory,
+    MoveMemoryResult,
     PinMemory,
     Profile,
     ProjectList,
@@ -655,6 +657,58 @@ class Memories:
             message=(f"Merged: memory {cmd.memory_id} is now a saying of memory {cmd.into}, which counts {repeats} "
                      f"saying{'s' if repeats != 1 else ''} (unmerge_memory on its version {holder.version} undoes it)."
                      if merged else f"Memory {cmd.memory_id} had been merged into memory {cmd.into} already."))
+
+    async def move(self, call: CommandCall, cmd: MoveMemory) -> MoveMemoryResult:
+        """Move a memory to another project (:func:`model.moved`): the new one first (its identity
+        derived from the old one, or its key there: a retry appends nothing), then the old one
+        forgotten naming it; the outcome is recorded after both."""
+        src = await visible(self.store, call, cmd.memory_id, "memory_id")
+        call.require_project(cmd.to_project, "to_project")
+        if src.project == cmd.to_project:
+            raise Conflict(f"memory {src.id} is in project {src.project} already", "to_project")
+        now = self.clock()
+        target = model.moved(src, cmd.to_project, now)
+        if src.status is MemoryStatus.ACTIVE:
+            same = await self.store.find_active_by_hash(call.tenant, cmd.to_project, model.content_hash(src.content))
+            if same is not None and same.id != target.id:
+                raise Conflict(f"project {cmd.to_project} holds the same memory already ({same.id}): forget this "
+                               "one instead", "to_project")
+
+        def arrive(loaded: Loaded) -> Write[bool] | Answer[bool]:
+            there = model.state_of(loaded[0]) if loaded is not None else None
+            if there is not None and there.status is MemoryStatus.ACTIVE:
+                if there.content == src.content:
+                    return Answer(False)  # (it arrived already: a retry, or the same request again)
+                raise Conflict(f"project {cmd.to_project} has a memory with memory_key {src.memory_key} already "
+                               f"({there.id}): update or forget that one instead", "to_project")
+            if src.status is not MemoryStatus.ACTIVE:
+                raise Conflict(f"memory {src.id} is {src.status.value}: only a current memory is moved", "memory_id")
+            if there is None:
+                return Write(_event(call, target, MemoryEventType.SAVED), lambda _: True)
+            # its key was used there before and forgotten: a new version of that memory
+            revived = target.model_copy(update={"version": there.version + 1, "created_at": there.created_at})
+            return Write(_event(call, revived, MemoryEventType.UPDATED), lambda _: True)
+
+        arrived = await self._write(call, target.id, arrive, outcome=False)
+        reason = f"moved to project {cmd.to_project} as memory {target.id}"
+
+        def leave(loaded: Loaded) -> Write[bool] | Answer[bool]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
+            current = model.state_of(loaded[0])
+            if current.status is MemoryStatus.FORGOTTEN:
+                return Answer(False)
+            gone = model.forget(current, reason, self.clock(), cmd.client)
+            return Write(model.event_for(gone, MemoryEventType.FORGOTTEN, command_id=call.command_id,
+                                         correlation_id=call.correlation_id, now=gone.updated_at), lambda _: True)
+
+        left = await self._write(call, cmd.memory_id, leave, what=f"memory {cmd.memory_id}")
+        moved = bool(arrived or left)
+        return MoveMemoryResult(
+            moved=moved, memory_id=target.id, moved_from=src.id, project=cmd.to_project,
+            message=(f"Moved to project {cmd.to_project}: it is memory {target.id} there; the one in project "
+                     f"{src.project} is forgotten, naming it." if moved
+                     else f"It had been moved to project {cmd.to_project} already: memory {target.id}."))
 
     async def forget(self, call: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
         """Forget by id, or by content: an exact match first, then the closest memory above the

@@ -79,6 +79,24 @@ def indexed(state: MemoryState) -> bool:
     return state.status is not MemoryStatus.FORGOTTEN
 
 
+def moved_memory_id(state: MemoryState, to_project: str) -> UUID:
+    """The memory ``state`` becomes in ``to_project``: a keyed one its key's there, any other one of
+    its own (the same each time: moving it again creates nothing more)."""
+    if state.memory_key:
+        return keyed_memory_id(state.tenant, to_project, state.memory_key)
+    return uuid5(_NS, f"moved:{state.id}:{to_project}")
+
+
+def moved(state: MemoryState, to_project: str, now: datetime) -> MemoryState:
+    """``state`` as the first version of a memory of ``to_project``: the same words, fields, sayings,
+    pin and moment it was said; no relation to the old project's memories."""
+    return state.model_copy(update={
+        "id": moved_memory_id(state, to_project), "project": to_project, "version": 1, "status": MemoryStatus.ACTIVE,
+        "created_at": now, "updated_at": now, "valid_from": state.valid_from or state.created_at,
+        "valid_until": None, "superseded_by": None, "supersedes": [], "conflicts": [], "forget_reason": None,
+    })
+
+
 def keyed_memory_id(tenant: str, project: str, memory_key: str) -> UUID:
     """A keyed memory's identity is its key: every save of one key lands on one aggregate."""
     return uuid5(_NS, f"memory-key:{tenant}:{project}:{memory_key}")
