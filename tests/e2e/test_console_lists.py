@@ -43,6 +43,21 @@ def listed(running) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     return {"key": key, "project": project, "ids": ids}
 
 
+async def _signed_in_by_key(chromium: Any, running: Any, key: str, height: int = 800) -> tuple[Any, list[str]]:
+    """A light window signed in with ``key`` (typed, then Enter), its first view drawn; the page
+    errors it will collect."""
+    context = await chromium.new_context(viewport={"width": 1200, "height": height}, color_scheme="light")
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await page.goto(running.base_url + "/console")
+    await page.wait_for_selector("#signin:not([hidden])")
+    await page.fill("#key", key)
+    await page.press("#key", "Enter")
+    await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+    return page, errors
+
+
 async def _rows(page: Any) -> list[str]:
     return await page.eval_on_selector_all("table.memories tbody tr", "rs => rs.map(r => r.dataset.id)")  # type: ignore[no-any-return]
 
@@ -53,15 +68,7 @@ async def test_sort_pages_dates_and_source(running, listed: dict[str, Any], tmp_
     project, ids = listed["project"], listed["ids"]
     h = httpx.Client(base_url=running.base_url, headers=auth(listed["key"]), timeout=60)
     async with browser() as chromium:
-        context = await chromium.new_context(viewport={"width": 1200, "height": 900}, color_scheme="light")
-        page = await context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        await page.goto(running.base_url + "/console")
-        await page.wait_for_selector("#signin:not([hidden])")
-        await page.fill("#key", listed["key"])
-        await page.press("#key", "Enter")
-        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+        page, errors = await _signed_in_by_key(chromium, running, listed["key"], height=900)
 
         # oldest first, two a page: Load more pages on (the REST API's cursor) until everything is shown
         await _go(page, f"#/memories?project={project}&sort=oldest&limit=2")
@@ -108,15 +115,7 @@ async def test_bulk_forget_of_the_selected(running, listed: dict[str, Any], tmp_
     ids = [h.post("/v1/memories", json={"content": f"Bulk pick {i} ({run})", "project": project}).json()["memory_id"]
            for i in range(3)]
     async with browser() as chromium:
-        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
-        page = await context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        await page.goto(running.base_url + "/console")
-        await page.wait_for_selector("#signin:not([hidden])")
-        await page.fill("#key", listed["key"])
-        await page.press("#key", "Enter")
-        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+        page, errors = await _signed_in_by_key(chromium, running, listed["key"])
         await _go(page, f"#/memories?project={project}&sort=oldest")
         for memory_id in ids[:2]:
             await page.check(f"tr[data-id='{memory_id}'] td.pick input")
@@ -146,15 +145,7 @@ async def test_memories_moved_to_another_project(running, listed: dict[str, Any]
     ids = [h.post("/v1/memories", json={"content": f"Moving box {i} ({run})", "project": project}).json()["memory_id"]
            for i in range(3)]
     async with browser() as chromium:
-        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
-        page = await context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        await page.goto(running.base_url + "/console")
-        await page.wait_for_selector("#signin:not([hidden])")
-        await page.fill("#key", listed["key"])
-        await page.press("#key", "Enter")
-        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+        page, errors = await _signed_in_by_key(chromium, running, listed["key"])
         await _go(page, f"#/memories?project={project}&sort=oldest")
         for memory_id in ids[:2]:
             await page.check(f"tr[data-id='{memory_id}'] td.pick input")
@@ -204,15 +195,7 @@ async def test_logs_by_day_and_status_and_a_logs_runs(running, log_days: dict[st
     assert h.post("/v1/extraction-tasks", json={"task_id": f"cll-{run}", "log_ids": [failing], "status": "failed",
                                                 "error": "the model answered no JSON", "project": project}).status_code == 200
     async with browser() as chromium:
-        context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
-        page = await context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        await page.goto(running.base_url + "/console")
-        await page.wait_for_selector("#signin:not([hidden])")
-        await page.fill("#key", key)
-        await page.press("#key", "Enter")
-        await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+        page, errors = await _signed_in_by_key(chromium, running, key)
         await _go(page, f"#/logs?project={project}")
         rows = await page.eval_on_selector_all("#log-list tbody tr", "rs => rs.map(r => r.dataset.id)")
         assert rows == [ids["2025-06-03"], ids["2025-06-02"], ids["2025-06-01"]]
@@ -250,19 +233,11 @@ async def test_users_for_an_admin(running, user_keys: dict[str, str], tmp_path: 
     shots = screenshots(tmp_path)
     async with browser() as chromium:
         for key, admin in ((user_keys["admin"], True), (user_keys["worker"], False)):
-            context = await chromium.new_context(viewport={"width": 1200, "height": 800}, color_scheme="light")
-            page = await context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))  # noqa: B023
-            await page.goto(running.base_url + "/console")
-            await page.wait_for_selector("#signin:not([hidden])")
-            await page.fill("#key", key)
-            await page.press("#key", "Enter")
-            await page.wait_for_function("() => engramConsole.rendered > 0 && engramConsole.busy === 0")
+            page, errors = await _signed_in_by_key(chromium, running, key)
             await _go(page, "#/users")
             if not admin:
                 assert await page.locator("#user-list").count() == 0 and "admin scope" in await page.inner_text("#view")
-                await context.close()
+                await page.context.close()
                 continue
             shown = await page.eval_on_selector_all("#user-list tbody tr", "rs => rs.map(r => r.dataset.id)")
             with httpx.Client(base_url=running.base_url, headers=auth(key), timeout=60) as h:
@@ -278,4 +253,4 @@ async def test_users_for_an_admin(running, user_keys: dict[str, str], tmp_path: 
             listed = await page.eval_on_selector_all("#key-list tbody tr", "rs => rs.map(r => r.dataset.id)")
             assert set(listed) == bobs
             assert not errors, errors
-            await context.close()
+            await page.context.close()

@@ -640,23 +640,30 @@ class Memories:
         reason = (cmd.reason or "")[:900]
         reason = f"merged into memory {cmd.into}" + (f": {reason}" if reason else "")
 
-        def leave(loaded: Loaded) -> Write[bool] | Answer[bool]:
-            if loaded is None:
-                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
-            current = model.state_of(loaded[0])
-            if current.status is MemoryStatus.FORGOTTEN:
-                return Answer(False)
-            gone = model.forget(current, reason, self.clock(), cmd.client)
-            return Write(model.event_for(gone, MemoryEventType.FORGOTTEN, command_id=call.command_id,
-                                         correlation_id=call.correlation_id, now=gone.updated_at), lambda _: True)
-
-        merged = await self._write(call, cmd.memory_id, leave, what=f"memory {cmd.memory_id}")
+        merged = await self._left_behind(call, cmd.memory_id, reason, cmd.client)
         repeats = holder.repeats
         return MergeMemoryResult(
-            merged=bool(merged), memory_id=cmd.into, merged_id=cmd.memory_id, repeats=repeats,
+            merged=merged, memory_id=cmd.into, merged_id=cmd.memory_id, repeats=repeats,
             message=(f"Merged: memory {cmd.memory_id} is now a saying of memory {cmd.into}, which counts {repeats} "
                      f"saying{'s' if repeats != 1 else ''} (unmerge_memory on its version {holder.version} undoes it)."
                      if merged else f"Memory {cmd.memory_id} had been merged into memory {cmd.into} already."))
+
+    async def _left_behind(self, call: CommandCall, memory_id: UUID, reason: str, client: str | None) -> bool:
+        """The memory a merge or a move leaves behind, forgotten with ``reason`` (naming where it went);
+        False when it already was (a retry, or the same request again). The command's outcome is
+        recorded with this write."""
+
+        def leave(loaded: Loaded) -> Write[bool] | Answer[bool]:
+            if loaded is None:
+                raise NotFound(f"no memory with id {memory_id}", "memory_id")
+            current = model.state_of(loaded[0])
+            if current.status is MemoryStatus.FORGOTTEN:
+                return Answer(False)
+            gone = model.forget(current, reason, self.clock(), client)
+            return Write(model.event_for(gone, MemoryEventType.FORGOTTEN, command_id=call.command_id,
+                                         correlation_id=call.correlation_id, now=gone.updated_at), lambda _: True)
+
+        return bool(await self._write(call, memory_id, leave, what=f"memory {memory_id}"))
 
     async def move(self, call: CommandCall, cmd: MoveMemory) -> MoveMemoryResult:
         """Move a memory to another project (:func:`model.moved`): the new one first (its identity
@@ -692,18 +699,8 @@ class Memories:
         arrived = await self._write(call, target.id, arrive, outcome=False)
         reason = f"moved to project {cmd.to_project} as memory {target.id}"
 
-        def leave(loaded: Loaded) -> Write[bool] | Answer[bool]:
-            if loaded is None:
-                raise NotFound(f"no memory with id {cmd.memory_id}", "memory_id")
-            current = model.state_of(loaded[0])
-            if current.status is MemoryStatus.FORGOTTEN:
-                return Answer(False)
-            gone = model.forget(current, reason, self.clock(), cmd.client)
-            return Write(model.event_for(gone, MemoryEventType.FORGOTTEN, command_id=call.command_id,
-                                         correlation_id=call.correlation_id, now=gone.updated_at), lambda _: True)
-
-        left = await self._write(call, cmd.memory_id, leave, what=f"memory {cmd.memory_id}")
-        moved = bool(arrived or left)
+        left = await self._left_behind(call, cmd.memory_id, reason, cmd.client)
+        moved = bool(arrived) or left
         return MoveMemoryResult(
             moved=moved, memory_id=target.id, moved_from=src.id, project=cmd.to_project,
             message=(f"Moved to project {cmd.to_project}: it is memory {target.id} there; the one in project "
