@@ -45,6 +45,7 @@ from common import (
     locomo,
     locomo_turns,
     log_sizes,
+    memory_schema,
     percentiles,
     process_groups,
     record,
@@ -67,15 +68,32 @@ def text(result: Any) -> str:
 
 
 def contents(n: int) -> list[str]:
+    """LoCoMo's dialogue turns, then (beyond its 5,882) each turn joined to another one, a
+    different partner every round: distinct texts that state no changed fact. (A turn with a
+    counter appended reads to the truth rules as the same statement with a changed number, so
+    each round superseded the last.)"""
     turns = [t for _, _, t in locomo_turns()]
     out, round_ = [], 0
     while len(out) < n:
-        for t in turns:
-            out.append(t if round_ == 0 else f"{t} [note {round_}]")
+        for i, t in enumerate(turns):
+            out.append(t if round_ == 0 else f"{t} {turns[(i + round_ * 1237) % len(turns)]}")
             if len(out) == n:
                 break
         round_ += 1
     return out
+
+
+async def standing_counts(database_url: str, schema: str, tenant: str) -> dict[str, int]:
+    """How many of the tenant's memories are current, superseded and forgotten after the load."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(f"SELECT status, count(*) AS n FROM {schema}.memories WHERE tenant = $1 GROUP BY status",
+                                tenant)
+    finally:
+        await conn.close()
+    return {r["status"]: r["n"] for r in rows}
 
 
 async def save_all(url: str, key: str, texts: list[str], concurrency: int) -> tuple[float, list[float]]:
@@ -302,6 +320,7 @@ def main() -> None:
         optimise_s = optimise_index(home)
         with Stack(options) as stack:
             url = stack.gateway_url + "/mcp"
+            standing = asyncio.run(standing_counts(stack.database_url, memory_schema(options), state["tenant"]))
             groups = process_groups(stack, "MCP client (this script)")
             logs = log_sizes(stack)
             cpu0 = cpu_seconds(groups)
@@ -321,7 +340,8 @@ def main() -> None:
             drop_shared_data(options)
     n_recalls = len(questions) + len(warmup)
     lines = [
-        f"memories in one tenant: {len(texts):,} (LoCoMo dialogue turns)",
+        f"memories in one tenant: {len(texts):,} saved (LoCoMo dialogue turns, then pairs of them); by status: "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(standing.items())),
         load_line,
         f"vector index optimised before measuring (as the service does once writes pause): {optimise_s:.0f} s",
         f"recall through MCP (query embedding included, includeProfile, top 10, {len(questions)} distinct "

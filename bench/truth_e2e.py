@@ -174,6 +174,54 @@ async def run(base_url: str, key: str, records: list[dict[str, Any]], logs: bool
     return out
 
 
+def statements_of(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a record says, as the runs above say it (a change's old statements and its new one; a
+    repeat's sayings; a negative's two)."""
+    return {"change": lambda: [*r["old"], r["new"]], "repeat": lambda: list(r["statements"]),
+            "negative": lambda: [r["a"], r["b"]]}[r["kind"]]()
+
+
+async def crowded(base_url: str, key: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every statement of ``records`` saved into one project, in the order they were said (one
+    user who said all of it), then every merge the memory service made: each merged memory's
+    sayings, with the records each saying's words come from. A merge is expected where the words
+    come from one repeat record; any other is a candidate false merge, and every one is printed for
+    a person to check (the records are separate facts only by construction: two records may state
+    the same thing of the same user)."""
+    said = sorted((s["at"], s["text"], r["id"], r["kind"]) for r in records for s in statements_of(r))
+    whose: dict[str, set[tuple[int, str]]] = {}
+    for _, text, rid, kind in said:
+        whose.setdefault(text, set()).add((rid, kind))
+    project = f"crowded-{int(time.time())}"
+    merges: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=base_url + "/v1", headers={"Authorization": f"Bearer {key}"},
+                                 timeout=120) as h:
+        with Progress() as progress:
+            task = progress.add_task("statements into one project", total=len(said))
+            for _, text, _, _ in said:
+                (await h.post("/memories", json={"content": text, "project": project})).raise_for_status()
+                progress.advance(task)
+        cursor: str | None = None
+        merged: list[dict[str, Any]] = []
+        while True:
+            page = (await h.get("/memories", params={"project": project, "status": "all", "limit": 100,
+                                                     **({"cursor": cursor} if cursor else {})})).json()
+            merged += [m for m in page["memories"] if m.get("repeats", 1) > 1]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        for m in merged:
+            history = (await h.get(f"/memories/{m['id']}/history")).json()
+            first = history["versions"][0]["content"] if history["versions"] else m["content"]
+            for saying in history["sayings"][1:]:
+                words = saying.get("content") or m["content"]
+                kept, joined = whose.get(first, set()), whose.get(words, set())
+                expected = any(k == "repeat" and (rid, k) in joined for rid, k in kept)
+                merges.append({"memory": m["content"], "first": first, "saying": words, "expected": expected,
+                               "records": sorted({rid for rid, _ in kept | joined})})
+    return merges
+
+
 def lines_of(result: Run, split: str, logs: bool, seconds: float) -> list[str]:
     t = result.tally
     share = {name: (t[name + ":ok"], t[name]) for name in
@@ -200,6 +248,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
     parser.add_argument("--misses", action="store_true", help="print the checks that failed")
+    parser.add_argument("--crowded", type=Path, metavar="FILE",
+                        help="instead: every statement into one project, then write every merge made to FILE "
+                        "(JSON lines) for a person to check")
     args = parser.parse_args()
     records = [r for r in load(args.split) if args.kind in (None, r["kind"])][: args.limit or None]
     options = stack_options("truth")
@@ -207,10 +258,22 @@ def main() -> None:
         with Stack(options) as stack:
             key = stack.create_key(None, "bench", ["memory:read", "memory:write", "memory:maintenance"])["key"]
             started = time.monotonic()
-            result = asyncio.run(run(stack.gateway_url, key, records, args.logs, args.concurrency))
+            if args.crowded:
+                merges = asyncio.run(crowded(stack.gateway_url, key, records))
+            else:
+                result = asyncio.run(run(stack.gateway_url, key, records, args.logs, args.concurrency))
             seconds = time.monotonic() - started
     finally:
         drop_shared_data(options)
+    if args.crowded:
+        args.crowded.write_text("".join(json.dumps(m) + "\n" for m in merges))
+        odd = [m for m in merges if not m["expected"]]
+        print(f"{sum(len(statements_of(r)) for r in records)} statements of {len(records)} records in one project "
+              f"({seconds:.0f} s): {len(merges)} merges, {len(merges) - len(odd)} within one repeat record, "
+              f"{len(odd)} others (to check by hand); all in {args.crowded}")
+        for m in odd:
+            print(f"  {m['first']!r} <= {m['saying']!r} (records {m['records']})")
+        return
     lines = lines_of(result, args.split, args.logs, seconds)
     print("\n".join(lines))
     if args.misses:

@@ -44,7 +44,7 @@ from pydantic import (
 )
 
 from contracts.events import aggregate
-from contracts.memory import MAX_RECALL_LIMIT, PROJECT_PATTERN, Project
+from contracts.memory import CURSOR_PATTERN, MAX_RECALL_LIMIT, PROJECT_PATTERN, Project
 from contracts.messages import command, query
 from contracts.subjects import MEMORY
 
@@ -628,6 +628,8 @@ class ListDailyLogs(BaseModel):
     date_to: Annotated[date, BeforeValidator(_iso_only)] | None = Field(
         None, description="only logs of this day or earlier (log_date, YYYY-MM-DD)")
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
+    cursor: str | None = Field(None, pattern=CURSOR_PATTERN, description="the next page: next_cursor of the page "
+                               "before, with the same filters")
 
 
 class GetDailyLog(BaseModel):
@@ -640,6 +642,8 @@ class GetDailyLog(BaseModel):
 
 class DailyLogList(BaseModel):
     logs: list[DailyLogView]
+    next_cursor: str | None = Field(None, exclude_if=lambda v: v is None,
+                                    description="more match (list_daily_logs): pass it as cursor for the next page")
 
 
 class DailyLogLookup(BaseModel):

@@ -9,7 +9,7 @@ Replies (command outcomes and query answers) share one shape.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,6 +42,10 @@ class EventEnvelope(BaseModel):
     correlation_id: str
     causation_id: str
     data: dict[str, Any]
+    origin: Literal["import"] | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="import: appended by an import of an Engram export (the record as it was exported), "
+        "not written by a command of this install; absent otherwise")
 
 
 class CommandEnvelope(BaseModel):

@@ -118,6 +118,10 @@ class Event(Generic[S]):
     def causation_id(self) -> str:
         return self.envelope.causation_id
 
+    @property
+    def origin(self) -> str | None:
+        return self.envelope.origin
+
     def __repr__(self) -> str:  # (the envelope's repr, with the typed data)
         return f"Event({self.aggregate}/{self.aggregate_id} {self.type}, data={self.data!r})"
 

@@ -152,6 +152,14 @@ class MemorySource(BaseModel):
                                 exclude_if=_none)
 
 
+#: ``MemoryState.source`` of the memories ``engram import`` saves from another system's export
+IMPORTED_SOURCES: tuple[str, ...] = ("mem0", "supermemory", "chat")
+#: Where a memory came from, as a person filters it: ``imported`` (restored from an Engram export, or
+#: saved from a mem0, Supermemory or chat export), ``extracted`` (learnt here from a daily log: it has
+#: provenance), ``saved`` (written here by a save: MCP, REST, a bulk save).
+Origin = Literal["saved", "extracted", "imported"]
+
+
 class MemoryState(BaseModel):
     """A memory as it stands after an event: the `data` of every memory event. The fields after
     ``client`` (issue 30: supersession, merge, decay) are absent from older events and from a
@@ -560,10 +568,10 @@ class RecallMemory(BaseModel):
                                  "or date-time, UTC unless an offset is given)")
     created_to: MomentEnd = Field(None, description="only memories created up to this moment: a date alone is "
                                   "through that day's end, a date-time through that instant")
-    source: Literal["saved", "extracted"] | None = Field(
-        None, description="saved: written by a save (MCP, REST, a bulk save or an import); extracted: learnt "
-        "from a daily log (it has provenance). An import keeps each memory's own source and provenance, so "
-        "imported memories are not a source of their own")
+    source: Origin | None = Field(
+        None, description="saved: written here by a save (MCP, REST, a bulk save); extracted: learnt here from "
+        "a daily log (it has provenance); imported: restored from an Engram export or saved from a mem0, "
+        "Supermemory or chat export by `engram import` (each memory is one of the three: its origin)")
     sort: ListSort = Field("importance", description="importance (default: most important first, then the most "
                            "recently changed), newest or oldest (by when it was created)")
     cursor: str | None = Field(None, pattern=CURSOR_PATTERN, description="the next page: next_cursor of the "
@@ -627,6 +635,8 @@ class MemoryView(BaseModel):
     repeats: int = Field(1, description="how many times this fact was said (merged sayings)")
     pinned: bool = False
     forget_after: datetime | None = None
+    origin: Origin | None = Field(None, description="where it came from: saved here, extracted here from a daily "
+                                  "log, or imported (in lists of memories; absent from recall hits)")
     changed_since: MemoryRelation | None = Field(
         None, description="in an answer as of a past moment: what replaced this since (a newer version of it: "
         "newer_version, or the memory that superseded it: superseded_by); absent when it still stands as shown")

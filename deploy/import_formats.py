@@ -30,11 +30,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from contracts.daily_logs import MAX_TURN_CHARS, MAX_TURNS, SaveDailyLog, Turn
-from contracts.memory import MAX_CONTEXT_CHARS, PROJECT_PATTERN, SaveMemory
+from contracts.memory import IMPORTED_SOURCES, MAX_CONTEXT_CHARS, PROJECT_PATTERN, SaveMemory
 from contracts.portability import ExportHeader
 
 Format = Literal["engram", "mem0", "supermemory", "chat"]
 FORMATS: tuple[Format, ...] = ("engram", "mem0", "supermemory", "chat")
+
+#: the ``source`` each format's memories are saved with (GET /v1/memories?source=imported finds them)
+_MEM0, _SUPERMEMORY, _CHAT = IMPORTED_SOURCES
 
 
 class ImportFormatError(ValueError):
@@ -120,7 +123,7 @@ def mem0_items(data: Any, project: str) -> Iterator[ImportItem]:
         if not isinstance(text, str) or not text.strip():
             raise ImportFormatError(f"mem0 item {i} has no 'memory' text")
         source_id = str(row.get("id") or row.get("hash") or i)
-        yield ImportItem(SaveMemory(content=text.strip(), project=project, source="mem0"),
+        yield ImportItem(SaveMemory(content=text.strip(), project=project, source=_MEM0),
                          key_for("mem0", source_id, text), source_id)
 
 
@@ -153,7 +156,7 @@ def supermemory_items(data: Any, project: str | None, default_project: str = "de
                 if not isinstance(text, str) or not text.strip():
                     continue
                 source_id = str(entry.get("id") or f"{doc.get('id', i)}:{j}")
-                yield ImportItem(SaveMemory(content=text.strip(), context=context, project=target, source="supermemory"),
+                yield ImportItem(SaveMemory(content=text.strip(), context=context, project=target, source=_SUPERMEMORY),
                                  key_for("supermemory", source_id, text), source_id)
             continue
         if "memory" in doc and isinstance(doc["memory"], str):  # a memory entry listed on its own
@@ -163,7 +166,7 @@ def supermemory_items(data: Any, project: str | None, default_project: str = "de
         if isinstance(text, str) and text.strip():
             source_id = str(doc.get("customId") or doc.get("id") or i)
             yield ImportItem(SaveMemory(content=text.strip(), context=context if text != title else None,
-                                        project=target, source="supermemory"),
+                                        project=target, source=_SUPERMEMORY),
                              key_for("supermemory", source_id, text), source_id)
 
 
@@ -231,7 +234,7 @@ def chat_items(data: Any, project: str, today: date, *, as_memories: bool = Fals
             for i, turn in enumerate(turns):
                 context = f"{turns[i - 1].speaker}: {turns[i - 1].text}"[:MAX_CONTEXT_CHARS] if i else None
                 content = f"{turn.speaker}: {turn.text}"
-                yield ImportItem(SaveMemory(content=content, context=context, project=project, source="chat"),
+                yield ImportItem(SaveMemory(content=content, context=context, project=project, source=_CHAT),
                                  key_for("chat", day, i, content), f"{day}#{i}")
             continue
         if len(turns) > MAX_TURNS:

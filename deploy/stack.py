@@ -230,6 +230,7 @@ class Stack:
         self.auth_url = ""
         self.supervised: dict[str, Supervised] = {}
         self.metrics_ports: dict[str, int] = {}  # process name -> its /metrics port
+        self._listen_ports: set[int] = set()  # the gateway's and auth's
         self._children: dict[str, ServiceProcess | ServerChild] = {}
         self._lock = threading.RLock()
         self._stopping = False
@@ -273,6 +274,7 @@ class Stack:
         if auth_port == port:  # both asked the OS at once
             auth_port = pick_port(0, self.o.gateway_host)
         self.auth_url = (self.o.auth_public_url or f"http://{self.o.gateway_host}:{auth_port}").rstrip("/")
+        self._listen_ports = {port, auth_port}
         env = {
             **os.environ,
             **self.o.extra_env,
@@ -322,7 +324,7 @@ class Stack:
         return self.o.extra_env.get("ENGRAM_QDRANT_URL") or os.environ.get("ENGRAM_QDRANT_URL") or ""
 
     def _free_port(self) -> int:
-        taken = set(self.metrics_ports.values())
+        taken = {*self.metrics_ports.values(), *self._listen_ports}
         while True:
             port = pick_port(0, self.o.gateway_host)
             if port not in taken:

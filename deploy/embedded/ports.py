@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -67,14 +68,36 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 def pick_port(preferred: int | None, host: str = "127.0.0.1") -> int:
     """``preferred`` if it is free on ``host``, otherwise a free port the OS assigns.
 
-    ``preferred=None`` (or ``0``) always asks the OS. Between this call and the server binding
-    the port another process could take it; the launchers report such a failure with the log.
+    ``preferred=None`` (or ``0``): a free port drawn at random below the OS's ephemeral range
+    (which outgoing connections use), else one the OS assigns. Between this call and the server
+    binding the port another process could take it; the launchers report such a failure with the log.
     """
     if preferred and port_is_free(preferred, host):
         return preferred
+    low, _ = _ephemeral_range()
+    if low > _LISTEN_FLOOR + 1000:
+        # below the ephemeral range: the OS hands those ports to outgoing connections (a service's
+        # own connection to NATS or Postgres could take a port between this pick and its bind)
+        for _ in range(50):
+            port = random.randrange(_LISTEN_FLOOR, low)
+            if port_is_free(port, host):
+                return port
     with socket.socket(_family(host), socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+#: the lowest port :func:`pick_port` draws from (below: well-known and registered services)
+_LISTEN_FLOOR = 20000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The ports the OS gives outgoing connections (Linux' ``ip_local_port_range``; else IANA's)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 49152, 65535
 
 
 def listen_port(preferred: int | None, host: str, *, strict: bool = False) -> int:

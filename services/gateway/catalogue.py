@@ -269,10 +269,11 @@ OPERATIONS: tuple[Operation, ...] = (
         each with its retry_count and error_reason. get_extraction_tasks(log_id) gives a log's runs.""",
         rest=Rest("GET", "/daily-logs", "list_logs", "List daily logs",
                   "Logs of any status by day (date_from, date_to: log_date, inclusive) and status, newest day first,\n"
-                  "each with its retry_count and error_reason. A restricted key or pinned connection lists its project."),
+                  "each with its retry_count and error_reason; next_cursor pages on. A restricted key or pinned\n"
+                  "connection lists its project."),
         project=ProjectRule.SEARCH, status="pending, processing, processed or failed.",
         date_from="Only logs of this day or later (YYYY-MM-DD).", date_to="Only logs of this day or earlier.",
-        limit=LIMIT),
+        limit=LIMIT, cursor="next_cursor of the page before (same filters)."),
     _maintenance(
         GetDailyLog, "get_daily_log", "Read a daily log", READ,
         """One daily log with its turns, fields and where its extraction stands (status, retry_count, error).""",
@@ -439,13 +440,13 @@ OPERATIONS += (
                                     "created_from": "Only memories created at or after this (ISO 8601 date or "
                                                     "date-time).",
                                     "created_to": "Only memories created up to this (a date: through its end).",
-                                    "source": "saved (written by a save or an import) or extracted (from a daily "
-                                              "log).",
+                                    "source": "saved (written here by a save), extracted (learnt here from a "
+                                              "daily log) or imported (by an import).",
                                     "sort": "importance (default), newest or oldest.",
                                     "cursor": "next_cursor of the page before (same sort)."},
         rest=Rest("GET", "/memories", "list_memories", "List memories: filters, a sort and pages", tags=(),
-                  doc="By category, keyword, status, when created (created_from, created_to) and source (saved or "
-                      "extracted), sorted by importance (default), newest or oldest; next_cursor pages on in the "
+                  doc="By category, keyword, status, when created (created_from, created_to) and source (saved, "
+                      "extracted or imported), sorted by importance (default), newest or oldest; next_cursor pages on in the "
                       "same sort. A restricted key or pinned connection lists its project only."),
     ),
     Operation(

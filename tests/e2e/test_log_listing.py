@@ -83,6 +83,36 @@ def test_logs_by_day_and_status_with_retries_and_errors(running, logs) -> None: 
         assert h.get("/v1/extraction-tasks", params={"log_id": str(uuid.uuid4())}).json()["tasks"] == []
 
 
+def test_logs_page_on_by_cursor_without_skipping_or_repeating(running, logs) -> None:  # type: ignore[no-untyped-def]
+    """One log a page: every log once, newest day first, while a log's status moves between pages;
+    a cursor of another listing, or a forged one, is refused naming cursor."""
+    ids = logs["ids"]
+    with httpx.Client(base_url=running.base_url, timeout=60, headers=auth(logs["owner"])) as h:
+        def page(**params: Any) -> dict[str, Any]:
+            r = h.get("/v1/daily-logs", params={"project": logs["project"], "limit": 1, **params})
+            assert r.status_code == 200, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+        first = page()
+        assert [g["id"] for g in first["logs"]] == [ids["2025-01-12"]] and first["next_cursor"]
+        moved = h.post(f"/v1/daily-logs/{ids['2025-01-10']}/status", json={"processing_status": "pending"})
+        assert moved.status_code == 200, moved.text  # (its updated_at moves: the order does not)
+        second = page(cursor=first["next_cursor"])
+        third = page(cursor=second["next_cursor"])
+        assert [g["id"] for g in second["logs"] + third["logs"]] == [ids["2025-01-11"], ids["2025-01-10"]]
+        assert "next_cursor" not in third
+        together = h.get("/v1/daily-logs", params={"project": logs["project"], "limit": 2}).json()
+        assert [g["id"] for g in together["logs"]] == [ids["2025-01-12"], ids["2025-01-11"]]
+        memories = h.get("/v1/memories", params={"limit": 1, "sort": "newest"}).json().get("next_cursor")
+        for wrong in ([memories] if memories else []) + ["bm90LWEtY3Vyc29y", "!!"]:
+            refused = h.get("/v1/daily-logs", params={"cursor": wrong})
+            assert refused.status_code in (409, 422) and refused.json()["error"]["field"] == "cursor", refused.text
+    with httpx.Client(base_url=running.base_url, timeout=60, headers=auth(logs["restricted"])) as h:
+        # the owner's cursor in a restricted key's hands pages through its own project only
+        other = h.get("/v1/daily-logs", params={"cursor": first["next_cursor"]})
+        assert other.status_code == 200 and all(g["project"] == logs["other"] for g in other.json()["logs"]), other.text
+
+
 def test_a_restricted_key_and_another_user_see_none_of_it(running, logs) -> None:  # type: ignore[no-untyped-def]
     with httpx.Client(base_url=running.base_url, timeout=60) as h:
         mine = h.get("/v1/daily-logs", headers=auth(logs["restricted"]))

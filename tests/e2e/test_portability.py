@@ -220,6 +220,13 @@ def test_an_import_into_another_user_links_results_to_the_imported_memories(runn
     with rest(running, target_key) as http:
         memories = http.get("/memories", params={"limit": 100}).json()["memories"]
         ids = {m["content"]: m["id"] for m in memories}
+        imported = http.get("/memories", params={"limit": 100, "source": "imported"}).json()["memories"]
+        assert {m["id"] for m in imported} == set(ids.values())  # every one restored by the import
+        assert all(m["origin"] == "imported" for m in memories)
+        assert http.get("/memories", params={"source": "saved"}).json()["memories"] == []
+        hit = http.post("/recall", json={"query": "bees on the roof", "limit": 3}).json()["hits"][0]["memory"]
+        assert (hit["content"], hit["origin"]) == ("Keeps bees on the roof", "imported")
+        assert http.get(f"/memories/{ids['Keeps bees on the roof']}").json()["origin"] == "imported"
         shared = http.get("/shared-memories", params={"title": "Trip to Kyoto"}).json()["shared_memories"]
         target_log = str(daily_log_id(target, "default", date(2024, 6, 1)))
         found = http.get("/extraction-results", params={"log_id": target_log}).json()["results"]
@@ -251,6 +258,8 @@ def test_imports_from_mem0_supermemory_and_chat(running, tmp_path) -> None:  # t
     with rest(running, key) as http:
         contents = {m["content"] for m in http.get("/memories", params={"limit": 100}).json()["memories"]}
         assert {"Allergic to peanuts MARKER-MEM0", "Is travelling to Paris in June"} <= contents
+        imported = {m["content"] for m in http.get("/memories", params={"limit": 100, "source": "imported"}).json()["memories"]}
+        assert {"Allergic to peanuts MARKER-MEM0", "Is travelling to Paris in June"} <= imported
         personal = http.get("/memories", params={"project": "personal"}).json()["memories"]
         assert {m["content"] for m in personal} == {"Dana is moving to Lisbon in September",
                                                     "Dana wants a flat near the river MARKER-SM"}

@@ -204,3 +204,53 @@ async def test_a_result_restored_by_a_later_request_names_the_memory_restored_be
             assert json.loads(stored) == [beside]
     finally:
         await _cleanup(settings)
+
+
+async def test_a_restored_memory_is_imported_through_replays_until_a_version_is_written_here(
+        settings: MemorySettings) -> None:
+    """The events an import appends carry ``origin: import``: the memory lists as imported, and a
+    replay (event by event, or in one batch) reads it so again from the log. A version written here
+    afterwards is saved."""
+    from contracts.envelope import QueryEnvelope
+    from services.memory.replay import rebuild
+
+    async def ask(app: Any, type_: str, payload: dict[str, Any]) -> Any:
+        reply = await app.service.handle_query(QueryEnvelope(type=type_, tenant="alice", payload=payload))
+        assert reply.ok, reply.error
+        return reply.result
+
+    async def listed(app: Any, source: str) -> list[str]:
+        found = await ask(app, "recall_memory", {"source": source})
+        return sorted(m["content"] for m in found["memories"])
+
+    async def recalled(app: Any) -> str:  # (the point's origin: recall answers from it)
+        return (await ask(app, "recall", {"query": "where does she live now", "limit": 1}))["hits"][0]["memory"]["origin"]
+
+    try:
+        async with memory_app(settings) as app:
+            memory_id, _ = await moved_house(app)
+            assert (await app.service.handle_command(command("save_memory", {"content": A}))).ok
+            assert app.service.portability is not None
+            exported = await app.service.portability._record("memory", "alice", memory_id)
+            assert (await purge(app, "alice")).ok
+            restored = await app.service.handle_command(command("restore_records", {
+                "records": [exported.model_dump(mode="json")], "source_user": "alice"}))
+            assert restored.ok and restored.result["items"][0]["status"] == "restored"
+            assert (await app.service.handle_command(command("save_memory", {"content": A}))).ok
+            assert await listed(app, "imported") == ["I moved to 34 Oak Avenue, York"]
+            assert await listed(app, "saved") == [A]
+            assert await recalled(app) == "imported"
+        for batch in (1, 500):
+            async with memory_app(settings) as app:
+                await rebuild(app, batch=batch)
+                assert await listed(app, "imported") == ["I moved to 34 Oak Avenue, York"], batch
+                assert await listed(app, "saved") == [A], batch
+                assert await recalled(app) == "imported", batch
+        async with memory_app(settings) as app:
+            assert (await app.service.handle_command(command("update_memory", {
+                "id": str(memory_id), "content": "I moved to 5 Mill Lane, Hull"}))).ok
+            assert await listed(app, "imported") == []
+            assert await listed(app, "saved") == sorted([A, "I moved to 5 Mill Lane, Hull"])
+            assert await recalled(app) == "saved"
+    finally:
+        await _cleanup(settings)

@@ -186,7 +186,7 @@ def test_a_point_carries_the_memory_view() -> None:
                       memory_key="preference.drinks", importance=4, confidence=0.9, source="mcp", version=3,
                       created_at=WHEN, updated_at=later)
     point = point_for(mem, [0.0] * 4)
-    expected = MemoryView.model_validate(mem.model_dump(exclude={"tenant", "forget_reason"}))
+    expected = MemoryView.model_validate({**mem.model_dump(exclude={"tenant", "forget_reason"}), "origin": "saved"})
     assert view_of(point.id, point.payload) == expected
     assert view_of(point.id, {**point.payload, "status": MemoryStatus.ACTIVE.value}).status is MemoryStatus.ACTIVE
 

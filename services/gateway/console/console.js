@@ -243,6 +243,9 @@ async function route() {
   if (heading) { heading.tabIndex = -1; if (document.activeElement === document.body || !root.contains(document.activeElement)) heading.focus({ preventScroll: true }); }
   state.rendered++;
 }
+// where a memory came from (its origin; a recall hit written before origins were kept: from its source)
+const IMPORTED_SOURCES = ['mem0', 'supermemory', 'chat'];
+const originOf = (m) => m.origin || (IMPORTED_SOURCES.includes(m.source) ? 'imported' : m.provenance ? 'extracted' : 'saved');
 const memoryHref = (m) => `#/memory/${encodeURIComponent(m.project)}/${encodeURIComponent(m.id)}`;
 const logHref = (id, turns) => `#/log/${encodeURIComponent(id)}${turns && turns.length ? `?turns=${turns.join(',')}` : ''}`;
 function projectOptions(all) {
@@ -271,7 +274,7 @@ async function viewMemories(root, _args, query) {
   sort.id = 'sort';
   const from = h('input', { type: 'date', value: query.get('from') || '', id: 'created-from' });
   const to = h('input', { type: 'date', value: query.get('to') || '', id: 'created-to' });
-  const source = select([['', 'Any source'], ['saved', 'Saved'], ['extracted', 'Extracted']], query.get('source') || '');
+  const source = select([['', 'Any source'], ['saved', 'Saved'], ['extracted', 'Extracted'], ['imported', 'Imported']], query.get('source') || '');
   source.id = 'source-filter';
   const go = (extra) => {
     const p = new URLSearchParams();
@@ -301,7 +304,7 @@ async function viewMemories(root, _args, query) {
   sort.addEventListener('change', () => go({ search: !!query.get('q') }));
   const list = h('div', { id: 'memory-list' }, h('p', { class: 'muted' }, 'Loading…'));
   fill(root, h('h1', {}, 'Memories'), search, filters,
-    h('p', { class: 'muted small' }, 'The list shows current memories unless a status is chosen; dates are days in this browser\'s time zone. An import keeps each memory\'s own source, so imported memories are listed as saved or extracted. A search as of a past day shows what was true then, superseded ones marked.'),
+    h('p', { class: 'muted small' }, 'The list shows current memories unless a status is chosen; dates are days in this browser\'s time zone. Source: saved here, extracted here from a daily log, or imported (from an Engram, mem0, Supermemory or chat export). A search as of a past day shows what was true then, superseded ones marked.'),
     list);
   let rows, scores = new Map(), next = null;
   state.replacedBy = new Map();     // a hit's id -> the newer memory that replaced it (its relation's excerpt)
@@ -319,7 +322,7 @@ async function viewMemories(root, _args, query) {
     if (query.get('category')) rows = rows.filter((m) => m.category === query.get('category'));
     const inRange = listQuery(query);
     rows = rows.filter((m) => (!inRange.created_from || new Date(m.created_at) >= new Date(inRange.created_from)) && (!inRange.created_to || new Date(m.created_at) <= new Date(inRange.created_to))
-      && (!query.get('source') || (query.get('source') === 'extracted') === !!m.provenance));
+      && (!query.get('source') || originOf(m) === query.get('source')));
   } else {
     const page = await api('GET', '/v1/memories', { query: listQuery(query) });
     rows = page.memories;
@@ -414,12 +417,12 @@ function renderMemoryList(list, rows, scores, query, next) {
           newer ? h('span', { class: 'muted small replaced-note' }, ' → now: ', h('a', { href: memoryHref({ id: newer.memory_id, project: m.project }) }, newer.excerpt || 'the newer memory')) : null,
           m.pinned ? h('span', { class: 'badge pinned' }, 'pinned') : null,
           (m.repeats || 1) > 1 ? h('span', { class: 'badge repeats' }, `said ${m.repeats} times`) : null,
-          m.provenance ? h('span', { class: 'badge', title: 'extracted from a daily log' }, 'from a log') : null),
+          originOf(m) === 'extracted' ? h('span', { class: 'badge', title: 'extracted from a daily log' }, 'from a log') : null),
         h('td', { 'data-label': 'Category' }, m.category || '—'),
         h('td', { 'data-label': 'Project' }, m.project),
         h('td', { 'data-label': 'Version', class: 'num' }, `v${m.version}`),
         h('td', { 'data-label': 'Importance', class: 'num' }, String(m.importance)),
-        h('td', { 'data-label': 'Source' }, m.source),
+        h('td', { 'data-label': 'Source', title: `written through: ${m.source}` }, originOf(m)),
         scores.size ? h('td', { 'data-label': 'Score', class: 'num' }, (scores.get(m.id) || 0).toFixed(3)) : null,
         h('td', { 'data-label': 'Created' }, when(m.created_at)),
         h('td', { 'data-label': 'Updated' }, when(m.updated_at)));
@@ -772,18 +775,37 @@ async function renderQueue(box, query) {
   const filters = h('form', { class: 'filters list-filters', 'aria-label': 'Filter logs', onsubmit: (e) => { e.preventDefault(); go(); } },
     field('Project', project), field('Status', status), field('Day from', from), field('Day to', to),
     h('div', { class: 'actions' }, h('button', { type: 'submit', id: 'log-apply' }, 'Apply')));
-  const logs = (await api('GET', '/v1/daily-logs', { query: { limit: LIST_LIMIT, project: query.get('project'), status: query.get('status'),
-    date_from: query.get('from'), date_to: query.get('to') } })).logs;
-  const note = h('p', { class: 'muted small', id: 'log-count' }, `${logs.length} log${logs.length === 1 ? '' : 's'}, newest day first${logs.length >= LIST_LIMIT ? ` (at most ${LIST_LIMIT}: narrow the days)` : ''}. A failed log has used its tries: re-queue it for a fresh start.`);
+  const logQuery = { limit: LIST_LIMIT, project: query.get('project'), status: query.get('status'),
+    date_from: query.get('from'), date_to: query.get('to') };
+  const first = await api('GET', '/v1/daily-logs', { query: logQuery });
+  const logs = first.logs;
+  let next = first.next_cursor || null;
   if (!logs.length) { fill(box, title, filters, h('p', { class: 'empty' }, 'No log matches.')); return; }
+  const note = h('p', { class: 'muted small', id: 'log-count' });
+  const counted = () => { note.textContent = `${logs.length} log${logs.length === 1 ? '' : 's'}, newest day first${next ? ', more to load' : ''}. A failed log has used its tries: re-queue it for a fresh start.`; };
+  const row = (l) => h('tr', { dataset: { id: l.id, status: l.processing_status } },
+    h('td', {}, h('a', { href: logHref(l.id) }, l.log_date)), h('td', { 'data-label': 'Project' }, l.project),
+    h('td', { 'data-label': 'Status' }, h('span', { class: `status ${l.processing_status}` }, l.processing_status)),
+    h('td', { 'data-label': 'Tries', class: 'num' }, String(l.retry_count)), h('td', { 'data-label': 'Error', class: 'error-text' }, l.error_reason || '—'),
+    h('td', { 'data-label': 'Updated' }, when(l.updated_at)),
+    h('td', {}, l.processing_status === 'failed' ? requeueButton(l) : null));
+  const body = h('tbody', {}, ...logs.map(row));
+  const more = h('div', { class: 'actions' });
+  const renderMore = () => fill(more, next ? h('button', { type: 'button', id: 'logs-more', onclick: async (e) => {
+    e.currentTarget.disabled = true;
+    try {
+      const page = await api('GET', '/v1/daily-logs', { query: { ...logQuery, cursor: next } });
+      const fresh = page.logs.filter((l) => !logs.some((o) => o.id === l.id));
+      logs.push(...fresh);
+      body.append(...fresh.map(row));
+      next = page.next_cursor || null;
+    } catch (err) { failed(err); }
+    renderMore(); counted();
+  } }, 'Load more') : null);
+  counted(); renderMore();
   fill(box, title, filters, note, h('div', { class: 'table-wrap' }, h('table', { class: 'rows logs', id: 'log-list' },
     h('thead', {}, h('tr', {}, ...['Day', 'Project', 'Status', 'Tries', 'Error', 'Updated', ''].map((t) => h('th', { scope: 'col' }, t)))),
-    h('tbody', {}, ...logs.map((l) => h('tr', { dataset: { id: l.id, status: l.processing_status } },
-      h('td', {}, h('a', { href: logHref(l.id) }, l.log_date)), h('td', { 'data-label': 'Project' }, l.project),
-      h('td', { 'data-label': 'Status' }, h('span', { class: `status ${l.processing_status}` }, l.processing_status)),
-      h('td', { 'data-label': 'Tries', class: 'num' }, String(l.retry_count)), h('td', { 'data-label': 'Error', class: 'error-text' }, l.error_reason || '—'),
-      h('td', { 'data-label': 'Updated' }, when(l.updated_at)),
-      h('td', {}, l.processing_status === 'failed' ? requeueButton(l) : null)))))));
+    body)), more);
 }
 function requeueButton(log) {
   return h('button', { type: 'button', class: 'requeue', 'aria-label': `Re-queue the log of ${log.log_date}`, onclick: async (e) => {

@@ -15,6 +15,7 @@ import asyncpg
 
 from contracts.daily_logs import DailyLogState, ExtractionResultState, ExtractionTaskState, ProcessingStatus
 from contracts.memory import (
+    IMPORTED_SOURCES,
     MemoryState,
     MemoryView,
     Profile,
@@ -27,20 +28,26 @@ from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
 from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx, StandingOrder
 from services.memory.domain.errors import Conflict
+from services.memory.domain.origin import origin_of
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _COLUMNS = (
     "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
-    "forget_reason, created_at, updated_at, last_seq, context, provenance, truth"
+    "forget_reason, created_at, updated_at, last_seq, context, provenance, truth, imported"
 )
+#: :func:`services.memory.domain.origin.origin_of` over a row (``imported``: an event of it came from an import)
+_ORIGIN = ("(CASE WHEN imported OR source IN ({}) THEN 'imported' WHEN provenance IS NOT NULL THEN 'extracted' "
+           "ELSE 'saved' END)").format(", ".join(f"'{s}'" for s in IMPORTED_SOURCES))
 #: the state's fields kept in the ``truth`` JSON column (issue 30), absent when at their defaults
 _TRUTH_FIELDS = ("valid_from", "valid_until", "superseded_by", "supersedes", "conflicts", "repeats", "sources",
                  "pinned", "forget_after")
 #: A replayed memory row: state, content hash, sequence, its late tokens if computed here, else the
 #: digest of its late-interaction document in the embedding cache (None: no late tokens)
-ReplayRow = tuple[MemoryState, str, int, bytes | None, bytes | None]
+#: digest of its late-interaction document in the embedding cache (None: no late tokens), and whether
+#: an event of it was appended by an import
+ReplayRow = tuple[MemoryState, str, int, bytes | None, bytes | None, bool]
 #: log, task, result -> (table, lock key space)
 _RECORDS: dict[str, tuple[str, int]] = {"log": ("daily_logs", 2), "task": ("extraction_tasks", 3),
                                         "result": ("extraction_results", 4)}
@@ -99,17 +106,22 @@ def _truth(state: MemoryState) -> str | None:
 
 
 def _view(row: asyncpg.Record) -> MemoryView:
-    return MemoryView.model_validate(_memory_fields(row))
+    fields = _memory_fields(row)
+    origin = origin_of(restored=bool(row.get("imported")), source=str(fields["source"]),
+                       extracted=fields.get("provenance") is not None)
+    return MemoryView.model_validate({**fields, "origin": origin})
 
 
-def _memory_args(state: MemoryState, content_hash: str, seq: int, late_tokens: bytes | None) -> tuple[object, ...]:
+def _memory_args(state: MemoryState, content_hash: str, seq: int, late_tokens: bytes | None,
+                 imported: bool = False) -> tuple[object, ...]:
     """The parameters of a memory row's upsert, in ``_COLUMNS`` order, then content hash and late tokens."""
     return (
         state.id, state.tenant, state.project, state.content,
         state.category.value if state.category else None, state.memory_key, state.importance,
         state.confidence, state.source, state.version, state.status.value, state.forget_reason,
         state.created_at, state.updated_at, seq, state.context,
-        state.provenance.model_dump_json() if state.provenance else None, _truth(state), content_hash, late_tokens,
+        state.provenance.model_dump_json() if state.provenance else None, _truth(state), imported, content_hash,
+        late_tokens,
     )
 
 
@@ -126,12 +138,13 @@ class Tx(ReadModelTx):
 
     async def upsert(
         self, state: MemoryState, content_hash: str, seq: int, outcome: OutcomeRecord | None = None,
-        late_tokens: bytes | None = None,
+        late_tokens: bytes | None = None, imported: bool = False,
     ) -> None:
         """Write the memory's row (with its packed late-interaction token vectors, if any) unless
         it already reflects ``seq`` or later; with ``outcome``, record the command's outcome in the
-        same statement (one round trip)."""
-        memory_args = _memory_args(state, content_hash, seq, late_tokens)
+        same statement (one round trip). ``imported``: the event came from an import (the row
+        says where its current version came from)."""
+        memory_args = _memory_args(state, content_hash, seq, late_tokens, imported)
         upsert = f"{self._upsert_sql()} RETURNING 1"
         if outcome is None:
             written = await self.conn.fetchval(upsert, *memory_args)
@@ -169,7 +182,8 @@ class Tx(ReadModelTx):
             f"SELECT {_COLUMNS}, content_hash, late_tokens, NULL::bytea AS late_digest FROM {self.s}.memories WITH NO DATA"
         )
         await self.conn.copy_records_to_table(
-            temp, records=[(*_memory_args(st, h, seq, late), digest) for st, h, seq, late, digest in rows],
+            temp, records=[(*_memory_args(st, h, seq, late, imported), digest)
+                           for st, h, seq, late, digest, imported in rows],
         )
         selected = ", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))
         foreign = await self.conn.fetch(
@@ -205,7 +219,7 @@ class Tx(ReadModelTx):
 
     def _upsert_sql(self) -> str:
         return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18::jsonb,$19,$20)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18::jsonb,$19,$20,$21)
                 {self._on_conflict()}"""
 
     def _on_conflict(self) -> str:
@@ -216,7 +230,8 @@ class Tx(ReadModelTx):
                   status=EXCLUDED.status, forget_reason=EXCLUDED.forget_reason,
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
-                  late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance, truth=EXCLUDED.truth
+                  late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance, truth=EXCLUDED.truth,
+                  imported=EXCLUDED.imported
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq AND {self.s}.memories.tenant = EXCLUDED.tenant"""
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None:
@@ -391,8 +406,8 @@ class MemoryStore(ReadModel):
         after: Sequence[object] | None = None,
     ) -> list[MemoryView]:
         """Memories of ``statuses`` (active by default) by category and/or keyword (case-insensitive
-        substring), created in [created_from, created_before), saved (no provenance) or extracted (with
-        it), in ``sort`` (:data:`LIST_ORDERS`); ``after``: the sort keys of the page before's last row."""
+        substring), created in [created_from, created_before), of one origin (saved, extracted or imported:
+        :mod:`services.memory.domain.origin`), in ``sort`` (:data:`LIST_ORDERS`); ``after``: the sort keys of the page before's last row."""
         pattern = _like(keyword) if keyword else None
         keys, order, direction = LIST_ORDERS[sort]
         page = ""
@@ -407,7 +422,7 @@ class MemoryStore(ReadModel):
                   AND ($4::text IS NULL OR content ILIKE $4)
                   AND ($7::timestamptz IS NULL OR created_at >= $7)
                   AND ($8::timestamptz IS NULL OR created_at < $8)
-                  AND ($9::text IS NULL OR ($9 = 'extracted') = (provenance IS NOT NULL))
+                  AND ($9::text IS NULL OR {_ORIGIN} = $9)
                   {page}
                 ORDER BY {order} LIMIT $5""",
             tenant, project, category, pattern, limit, list(statuses), created_from, created_before, source,
@@ -518,16 +533,20 @@ class MemoryStore(ReadModel):
 
     async def logs(
         self, tenant: str, project: str | None, status: str | None, date_from: date | None, date_to: date | None,
-        limit: int,
+        limit: int, after: tuple[date, UUID] | None = None,
     ) -> list[DailyLogState]:
-        """Logs (none deleted) by status and day range, newest day first."""
+        """Logs (none deleted) by status and day range, newest day first (then by id: keys that
+        never change, so that pages neither skip nor repeat a log whose status moves meanwhile);
+        ``after``: the (day, id) of the page before's last log."""
+        day, last = after or (None, None)
         rows = await self.pool.fetch(
             f"""SELECT state FROM {self.s}.daily_logs
                 WHERE tenant = $1 AND NOT deleted AND ($2::text IS NULL OR project = $2)
                   AND ($3::text IS NULL OR processing_status = $3)
                   AND ($4::date IS NULL OR log_date >= $4) AND ($5::date IS NULL OR log_date <= $5)
-                ORDER BY log_date DESC, updated_at DESC, id LIMIT $6""",
-            tenant, project, status, date_from, date_to, limit,
+                  AND ($7::date IS NULL OR (log_date, id) < ($7, $8::uuid))
+                ORDER BY log_date DESC, id DESC LIMIT $6""",
+            tenant, project, status, date_from, date_to, limit, day, last,
         )
         return [DailyLogState.model_validate_json(r["state"]) for r in rows]
 

@@ -13,7 +13,7 @@ crash recognises its own event (its causation id) as already written.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Generic, TypeVar
 from uuid import UUID
 
@@ -50,10 +50,13 @@ from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
 from services.memory.application.ports import EventLog, ReadModel
 from services.memory.domain import daily_logs as rules
+from services.memory.domain import paging
 from services.memory.domain.errors import NotFound
 
 #: How many logs one recover, reconcile or delete call handles at most (call again for more).
 BATCH_LIMIT = 1_000
+#: list_daily_logs' page cursor: the last log's day and id (newest day first)
+_LOG_PAGE = {"log_date": (date.fromisoformat, UUID)}
 
 S = TypeVar("S", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
@@ -260,9 +263,12 @@ class DailyLogs:
     async def list_logs(self, call: Call, q: ListDailyLogs) -> DailyLogList:
         """Logs of any status by day range, newest day first (the caller's project only)."""
         project = call.search_project(q.project)
+        after = paging.decode(q.cursor, _LOG_PAGE, "log_date") if q.cursor is not None else None
         found = await self.store.logs(call.tenant, project, q.status.value if q.status else None, q.date_from,
-                                      q.date_to, q.limit)
-        return DailyLogList(logs=[rules.log_view(s) for s in found])
+                                      q.date_to, q.limit + 1, after=(after[0], after[1]) if after else None)
+        more, found = len(found) > q.limit, found[: q.limit]
+        return DailyLogList(logs=[rules.log_view(s) for s in found],
+                            next_cursor=paging.encode("log_date", [found[-1].log_date, found[-1].id]) if more else None)
 
     async def get(self, call: Call, q: GetDailyLog) -> DailyLogLookup:
         state = await self.store.get_log(call.tenant, q.id)

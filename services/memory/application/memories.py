@@ -10,8 +10,6 @@ the effect and its outcome commit together.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -65,7 +63,7 @@ from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
 from services.memory.application.ports import EventLog, Judge, ReadModel, StandingOrder
 from services.memory.application.projection import MemoryProjection
-from services.memory.domain import model, truth
+from services.memory.domain import model, paging, truth
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.supersession import Opinion, Statement, Verdict, decide_all, second_opinion
 from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
@@ -120,29 +118,13 @@ _KEY_TYPES: dict[str, tuple[Callable[[Any], Any], ...]] = {
 
 
 def page_cursor(sort: str, last: MemoryView) -> str:
-    """The cursor after ``last`` in ``sort``: its sort keys, URL-safe base64 of JSON (no padding)."""
-    keys = [k.isoformat() if isinstance(k, datetime) else str(k) if isinstance(k, UUID) else k
-            for k in _PAGE_KEYS[sort](last)]
-    return base64.urlsafe_b64encode(json.dumps([sort, *keys], separators=(",", ":")).encode()).decode().rstrip("=")
+    """The cursor after ``last`` in ``sort`` (:mod:`services.memory.domain.paging`)."""
+    return paging.encode(sort, _PAGE_KEYS[sort](last))
 
 
 def page_after(sort: str, cursor: str) -> list[Any]:
     """The sort keys a cursor carries; refused (409, naming cursor) unless this listing gave it in ``sort``."""
-    try:
-        given = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not isinstance(given, list) or not given or given[0] not in _KEY_TYPES:
-            raise ValueError
-        types = _KEY_TYPES[given[0]]
-        if len(given) != len(types) + 1:
-            raise ValueError
-        keys = [cast(k) for cast, k in zip(types, given[1:], strict=True)]
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise Conflict("cursor is not one this listing gave: pass next_cursor of the page before as it is",
-                       "cursor") from None
-    if given[0] != sort:
-        raise Conflict(f"cursor was given for sort={given[0]}, not sort={sort}: keep the sort while paging, or "
-                       "start again without a cursor", "cursor")
-    return keys
+    return paging.decode(cursor, _KEY_TYPES, sort)
 
 
 C = TypeVar("C", SaveMemory, UpdateMemory)
@@ -870,7 +852,7 @@ class MemoryReads:
                                          category=category, keyword=rm.keyword, then=AS_OF_STATUSES[rm.status])
             found = [v for v in found if (rm.created_from is None or v.created_at >= rm.created_from)
                      and (rm.created_to is None or v.created_at < rm.created_to)
-                     and (rm.source is None or (rm.source == "extracted") == (v.provenance is not None))]
+                     and (rm.source is None or v.origin == rm.source)]
             if rm.sort != "importance":
                 found.sort(key=lambda v: (v.created_at, v.id), reverse=rm.sort == "newest")
             return MemoryList(memories=found[: rm.limit])
@@ -910,8 +892,10 @@ class MemoryReads:
 
     async def get(self, call: Call, q: GetMemory) -> MemoryView:
         """A memory by id as it stands now (none outside the caller's project)."""
-        state = await visible(self.store, call, q.memory_id, "memory_id")
-        return MemoryView.model_validate(state.model_dump())
+        found = (await self.store.views(call.tenant, [q.memory_id])).get(q.memory_id)  # (with its origin)
+        if found is None or not call.sees(found.project):
+            raise NotFound(f"no memory with id {q.memory_id}", "memory_id")
+        return found
 
     async def history(self, call: Call, hq: MemoryHistoryQuery) -> MemoryHistory:
         """Every version of a memory from the event log (none outside the caller's project)."""

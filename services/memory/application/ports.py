@@ -80,11 +80,11 @@ class ReadModelTx(Protocol):
 
     async def upsert(
         self, state: MemoryState, content_hash: str, seq: int, outcome: OutcomeRecord | None = None,
-        late_tokens: bytes | None = None,
+        late_tokens: bytes | None = None, imported: bool = False,
     ) -> None: ...
 
     async def replay_memories(
-        self, rows: Sequence[tuple[MemoryState, str, int, bytes | None, bytes | None]], late_model: str,
+        self, rows: Sequence[tuple[MemoryState, str, int, bytes | None, bytes | None, bool]], late_model: str,
     ) -> list[UUID]:
         """``upsert`` of a replay's (state, content hash, seq, late tokens, late digest) rows in
         bulk, late tokens read from the embedding cache by ``(late_model, digest)`` where a row has
@@ -195,7 +195,7 @@ class ReadModel(RecallReads, Protocol):
 
     async def logs(
         self, tenant: str, project: str | None, status: str | None, date_from: date | None, date_to: date | None,
-        limit: int,
+        limit: int, after: tuple[date, UUID] | None = None,
     ) -> list[DailyLogState]: ...
 
     async def results(

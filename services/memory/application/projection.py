@@ -103,6 +103,7 @@ class MemoryProjection:
         Returns False when the memory already reflects this or a later sequence.
         """
         state = model.state_of(typed(event))
+        restored = typed(event).origin == "import"
         if self.projector.known_applied(state.id, seq, checkpoint):
             # already projected (inline, by the command that wrote it): nothing to write; the
             # checkpoint moves once per batch (flush_checkpoints)
@@ -111,13 +112,13 @@ class MemoryProjection:
         # Embedded before the transaction, not in it: embedding may read and fill the embedding cache
         # through the pool, and a transaction waiting for a second connection of a pool that its
         # peers hold whole would wait forever (and it holds no row lock while it computes).
-        point, late_tokens, owned = await self.encoders.indexed(state)
+        point, late_tokens, owned = await self.encoders.indexed(state, restored)
 
         async def write(tx: ReadModelTx, outcome: OutcomeRecord | None) -> bool:
             # the row first: it refuses a row of another tenant (ForeignRow) before the vector index,
             # whose points are keyed by memory id alone, is touched; the vector write then happens
             # under the row lock, before the row commits (a failed index write rolls the row back)
-            await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens)
+            await tx.upsert(state, model.content_hash(state.content), seq, outcome, late_tokens, imported=restored)
             if point is not None:
                 await self.index.upsert([point])
                 if owned:  # what the embedding cache now holds of this version's text
@@ -257,9 +258,10 @@ class MemoryProjection:
             owned += [pair for st in computed for pair in owned_by(st)]
             if encoder is not None:
                 digests = {st.id: k.document for st, k in zip(active, keys, strict=True)}
-        points = [point_for(st, dense, sparse, fingerprints[i])
+        restored = {UUID(e.aggregate_id): typed(e).origin == "import" for e, _ in batch if e.aggregate == model.AGGREGATE}
+        points = [point_for(st, dense, sparse, fingerprints[i], restored.get(st.id, False))
                   for i, st, (dense, sparse) in zip(todo, changed, vectors, strict=True)]
-        rows = [(st, model.content_hash(st.content), seq, late.get(st.id), digests.get(st.id))
+        rows = [(st, model.content_hash(st.content), seq, late.get(st.id), digests.get(st.id), restored.get(st.id, False))
                 for st, seq in last.values()]
         gone = [str(mid) for mid, (st, _) in last.items() if not model.indexed(st)]
 

@@ -317,7 +317,7 @@ class UserRecords:
         return EventEnvelope(
             event_id=uuid5(_NS, f"restore:{call.tenant}:{aggregate}:{record_id}:{version}"), type=event_type,
             occurred_at=occurred_at, tenant=call.tenant, aggregate=aggregate, aggregate_id=str(record_id),
-            correlation_id=call.correlation_id, causation_id=call.command_id, data=data,
+            correlation_id=call.correlation_id, causation_id=call.command_id, data=data, origin="import",
         )
 
     # purge -------------------------------------------------------------------------------

@@ -36,12 +36,13 @@ class Encoders:
     reranker: Reranker | None = None
     cache: VectorCache | None = None
 
-    async def indexed(self, state: MemoryState) -> Indexed:
-        """What ``state`` is indexed with (:data:`Indexed`), both encoders at once."""
+    async def indexed(self, state: MemoryState, restored: bool = False) -> Indexed:
+        """What ``state`` is indexed with (:data:`Indexed`), both encoders at once (``restored``: its
+        event came from an import)."""
         if not indexed(state):
             return None, None, []
         vector, late = await asyncio.gather(self.memory_vector(state), self.late_tokens(state))
-        point = point_for(state, vector, fingerprint=self.fingerprint(state))
+        point = point_for(state, vector, fingerprint=self.fingerprint(state), restored=restored)
         return point, late, owned_by(state) if self.cache is not None else []
 
     def fingerprint(self, state: MemoryState) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 
 from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallHit, RecallMode
 from services.memory.domain.keywords import SparseVector, add_sparse, document_vector, keyword_terms
+from services.memory.domain.origin import origin_of
 from services.memory.search.ports import FINGERPRINT_FIELD, Embedder, SearchFilter, VectorPoint
 
 SEARCH_MODES = {
@@ -242,11 +243,13 @@ def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[li
 
 def point_for(
     state: MemoryState, dense: Sequence[float], sparse: SparseVector | None = None, fingerprint: str | None = None,
+    restored: bool = False,
 ) -> VectorPoint:
     """The memory's point: vectors, the fields searches filter on, and the rest of its view, so
     that a recall answers from its hits without reading them back from Postgres. ``sparse``: its
     :func:`keyword_vector` if already known (a replay's cache); ``fingerprint``: what the point is
-    made of (:mod:`.index_sync`), stored with it so that a replay leaves it alone when unchanged."""
+    made of (:mod:`.index_sync`), stored with it so that a replay leaves it alone when unchanged;
+    ``restored``: its event was appended by an import (its :func:`origin_of`)."""
     point = VectorPoint(
         id=str(state.id),
         dense=dense,
@@ -268,6 +271,7 @@ def point_for(
             "provenance": state.provenance.model_dump(mode="json") if state.provenance else None,
             # issue 30: recall as_of filters on these, decay weighs them, relations name them
             **state.model_dump(mode="json", include=set(TRUTH_VIEW_FIELDS)),
+            "origin": origin_of(restored=restored, source=state.source, extracted=state.provenance is not None),
         },
     )
     if fingerprint is not None:
@@ -281,7 +285,7 @@ TRUTH_VIEW_FIELDS = ("valid_from", "valid_until", "superseded_by", "supersedes",
 #: (``changed_since`` is never stored: it is computed for an answer as of a past moment)
 _VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id", "changed_since"}
 #: View fields added after points first carried views: a point without them takes their default.
-_LATER_VIEW_FIELDS = frozenset({"context", "provenance", *TRUTH_VIEW_FIELDS})
+_LATER_VIEW_FIELDS = frozenset({"context", "provenance", "origin", *TRUTH_VIEW_FIELDS})
 
 
 def view_of(point_id: str, payload: Mapping[str, Any]) -> MemoryView | None:

@@ -1,0 +1,46 @@
+"""Keyset page cursors (``next_cursor`` → ``cursor``): pure rules.
+
+A cursor carries the listing's order and the sort keys of the page's last row, as URL-safe base64
+of JSON without padding: opaque to a client, checked when it comes back (a cursor another listing
+or another order gave is refused with 409 naming ``cursor``, never read as something else).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date
+from typing import Any
+from uuid import UUID
+
+from services.memory.domain.errors import Conflict
+
+#: how each key is read back, by its type when written
+Reader = Callable[[Any], Any]
+
+
+def encode(order: str, keys: Sequence[Any]) -> str:
+    """The cursor after a row whose sort keys (in ``order``) are ``keys``."""
+    plain = [k.isoformat() if isinstance(k, date) else str(k) if isinstance(k, UUID) else k for k in keys]
+    return base64.urlsafe_b64encode(json.dumps([order, *plain], separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode(cursor: str, orders: Mapping[str, tuple[Reader, ...]], order: str) -> list[Any]:
+    """The sort keys ``cursor`` carries; refused (409, naming cursor) unless one of ``orders`` (the
+    listing's own) gave it, in ``order``."""
+    try:
+        given = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(given, list) or not given or given[0] not in orders:
+            raise ValueError
+        readers = orders[given[0]]
+        if len(given) != len(readers) + 1:
+            raise ValueError
+        keys = [read(k) for read, k in zip(readers, given[1:], strict=True)]
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise Conflict("cursor is not one this listing gave: pass next_cursor of the page before as it is",
+                       "cursor") from None
+    if given[0] != order:
+        raise Conflict(f"cursor was given for sort={given[0]}, not sort={order}: keep the sort while paging, or "
+                       "start again without a cursor", "cursor")
+    return keys
