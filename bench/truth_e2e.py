@@ -14,6 +14,7 @@ Each record gets a project of its own (the rules judge memories of one project):
     python bench/truth_e2e.py                 # the report split, as memory saves
     python bench/truth_e2e.py --logs          # the same statements as daily logs (the extractor)
     python bench/truth_e2e.py --split all --record
+    python bench/truth_e2e.py --split all --crowded merges.jsonl   # everything in one project: every merge, to read
 
 Starts its own stack (embedded NATS/Postgres unless ENGRAM_NATS_URL / ENGRAM_DATABASE_URL are set).
 """

@@ -145,6 +145,8 @@ def test_another_subject_is_unrelated_even_when_the_embeddings_are_close(embedde
     ("Eu moro agora em Berlim", "Eu moro em Lisboa"),  # Portuguese
     ("J'habite maintenant à Berlin", "J'habite à Lisbonne"),  # French
     ("I have a dog named Max", "I have a dog named Rex"),  # a second dog, or the same one renamed?
+    # two people of one name, or a correction? (a crowded project's one false merge, docs/memory-truth.md)
+    ("My boyfriend's name is Sam", "My girlfriend's name is Sam"),
 ])
 def test_what_the_rules_cannot_settle_is_uncertain_not_wrong(embedder: MiniLMEmbedder, new: str, old: str) -> None:
     d = verdict_of(embedder, new, old)

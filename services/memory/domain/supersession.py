@@ -631,6 +631,21 @@ def _compare_facts(new: Fact, old: Fact, changed: bool = False) -> tuple[Verdict
     return None
 
 
+#: The words that name a relative or partner as a woman or a man: one fact said of each is not the same
+_ROLES = {**dict.fromkeys(("girlfriend", "wife", "fiancee", "fiancée", "mom", "mother", "sister", "daughter",
+                           "aunt", "grandma", "grandmother"), "f"),
+          **dict.fromkeys(("boyfriend", "husband", "fiance", "fiancé", "dad", "father", "brother", "son", "uncle",
+                           "grandpa", "grandfather"), "m")}
+_ROLE = re.compile(r"\b(?:my|our)\s+(" + "|".join(sorted(_ROLES, key=len, reverse=True)) + r")\b", re.IGNORECASE)
+
+
+def _role_of(text: str) -> str | None:
+    """Whether ``text`` names a woman or a man by their relation ("my wife", "my brother"); None:
+    neither, or both."""
+    found = {_ROLES[m.casefold()] for m in _ROLE.findall(text)}
+    return found.pop() if len(found) == 1 else None
+
+
 #: Attributes a negation may end across readings (the same value read as another attribute).
 _NEGATABLE_ACROSS = frozenset({"pet", "likes", "medication", "employer", "partner", "plan", "diet", "allergy"})
 
@@ -704,6 +719,10 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
             return out(Verdict.UNRELATED, f"{reason}, but one says more", 0.6, (fn, fo))
         if verdict is Verdict.DUPLICATE and numbers_new != numbers_old:
             return out(Verdict.UNCERTAIN, f"{reason}, but other numbers {numbers_old} → {numbers_new}", 0.5, (fn, fo))
+        roles = (_role_of(new.content), _role_of(candidate.content))
+        if verdict is Verdict.DUPLICATE and None not in roles and roles[0] != roles[1]:
+            # "my girlfriend's name is Sam" / "my boyfriend's name is Sam": two people, or a correction
+            return out(Verdict.UNCERTAIN, f"{reason}, but '{roles[1]}' / '{roles[0]}'", 0.5, (fn, fo))
         return out(verdict, reason, confidence, (fn, fo))
     for facts, other in ((facts_new, candidate.content), (facts_old, new.content)):
         other_facts = facts_old if facts is facts_new else facts_new
