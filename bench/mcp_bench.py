@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,19 +161,23 @@ async def recall_latency(url: str, key: str, queries: list[str], warmup: list[st
 
 
 async def recall_latency_pair(url: str, key: str, queries: list[str], warmup: list[str],
-                              other: dict[str, Any]) -> tuple[list[float], list[float]]:
+                              other: dict[str, Any], distinct_moments: bool = False) -> tuple[list[float], list[float]]:
     """Recall latency of the default recall and of one with ``other``'s arguments (``deep: true``,
     ``as_of``), interleaved (one question each way in turn, distinct questions: the embedder caches
-    single queries), after ``warmup``."""
+    single queries), after ``warmup``. ``distinct_moments``: each ``as_of`` call a moment of its own
+    (a second earlier each time), so no answer computed for an earlier moment (the profile) is reused."""
     default: list[float] = []
     changed: list[float] = []
     async with client(url, key) as c:
         for q in warmup:
             await c.call_tool("recall", {"query": q, "containerTag": "bench"})
         for i, q in enumerate(queries):
+            changed_args = dict(other)
+            if distinct_moments and "as_of" in other:
+                changed_args["as_of"] = (datetime.fromisoformat(other["as_of"]) - timedelta(seconds=i)).isoformat()
             t0 = time.perf_counter()
             r = await c.call_tool("recall", {"query": q, "containerTag": "bench", "limit": 10,
-                                             **(other if i % 2 else {})})
+                                             **(changed_args if i % 2 else {})})
             (changed if i % 2 else default).append((time.perf_counter() - t0) * 1000)
             assert not r.is_error, text(r)
     return default, changed
@@ -283,6 +287,8 @@ def main() -> None:
     parser.add_argument("--as-of", action="store_true",
                         help="measure recall as of a moment (the start of the measurement: every memory stood "
                         "then) beside the default, on alternate questions")
+    parser.add_argument("--distinct-moments", action="store_true",
+                        help="with --as-of: every call a moment of its own (nothing computed for one is reused)")
     args = parser.parse_args()
 
     texts = contents(args.memories)
@@ -327,7 +333,8 @@ def main() -> None:
             other: dict[str, Any] = ({"deep": True} if args.deep else {}) | (
                 {"as_of": datetime.now(UTC).isoformat()} if args.as_of else {})
             if other:
-                default_ms, other_ms = asyncio.run(recall_latency_pair(url, state["key"], questions, warmup, other))
+                default_ms, other_ms = asyncio.run(recall_latency_pair(url, state["key"], questions, warmup, other,
+                                                                       args.distinct_moments))
                 rec, rec_other = percentiles(default_ms), percentiles(other_ms)
                 ratio = statistics.median(other_ms) / statistics.median(default_ms)
             else:
@@ -347,7 +354,8 @@ def main() -> None:
         f"recall through MCP (query embedding included, includeProfile, top 10, {len(questions)} distinct "
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
-        *([f"recall with {', '.join(sorted(other))} through MCP, on the other half of the same questions, "
+        *([f"recall with {', '.join(sorted(other))}{' (a moment of its own each call)' if args.distinct_moments else ''} "
+           f"through MCP, on the other half of the same questions, "
            f"interleaved with the default ({len(questions) - len(questions) // 2} default, {len(questions) // 2} "
            f"with it): default {fmt(rec)}; with {', '.join(sorted(other))} {fmt(rec_other)}; "
            f"ratio of medians {ratio:.2f}"] if other else []),
