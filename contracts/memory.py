@@ -636,7 +636,7 @@ class MemoryView(BaseModel):
     pinned: bool = False
     forget_after: datetime | None = None
     origin: Origin | None = Field(None, description="where it came from: saved here, extracted here from a daily "
-                                  "log, or imported (in lists of memories; absent from recall hits)")
+                                  "log, or imported (absent from a recall hit whose point was written before origins were kept)")
     changed_since: MemoryRelation | None = Field(
         None, description="in an answer as of a past moment: what replaced this since (a newer version of it: "
         "newer_version, or the memory that superseded it: superseded_by); absent when it still stands as shown")

@@ -37,7 +37,7 @@ _COLUMNS = (
     "id, tenant, project, content, category, memory_key, importance, confidence, source, version, status, "
     "forget_reason, created_at, updated_at, last_seq, context, provenance, truth, imported"
 )
-#: :func:`services.memory.domain.origin.origin_of` over a row (``imported``: an event of it came from an import)
+#: :func:`services.memory.domain.origin.origin_of` over a row (``imported``: its last event came from an import)
 _ORIGIN = ("(CASE WHEN imported OR source IN ({}) THEN 'imported' WHEN provenance IS NOT NULL THEN 'extracted' "
            "ELSE 'saved' END)").format(", ".join(f"'{s}'" for s in IMPORTED_SOURCES))
 #: the state's fields kept in the ``truth`` JSON column (issue 30), absent when at their defaults
@@ -46,7 +46,7 @@ _TRUTH_FIELDS = ("valid_from", "valid_until", "superseded_by", "supersedes", "co
 #: A replayed memory row: state, content hash, sequence, its late tokens if computed here, else the
 #: digest of its late-interaction document in the embedding cache (None: no late tokens)
 #: digest of its late-interaction document in the embedding cache (None: no late tokens), and whether
-#: an event of it was appended by an import
+#: its last event was appended by an import
 ReplayRow = tuple[MemoryState, str, int, bytes | None, bytes | None, bool]
 #: log, task, result -> (table, lock key space)
 _RECORDS: dict[str, tuple[str, int]] = {"log": ("daily_logs", 2), "task": ("extraction_tasks", 3),
