@@ -202,5 +202,5 @@ async def test_a_replay_skips_another_tenants_event_under_a_row_id(app: MemoryAp
     before = await row(app, "memories", bob["memory"].id)
     theirs = bob["memory"].model_copy(update={"tenant": "alice", "content": PWNED})
     async with app.store.transaction() as tx:
-        await tx.replay_memories([(theirs, model.content_hash(PWNED), 99, None, None)], "")
+        await tx.replay_memories([(theirs, model.content_hash(PWNED), 99, None, None, False)], "")
     assert await row(app, "memories", bob["memory"].id) == before
