@@ -485,18 +485,27 @@ class MemoryStore(ReadModel):
         # a memory with versions may have stood in an earlier one (its row says when the last was said)
         changed = "updated_at > $2"
         said = "LEAST(created_at, COALESCE((truth->>'valid_from')::timestamptz, created_at))"
-        rows = await self.pool.fetch(
-            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+        args = (tenant, moment, project, category, _like(keyword) if keyword else None, profile_facts, limit)
+
+        def query(part: str, order_by: str) -> str:
+            return f"""SELECT {_COLUMNS} FROM {self.s}.memories
                 WHERE tenant = $1 AND status IN ('active', 'superseded') AND ({said} <= $2 OR version > 1)
-                  AND {superseded}
+                  AND {superseded} AND {part}
                   AND ($3::text IS NULL OR project = $3)
                   AND ($4::text IS NULL OR category = $4 OR {changed})
                   AND ($5::text IS NULL OR content ILIKE $5 OR {changed})
                   AND (NOT $6 OR (category IS NOT NULL AND category <> 'relationship'
                                   AND category <> 'emotional_pattern') OR {changed})
-                ORDER BY {_STANDING_ORDER[order]} LIMIT $7""",
-            tenant, moment, project, category, _like(keyword) if keyword else None, profile_facts, limit,
-        )
+                ORDER BY {order_by} LIMIT $7"""
+
+        if order == "recent":
+            # the most recent by then, in two parts that each walk an index (migration 0013) instead of
+            # sorting every row by a key that depends on the moment: what has not changed since, by its
+            # last change; what has, by when it was said. The caller orders the union (at most 2 × limit).
+            settled = await self.pool.fetch(query("updated_at <= $2", "updated_at DESC"), *args)
+            since = await self.pool.fetch(query(changed, _STANDING_ORDER["recent"]), *args)
+            return [_view(r) for r in (*settled, *since)]
+        rows = await self.pool.fetch(query("TRUE", _STANDING_ORDER[order]), *args)
         return [_view(r) for r in rows]
 
     async def indexed_memory_count(self) -> int:
