@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -502,8 +503,9 @@ class MemoryStore(ReadModel):
             # the most recent by then, in two parts that each walk an index (migration 0013) instead of
             # sorting every row by a key that depends on the moment: what has not changed since, by its
             # last change; what has, by when it was said. The caller orders the union (at most 2 × limit).
-            settled = await self.pool.fetch(query("updated_at <= $2", "updated_at DESC"), *args)
-            since = await self.pool.fetch(query(changed, _STANDING_ORDER["recent"]), *args)
+            settled, since = await asyncio.gather(
+                self.pool.fetch(query("updated_at <= $2", "updated_at DESC"), *args),
+                self.pool.fetch(query(changed, _STANDING_ORDER["recent"]), *args))
             return [_view(r) for r in (*settled, *since)]
         rows = await self.pool.fetch(query("TRUE", _STANDING_ORDER[order]), *args)
         return [_view(r) for r in rows]

@@ -103,7 +103,7 @@ class MemoryProjection:
         Returns False when the memory already reflects this or a later sequence.
         """
         state = model.state_of(typed(event))
-        restored = typed(event).origin == "import"
+        restored = event.origin == "import"
         if self.projector.known_applied(state.id, seq, checkpoint):
             # already projected (inline, by the command that wrote it): nothing to write; the
             # checkpoint moves once per batch (flush_checkpoints)
@@ -258,7 +258,7 @@ class MemoryProjection:
             owned += [pair for st in computed for pair in owned_by(st)]
             if encoder is not None:
                 digests = {st.id: k.document for st, k in zip(active, keys, strict=True)}
-        restored = {UUID(e.aggregate_id): typed(e).origin == "import" for e, _ in batch if e.aggregate == model.AGGREGATE}
+        restored = {UUID(e.aggregate_id): e.origin == "import" for e, _ in batch if e.aggregate == model.AGGREGATE}
         points = [point_for(st, dense, sparse, fingerprints[i], restored.get(st.id, False))
                   for i, st, (dense, sparse) in zip(todo, changed, vectors, strict=True)]
         rows = [(st, model.content_hash(st.content), seq, late.get(st.id), digests.get(st.id), restored.get(st.id, False))
