@@ -91,12 +91,18 @@ class Reply(BaseModel, Generic[ResultT]):
 
     @classmethod
     def success(cls, result: Any) -> Reply[Any]:
-        return Reply[Any](ok=True, result=result)
+        return AnyReply(ok=True, result=result)
 
     @classmethod
     def failure(cls, code: ErrorCode, message: str, field: str | None = None) -> Reply[Any]:
-        return Reply[Any](ok=False, error=ErrorBody(code=code, message=message, field=field))
+        return AnyReply(ok=False, error=ErrorBody(code=code, message=message, field=field))
 
+
+
+#: ``Reply[Any]``, parametrised once. pydantic keeps a parametrised generic in a weak cache only, so
+#: ``Reply[Any]`` written at each call built a new model class whenever the last one had been
+#: collected: a service's profile under recall load showed ~5% of its event loop there.
+AnyReply: type[Reply[Any]] = Reply[Any]
 
 class OutcomeQuery(BaseModel):
     """Ask the owning service for the outcome of a command (query ``command_outcome``): for a

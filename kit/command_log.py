@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from contracts.envelope import Reply
+from contracts.envelope import AnyReply, Reply
 from kit.pg import migrate
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -72,7 +72,7 @@ class PgCommandLog:
         )
         if row is None:
             return None
-        return StoredOutcome(row["fingerprint"], Reply[Any].model_validate(json.loads(row["outcome"])),
+        return StoredOutcome(row["fingerprint"], AnyReply.model_validate(json.loads(row["outcome"])),
                              row["recorded_at"])
 
     async def known(self, command_ids: Iterable[str]) -> set[str]:

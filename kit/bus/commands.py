@@ -11,7 +11,7 @@ import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from contracts.envelope import CommandEnvelope, OutcomeQuery, QueryEnvelope, Reply
+from contracts.envelope import AnyReply, CommandEnvelope, OutcomeQuery, QueryEnvelope, Reply
 from contracts.errors import ErrorCode
 from contracts.messages import REGISTRY, fingerprint, load_all, scoped_command_id
 from contracts.subjects import HEADER_MSG_ID, HEADER_REPLY_TO
@@ -71,14 +71,14 @@ class Commands(Queries):
                 quick = min(timeout, QUEUED_AFTER_S)
                 try:
                     msg = await sub.next_msg(timeout=quick)
-                    return Reply[Any].model_validate_json(msg.data)
+                    return AnyReply.model_validate_json(msg.data)
                 except nats.errors.TimeoutError:
                     pass
                 if not await self.service_alive(service):
                     return queued(service, command.command_id)
                 try:
                     msg = await sub.next_msg(timeout=max(0.01, timeout - quick))
-                    return Reply[Any].model_validate_json(msg.data)
+                    return AnyReply.model_validate_json(msg.data)
                 except nats.errors.TimeoutError:
                     pass
             return await self._await_outcome(service, name, command, fingerprint, timeout, duplicate=ack.duplicate)
@@ -112,7 +112,7 @@ class Commands(Queries):
             if reply is not None and (reply.ok or (reply.error and reply.error.code != ErrorCode.NOT_FOUND)):
                 result = reply.result if reply.ok else None
                 if reply.ok and isinstance(result, dict) and "outcome" in result:
-                    return Reply[Any].model_validate(result["outcome"])
+                    return AnyReply.model_validate(result["outcome"])
                 if not reply.ok:
                     return reply
             if loop.time() >= deadline:

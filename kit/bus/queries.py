@@ -13,7 +13,7 @@ import nats
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from contracts.envelope import QueryEnvelope, Reply
+from contracts.envelope import AnyReply, QueryEnvelope, Reply
 from contracts.errors import ErrorCode
 from kit import metrics, tracing
 from kit.bus.connection import BusUnavailable, Connection, Handler, dumps
@@ -49,7 +49,7 @@ class Queries(Connection):
                 outcome = ErrorCode.TIMEOUT.value
                 tracing.mark_error(current, outcome)
                 return Reply.failure(ErrorCode.TIMEOUT, f"the {service} service did not answer within {timeout:.0f}s")
-            reply = Reply[Any].model_validate_json(msg.data)
+            reply = AnyReply.model_validate_json(msg.data)
             outcome = "ok" if reply.ok else str(reply.error.code.value if reply.error else "error")
             return reply
 

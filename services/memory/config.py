@@ -16,6 +16,10 @@ class MemorySettings(CommonSettings):
     )
     qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
     qdrant_collection: str = "memories"
+    vector_search_threads: int = Field(
+        1, ge=0, le=256, description="embedded engine only: threads searching the shard's segments; 0 = one per "
+        "CPU (the engine's default). One spends the least CPU per recall on a small machine",
+    )
     memory_replica: str = Field(
         "", pattern=r"^[A-Za-z0-9_-]{0,64}$",
         description="with the embedded engine and several memory replicas: this replica's name (e.g. the pod's); "

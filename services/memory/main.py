@@ -108,6 +108,7 @@ async def memory_app(settings: MemorySettings, *, fresh_index: bool = False) -> 
         index = build_vector_index(
             qdrant_url=settings.qdrant_url, path=settings.vector_path, dim=embedder.dim,
             collection=settings.qdrant_collection, api_key=settings.qdrant_api_key, owner=settings.namespace,
+            search_threads=settings.vector_search_threads or None,
         )
         if fresh_index:
             await ensure_service_stopped(bus)  # never drop the index under a running service

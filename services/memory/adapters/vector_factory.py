@@ -16,6 +16,7 @@ def build_vector_index(
     api_key: str | None = None,
     tenant_scoped_idf: bool = True,
     owner: str | None = None,
+    search_threads: int | None = 1,
 ) -> VectorIndex:
     """Pick the adapter from configuration.
 
@@ -29,12 +30,13 @@ def build_vector_index(
     ``tenant_scoped_idf=False`` falls back to collection-wide IDF, for Qdrant
     servers that predate IDF corpus scoping. ``owner`` (the install's namespace)
     claims a Qdrant server collection for one install (an embedded shard lives in
-    the install's own folder and needs no claim).
+    the install's own folder and needs no claim). ``search_threads``: the embedded engine's
+    search threads (``None``: one per CPU).
     """
     if not qdrant_url:
         from services.memory.adapters.vectors_edge import EdgeVectorIndex
 
-        return EdgeVectorIndex(Path(path), dim, tenant_scoped_idf=tenant_scoped_idf)
+        return EdgeVectorIndex(Path(path), dim, tenant_scoped_idf=tenant_scoped_idf, search_threads=search_threads)
 
     from qdrant_client import AsyncQdrantClient
 

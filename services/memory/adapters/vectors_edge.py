@@ -92,6 +92,11 @@ SCROLL_PAGE = 10_000
 FLUSH_EVERY_POINTS = 20_000
 #: ... or this many seconds after the last flush, if anything was written since (``flush_if_due``).
 FLUSH_EVERY_S = 60.0
+#: Threads the engine searches a shard's segments with. One: a recall's search already runs beside
+#: the query encoders on a second core, and the engine's pool of one thread per CPU cost more CPU for
+#: the same latency (100k points, hybrid search as recall runs it: 2.0-2.2 vs 1.6 CPU-ms, wall within
+#: noise; docs/benchmarks-log.md). ``ENGRAM_VECTOR_SEARCH_THREADS`` sets it.
+SEARCH_THREADS = 1
 
 
 class ShardLockedError(RuntimeError):
@@ -120,11 +125,16 @@ class EdgeVectorIndex(VectorIndex):
     def __init__(
         self, path: Path, dim: int, *, tenant_scoped_idf: bool = True,
         flush_every_points: int = FLUSH_EVERY_POINTS, flush_every_s: float = FLUSH_EVERY_S,
+        search_threads: int | None = SEARCH_THREADS,
     ) -> None:
         if dim <= 0:
             raise ValueError("dim must be positive")
         if flush_every_points <= 0 or flush_every_s <= 0:
             raise ValueError("flush_every_points and flush_every_s must be positive")
+        if search_threads is not None and search_threads < 1:
+            raise ValueError("search_threads must be at least 1 (None: one per CPU, the engine's default)")
+        #: threads the engine searches a shard's segments with (None: the engine's default, one per CPU)
+        self.search_threads = search_threads
         #: flush once this many points were written since the last flush (see the module notes)
         self.flush_every_points = flush_every_points
         #: ... or once this many seconds passed since the last flush with writes pending
@@ -165,6 +175,7 @@ class EdgeVectorIndex(VectorIndex):
             optimizers=qe.EdgeOptimizersConfig(
                 default_segment_number=8, indexing_threshold=INDEXING_THRESHOLD_KB, max_segment_size=50_000
             ),
+            max_search_threads=self.search_threads,
         )
 
     def _has_shard(self) -> bool:
