@@ -268,7 +268,7 @@ async def run(
                 timings["late-interaction tokens of turns"] = late_s
 
             t = time.perf_counter()
-            qvecs = embedder.embed([q.question for q in questions])
+            qvecs = [embedder.embed_query(q.question) for q in questions]  # as recall embeds a query
             timings["embed questions"] = time.perf_counter() - t
 
             dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
@@ -287,7 +287,7 @@ async def run(
                 """The default recall's order for ``text`` (a sub-question of deep recall)."""
                 assert late_encoder is not None
                 found = await do_search(
-                    index, dense=[float(x) for x in embedder.embed([text])[0]], sparse=query_vector(text),
+                    index, dense=[float(x) for x in embedder.embed_query(text)], sparse=query_vector(text),
                     mode="hybrid", limit=LATE_CANDIDATES, filter=active_filter(TENANT, conv),
                     prefetch_limit=late_prefetch_limit(LATE_CANDIDATES),
                 )

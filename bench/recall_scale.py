@@ -235,7 +235,7 @@ async def measure(embedder: MiniLMEmbedder, index: EdgeVectorIndex, queries: lis
     embed_ms, search_ms = [], []
     for q in queries:
         t = time.perf_counter()
-        dense = embedder.embed([q])[0].tolist()
+        dense = embedder.embed_query(q).tolist()
         sparse = query_vector(q)
         embed_ms.append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
@@ -302,11 +302,11 @@ async def stage_split(embedder: MiniLMEmbedder, index: EdgeVectorIndex, turns: l
     async def one(q: str, timed: bool) -> None:
         s = stages if timed else [Stage("")] * len(stages)
         total_w, total_c = time.perf_counter(), time.process_time()
-        dense = await s[0].run(lambda: asyncio.to_thread(embedder.embed, [q]))
+        dense = await s[0].run(lambda: asyncio.to_thread(embedder.embed_query, q))
         tokens = await s[1].run(lambda: asyncio.to_thread(late.encode_query, q))
 
         async def hybrid() -> Any:
-            return await search(index, dense=dense[0].tolist(), sparse=query_vector(q), limit=LATE_CANDIDATES,
+            return await search(index, dense=dense.tolist(), sparse=query_vector(q), limit=LATE_CANDIDATES,
                                 mode="hybrid", filter=SCOPE, prefetch_limit=late_prefetch_limit(LATE_CANDIDATES))
 
         hits = await s[2].run(hybrid)

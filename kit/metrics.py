@@ -242,6 +242,15 @@ class TimedEmbedder:
             self._seconds.observe(time.perf_counter() - started)
             self._texts.inc(len(texts))
 
+    def embed_query(self, text: str) -> Any:
+        started = time.perf_counter()
+        try:
+            query = getattr(self._inner, "embed_query", None)
+            return query(text) if query is not None else self._inner.embed([text])[0]
+        finally:
+            self._seconds.observe(time.perf_counter() - started)
+            self._texts.inc()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 

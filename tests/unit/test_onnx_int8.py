@@ -145,3 +145,68 @@ def test_falls_back_when_int8_vectors_do_not_match_fp32(
         embedder = MiniLMEmbedder(cache_size=0)
     assert embedder.compute == "fp32"
     assert "int8 compute gives vectors unlike fp32 here" in caplog.text
+
+
+def test_the_query_kernel_carries_the_same_int8_weights_and_scales(packaged: Path) -> None:
+    original = onnx.load(str(packaged))
+    inits = {i.name: numpy_helper.to_array(i) for i in original.graph.initializer}
+    producer = {out: node for node in original.graph.node for out in node.output}
+    data, rewritten = int8_matmul_model(packaged, kernel="dynamic")
+    model = onnx.load_from_string(data)
+    new_inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    products = [n for n in model.graph.node if n.op_type == "DynamicQuantizeMatMul"]
+    assert rewritten == len(products) == 36
+    assert not any(n.op_type == "MatMulNBits" for n in model.graph.node)
+    for node in products:
+        mul = producer[producer[node.output[0]].input[1]]  # MatMul(x, Mul(Cast(weight_q), weight_scale))
+        name = mul.input[1].removesuffix("_scale")
+        weight, scale, zero = (new_inits[x] for x in node.input[1:4])
+        assert weight.dtype == np.int8 and np.array_equal(weight, inits[f"{name}_q"])
+        assert np.array_equal(scale, inits[f"{name}_scale"].reshape(-1).astype(np.float32))
+        assert not zero.any()
+
+
+def test_an_unknown_kernel_is_refused(packaged: Path) -> None:
+    with pytest.raises(ValueError, match="kernel must be 'blocks' or 'dynamic'"):
+        int8_matmul_model(packaged, kernel="int4")
+
+
+def test_queries_run_their_own_kernel_close_to_the_memories_vectors(int8: MiniLMEmbedder) -> None:
+    texts = [t for t in TEXTS if t]
+    queries = np.vstack([int8.embed_query(t) for t in texts])
+    cosines = (queries * int8.embed(texts)).sum(axis=1)
+    assert cosines.min() > 0.98, cosines
+    assert not np.array_equal(queries, int8.embed(texts))  # another kernel indeed
+    dog, puppy, tax = (int8.embed_query(t) for t in ("I love my dog", "I adore my puppy", "Quarterly tax filing"))
+    assert float(dog @ puppy) > float(dog @ tax) + 0.3
+
+
+def test_query_vectors_are_cached_until_the_cache_is_cleared() -> None:
+    embedder = MiniLMEmbedder(cache_size=2)
+    first = embedder.embed_query("where does Caroline live?")
+    assert embedder.embed_query("where does Caroline live?") is first
+    embedder.embed_query("a"), embedder.embed_query("b")  # two more: the first leaves the cache
+    assert embedder.embed_query("where does Caroline live?") is not first
+    again = embedder.embed_query("where does Caroline live?")
+    embedder.cache_clear()  # a purge forgets every cached text, queries included
+    assert embedder.embed_query("where does Caroline live?") is not again
+
+
+def test_queries_fall_back_to_the_memories_kernel_when_theirs_cannot_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import services.memory.adapters.onnx_int8 as rewrite
+
+    real = rewrite.int8_matmul_model
+
+    def no_dynamic(path: object, kernel: str = "blocks") -> tuple[bytes, int]:
+        if kernel == "dynamic":
+            raise RuntimeError("no such op")
+        return real(path, kernel)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rewrite, "int8_matmul_model", no_dynamic)
+    with caplog.at_level(logging.WARNING, logger="engram.memory.embedder"):
+        embedder = MiniLMEmbedder(cache_size=0)
+    assert embedder.compute == "int8"
+    assert "the query kernel is unavailable (RuntimeError: no such op)" in caplog.text
+    assert np.array_equal(embedder.embed_query(TEXTS[0]), embedder.embed([TEXTS[0]])[0])

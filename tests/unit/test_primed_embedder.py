@@ -181,3 +181,28 @@ def test_primed_late_encoder_forgets_the_least_recently_used() -> None:
     primed.prime([(None, "c")])
     assert primed.cached([(None, "b")]) is None and primed.cached([(None, "a")]) is not None
     assert primed.cached([(None, "c")]) is not None and len(inner.calls) == 2
+
+
+class WithQueries(Recording):
+    """An embedder with a query path of its own."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.calls.append(["query:" + text])
+        return np.full(self.dim, 0.5, dtype=np.float32)
+
+
+def test_a_query_takes_the_embedders_query_path_not_a_primed_memory_text() -> None:
+    inner = WithQueries()
+    primed = PrimedEmbedder(inner)
+    primed.prime(["where is Ana?"])  # the same words as a memory's text, primed
+    np.testing.assert_array_equal(primed.embed_query("where is Ana?"), np.full(4, 0.5, dtype=np.float32))
+    assert inner.calls == [["where is Ana?"], ["query:where is Ana?"]]
+
+
+def test_a_query_falls_back_to_one_text_embed_for_an_embedder_without_a_query_path() -> None:
+    from kit.metrics import TimedEmbedder
+
+    inner = Recording()
+    for wrapped in (PrimedEmbedder(inner), PrimedEmbedder(TimedEmbedder(inner))):
+        np.testing.assert_array_equal(wrapped.embed_query("hello"), Recording().embed(["hello"])[0])
+    assert inner.calls == [["hello"], ["hello"]]

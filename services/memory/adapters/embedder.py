@@ -44,6 +44,8 @@ EMBEDDER_KINDS: tuple[str, ...] = ("minilm", "openai")
 COMPUTE_MODES: tuple[str, ...] = ("int8", "fp32")
 #: The int8 graph must give (nearly) the fp32 graph's vectors, or it is not used.
 _INT8_MIN_COSINE = 0.995
+#: the query kernel's vectors agree with the memories' to ~0.995 on LoCoMo's questions (min 0.990)
+_QUERY_MIN_COSINE = 0.98
 _PROBE_TEXTS = (
     "Caroline: I went to a support group for LGBTQ people yesterday and it was really powerful.",
     "User prefers dark mode and uses vim.",
@@ -164,6 +166,10 @@ class MiniLMEmbedder(Embedder):
                 self.compute = "int8"
                 self.model_id = f"{MiniLMEmbedder.model_id}+q8-matmul"
         self._batch_session = self._open_session(ort, source, 1) if self._parallel > 1 else self._session
+        self._query_session = self._batch_session
+        if self.compute == "int8":
+            self._query_session = self._query_int8_session(ort, path) or self._batch_session
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._pool = ThreadPoolExecutor(self._parallel, thread_name_prefix="embed") if self._parallel > 1 else None
 
     def _int8_model(self, ort: Any, path: str, threads: int | None) -> tuple[Any, bytes] | None:
@@ -188,6 +194,47 @@ class MiniLMEmbedder(Embedder):
                         cosine, _INT8_MIN_COSINE)
             return None
         return session, model
+
+    def _query_int8_session(self, ort: Any, path: str) -> Any | None:
+        """A one-thread session for lone queries with per-product activation scales
+        (:mod:`.onnx_int8`, ``kernel="dynamic"``), or ``None`` (queries then run the memories' graph)."""
+        try:
+            from services.memory.adapters.onnx_int8 import int8_matmul_model
+
+            model, _ = int8_matmul_model(path, kernel="dynamic")
+            session = self._open_session(ort, model, 1)
+            probe = self._tokenizer.encode_batch(list(_PROBE_TEXTS))
+            cosine = min(float((self._run_chunk([e], self._batch_session) * self._run_chunk([e], session)).sum())
+                         for e in probe)
+        except Exception as exc:  # an onnxruntime without the op...
+            log.warning("embedder: the query kernel is unavailable (%s: %s); queries run the memories' kernel",
+                        type(exc).__name__, exc)
+            return None
+        if cosine < _QUERY_MIN_COSINE:
+            log.warning("embedder: the query kernel gives vectors unlike the memories' here (cosine %.4f < %.3f); "
+                        "queries run the memories' kernel", cosine, _QUERY_MIN_COSINE)
+            return None
+        return session
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """A search query's unit vector, ``float32`` ``(384,)``: on its own session (with int8 compute,
+        activations quantized once per product: ~1.7x faster for a short text, vectors within cosine
+        ~0.995 of the memories' kernel, LoCoMo recall unchanged). Through an LRU cache of
+        ``cache_size`` queries. Never used for memories: their vectors must not depend on how they
+        were batched."""
+        with self._cache_lock:
+            hit = self._query_cache.get(text)
+            if hit is not None:
+                self._query_cache.move_to_end(text)
+                return hit
+        vector: np.ndarray = self._run_chunk(self._tokenizer.encode_batch([text]), self._query_session)[0]
+        vector.setflags(write=False)
+        if self._cache_size:
+            with self._cache_lock:
+                self._query_cache[text] = vector
+                while len(self._query_cache) > self._cache_size:
+                    self._query_cache.popitem(last=False)
+        return vector
 
     @staticmethod
     def _open_session(ort: Any, path: str | bytes, threads: int | None) -> Any:
@@ -271,9 +318,10 @@ class MiniLMEmbedder(Embedder):
         return _l2_normalise(pooled)
 
     def cache_clear(self) -> None:
-        """Forget cached single-text embeddings."""
+        """Forget cached single-text and query embeddings."""
         with self._cache_lock:
             self._cache.clear()
+            self._query_cache.clear()
 
 
 class OpenAICompatibleEmbedder(Embedder):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,17 @@ def _recently_used(cache: OrderedDict[K, V], keys: Sequence[K]) -> list[V | None
             cache.move_to_end(key)
     return found
 
+
+
+def query_vector_of(embedder: Any, text: str) -> np.ndarray:
+    """``embedder.embed_query(text)``, or its one-text ``embed`` for an embedder without a query path
+    (a wrapper or a test's fake)."""
+    query = getattr(embedder, "embed_query", None)
+    if query is not None:
+        vector: np.ndarray = query(text)
+        return vector
+    vector = embedder.embed([text])[0]
+    return vector
 
 class PrimedEmbedder:
     """Wraps an Embedder; ``prime`` embeds many texts at once, ``embed`` uses primed vectors first.
@@ -101,6 +112,11 @@ class PrimedEmbedder:
         if not found or any(v is None for v in found):
             return None
         return np.stack(found)  # type: ignore[arg-type]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """A search query's vector: the inner embedder's (primed memory texts are not looked up: a
+        query is embedded the way its embedder embeds queries)."""
+        return query_vector_of(self.inner, text)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts``: primed ones from the cache (they stay there: short sentences

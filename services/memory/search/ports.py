@@ -217,6 +217,12 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """A search query's vector, ``(dim,)`` (recall's; an embedder may run queries faster than
+        memories, e.g. with another kernel, as long as they search the memories' vectors as well)."""
+        vector: np.ndarray = self.embed([text])[0]
+        return vector
+
     def prime(self, texts: Sequence[str]) -> int:
         """Embed many texts at once ahead of their use; return how many were embedded."""
         return 0

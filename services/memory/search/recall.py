@@ -168,7 +168,7 @@ class RecallPipeline:
         embedding = self._start_embedding(query.query) if mode != "sparse" else None
         query_tokens = loop.run_in_executor(None, late.encode_query, query.query) if late is not None else None
         sparse = query_vector(query.query) if mode != "dense" else None
-        dense = [float(x) for x in (await embedding)[0]] if embedding is not None else None
+        dense = [float(x) for x in await embedding] if embedding is not None else None
         candidates = max(
             query.limit,
             self.late_candidates if late is not None else 0,
@@ -287,6 +287,6 @@ class RecallPipeline:
         return scores.tolist()
 
     def _start_embedding(self, text: str) -> asyncio.Future[np.ndarray]:
-        """The embedding of ``text``, already submitted to a worker thread (asyncio.to_thread would
+        """The query vector of ``text`` (``embed_query``), already submitted to a worker thread (asyncio.to_thread would
         start only when awaited)."""
-        return asyncio.get_running_loop().run_in_executor(None, self.models.embedder.embed, [text])
+        return asyncio.get_running_loop().run_in_executor(None, self.models.embedder.embed_query, text)
