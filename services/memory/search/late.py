@@ -108,10 +108,11 @@ def unpack(blob: bytes | None, dims: int) -> np.ndarray | None:
 
 
 def _best_per_document(products: np.ndarray, lengths: Sequence[int]) -> np.ndarray:
-    """Sum over the query's rows of each document's best product; ``products`` holds the
-    documents' columns one after the other, ``lengths`` columns each (all > 0)."""
+    """Sum over the query's rows of each document's best product; ``products`` (document rows ×
+    query rows) holds the documents' rows one after the other, ``lengths`` rows each (all > 0).
+    (Documents × query is the faster layout for BLAS here: 0.55 vs 0.67 ms for 50 candidates.)"""
     starts = np.cumsum([0, *lengths[:-1]])
-    best: np.ndarray = np.maximum.reduceat(products, starts, axis=1).sum(axis=0, dtype=np.float64)
+    best: np.ndarray = np.maximum.reduceat(products, starts, axis=0).sum(axis=1, dtype=np.float64)
     return best
 
 
@@ -128,7 +129,7 @@ def maxsim_packed(query: np.ndarray, blobs: Sequence[bytes | None], dims: int) -
         return scores
     values = np.concatenate([parts[i][1] for i in present]).astype(np.float32)
     row_scales = np.concatenate([parts[i][0] for i in present])
-    products = (query.astype(np.float32) @ values.T) * row_scales  # (query rows, all document rows)
+    products = (values @ query.astype(np.float32).T) * row_scales[:, None]  # (all document rows, query rows)
     scores[present] = _best_per_document(products, [len(parts[i][0]) for i in present])
     return scores
 
@@ -141,6 +142,6 @@ def maxsim(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
     if not present or not len(query):
         return scores
     stacked = np.concatenate([documents[i] for i in present]).astype(np.float32)
-    products = query.astype(np.float32) @ stacked.T  # (query rows, all document rows)
+    products = stacked @ query.astype(np.float32).T  # (all document rows, query rows)
     scores[present] = _best_per_document(products, [len(documents[i]) for i in present])
     return scores
