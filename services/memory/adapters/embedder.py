@@ -111,8 +111,10 @@ class MiniLMEmbedder(Embedder):
     without the kernel, vectors that do not match fp32 on a probe), the embedder logs a
     warning and runs fp32; ``self.compute`` says which one runs.
 
-    Single-text calls (typically queries, which repeat) go through an LRU cache
-    of ``cache_size`` entries; batch calls bypass it. ``threads`` is how many
+    Single-text calls go through an LRU cache of ``cache_size`` entries; batch
+    calls bypass it. Recall's queries take :meth:`embed_query`: a kernel of their
+    own with int8 compute (faster for one short text, not batch-invariant, so never
+    used for memories) and an LRU cache of their own. ``threads`` is how many
     cores the embedder may use (``None``: all of them). A call of at most one
     chunk (a query) runs on one session with that many intra-op threads, for
     latency. A larger batch runs its chunks side by side on a second session
