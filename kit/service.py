@@ -36,6 +36,8 @@ from kit.command_log import OutcomeRecord, StoredOutcome
 log = logging.getLogger("engram.service")
 
 _HINTS_MAX = 16_384
+#: a fetched batch of at most this many commands is prepared beside its outcome lookup (ServiceRuntime.prime)
+PREPARE_BESIDE_LOOKUP = 4
 
 
 @dataclass
@@ -237,7 +239,14 @@ class ServiceRuntime:
             if isinstance(parsed, _Parsed):
                 batch.append(parsed)
         ids = [p.call.command_id for p in batch]
-        known = await self.command_log.known(ids)
+        if prepare is not None and len(batch) <= PREPARE_BESIDE_LOOKUP:
+            # a command or two (a person's or an assistant's write, waiting): prepared while the
+            # outcomes are looked up, not after (a retried one is then prepared for nothing); a bulk
+            # batch waits for the lookup, so that a redelivered import is not prepared again
+            known, _ = await asyncio.gather(self.command_log.known(ids), prepare([(p.call, p.model) for p in batch]))
+            prepare = None
+        else:
+            known = await self.command_log.known(ids)
         if len(self._fresh) > _HINTS_MAX:
             self._fresh.clear()
         self._fresh.update(i for i in ids if i not in known)

@@ -107,3 +107,52 @@ async def test_a_command_that_lost_the_race_decides_again_on_what_the_winner_wro
     finally:
         await _cleanup(settings)
 
+
+
+async def test_a_small_batch_is_prepared_beside_its_outcome_lookup_and_a_bulk_one_after_it(
+        settings: MemorySettings) -> None:  # noqa: F811
+    """A save or two waiting on a person is embedded while the command log is asked which commands
+    already have an outcome (one round trip off its path); a bulk batch is prepared after that
+    lookup and without the commands it found, so a redelivered import is not embedded again. A
+    retried command prepared for nothing still answers its first outcome."""
+    try:
+        async with memory_app(settings) as app:
+            runtime = app.service.runtime
+            log, prime_saves = runtime.command_log, app.service.memories.prime_saves
+            known_of = log.known
+            seen: list[str] = []
+            prepared: list[list[str]] = []
+
+            async def known(ids: Any) -> set[str]:
+                seen.append("lookup started")
+                found = await known_of(ids)
+                seen.append("lookup answered")
+                return found
+
+            async def prepare(batch: Any) -> None:
+                seen.append("prepare started")
+                prepared.append([call.key for call, _ in batch])
+                await prime_saves(batch)
+
+            log.known = known  # type: ignore[method-assign]
+            first = command("save_memory", {"content": A})
+            await runtime.prime([(("t", 0), first)], prepare)
+            assert seen == ["lookup started", "prepare started", "lookup answered"]
+            saved = await app.service.handle_command(first)
+            assert saved.ok and saved.result["created"], saved
+
+            # the same command again, alone: prepared for nothing, answered as the first time
+            seen.clear()
+            await runtime.prime([(("t", 1), first)], prepare)
+            assert prepared[-1] == [first.command_id]
+            assert (await app.service.handle_command(first)).result == saved.result
+            assert len(await _rows(app, A)) == 1
+
+            # a bulk batch (the retried command among new ones): prepared after the lookup, without it
+            seen.clear()
+            bulk = [first, *(command("save_memory", {"content": f"Bulk fact number {i}"}) for i in range(5))]
+            await runtime.prime([(("t", 2 + i), env) for i, env in enumerate(bulk)], prepare)
+            assert seen == ["lookup started", "lookup answered", "prepare started"]
+            assert prepared[-1] == [env.command_id for env in bulk[1:]]
+    finally:
+        await _cleanup(settings)
