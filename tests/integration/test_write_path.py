@@ -108,7 +108,6 @@ async def test_a_command_that_lost_the_race_decides_again_on_what_the_winner_wro
         await _cleanup(settings)
 
 
-
 async def test_a_small_batch_is_prepared_beside_its_outcome_lookup_and_a_bulk_one_after_it(
         settings: MemorySettings) -> None:  # noqa: F811
     """A save or two waiting on a person is embedded while the command log is asked which commands
