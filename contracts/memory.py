@@ -613,6 +613,13 @@ class GetMemory(BaseModel):
     memory_id: UUID
 
 
+#: A recall hit or a listed memory carries the first this many characters of a longer content (a
+#: pasted document), cut at a word, and its whole length (``content_chars``): a reply holds many
+#: memories, and the bus carries at most 1 MB a message (NATS's default ``max_payload``). ``get``
+#: answers the whole content.
+LISTED_CONTENT_CHARS = 2_000
+
+
 class MemoryView(BaseModel):
     id: UUID
     project: str
@@ -640,6 +647,21 @@ class MemoryView(BaseModel):
     changed_since: MemoryRelation | None = Field(
         None, description="in an answer as of a past moment: what replaced this since (a newer version of it: "
         "newer_version, or the memory that superseded it: superseded_by); absent when it still stands as shown")
+    content_chars: int | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="in a recall hit or a list: the whole content's length when `content` is only its start "
+        f"(a memory longer than {LISTED_CONTENT_CHARS:,} characters); get the memory by id for all of it")
+
+
+def abridged(view: MemoryView, limit: int = LISTED_CONTENT_CHARS) -> MemoryView:
+    """``view`` as a recall hit or a list shows it: its content's first ``limit`` characters (cut at
+    a word) and its whole length, when it is longer."""
+    if len(view.content) <= limit:
+        return view
+    cut = view.content[:limit]
+    space = cut.rfind(" ")
+    return view.model_copy(update={"content": cut[:space] if space > limit * 4 // 5 else cut,
+                                   "content_chars": len(view.content)})
 
 
 class MemoryLookup(BaseModel):

@@ -53,6 +53,19 @@ class Queries(Connection):
             outcome = "ok" if reply.ok else str(reply.error.code.value if reply.error else "error")
             return reply
 
+    def _fitting(self, service: str, name: str, data: bytes) -> bytes:
+        """``data``, or, when it is larger than the server lets a message be (``max_payload``), a
+        failure saying so: an answer the bus cannot carry would leave the caller waiting for a
+        timeout that names nothing."""
+        limit = self.nc.max_payload
+        if not limit or len(data) <= limit:
+            return data
+        log.warning("query %s: the answer is %d bytes, over the bus's %d", name, len(data), limit)
+        return dumps(Reply.failure(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{service} cannot send this answer: it is {len(data):,} bytes and the bus carries at most {limit:,} "
+            "a message; ask for less (a smaller limit, a page at a time, or one item by id)"))
+
     async def serve_queries(
         self,
         service: str,
@@ -82,7 +95,7 @@ class Queries(Connection):
                             log.exception("query %s failed", name)
                             reply = Reply.failure(ErrorCode.INTERNAL, f"{service} could not answer {name}; see its log")
                         if msg.reply:
-                            await msg.respond(dumps(reply))
+                            await msg.respond(self._fitting(service, name, dumps(reply)))
 
             async def callback(msg: Msg) -> None:
                 asyncio.get_running_loop().create_task(answer(msg))

@@ -67,11 +67,18 @@ def format_relations(relations: list[MemoryRelation]) -> str:
     return "    " + " · ".join(_relation(r) for r in relations) if relations else ""
 
 
+def _content(m: MemoryView) -> str:
+    """A memory's content as a recall or a list carries it; where that is only its start, says so."""
+    if m.content_chars is None:
+        return m.content
+    return f"{m.content} … [{m.content_chars - len(m.content):,} more characters: get_memory {m.id} for all]"
+
+
 def _fact(m: MemoryView) -> str:
     """A profile line; as of a past moment, with what replaced it since (``⇒ “…”`` or ``→ vN “…”``)."""
     tag = f"[{m.category.value}] " if m.category else ""
     since = f"  {_relation(m.changed_since)}" if m.changed_since is not None else ""
-    return f"- {tag}{m.content}{since}"
+    return f"- {tag}{_content(m)}{since}"
 
 
 def format_profile(profile: Profile | None) -> str:
@@ -94,7 +101,7 @@ def format_recall(query: str, hits: list[RecallHit], project: str | None, profil
     for rank, hit in enumerate(hits, 1):
         m = hit.memory
         day = (m.updated_at or m.created_at).date().isoformat()
-        lines.append(f"[{rank}] ({hit.score:.3f}) {m.content} — {m.project} · {day} · {m.id}{_marker(m, hit.documents)}")
+        lines.append(f"[{rank}] ({hit.score:.3f}) {_content(m)} — {m.project} · {day} · {m.id}{_marker(m, hit.documents)}")
         relations = hit.relations
         since = m.changed_since
         if since is not None and not any(r.kind is since.kind and r.memory_id == since.memory_id for r in relations):

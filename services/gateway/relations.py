@@ -68,6 +68,14 @@ def documents_of(memory: MemoryView, history: MemoryHistory | None = None) -> li
     return documents[:MAX_HIT_DOCUMENTS]
 
 
+def _same_words(content: str, memory: MemoryView) -> bool:
+    """Whether a version's ``content`` is the recalled memory's (which may carry only its start: then
+    by its length and start, when its history did not hold the recalled version itself)."""
+    if memory.content_chars is None:
+        return content == memory.content
+    return len(content) == memory.content_chars and content.startswith(memory.content)
+
+
 def relations_of(
     memory: MemoryView, history: MemoryHistory | None, similar: SimilarMemoryList | None,
     ranks: dict[UUID, int], contents: dict[UUID, str],
@@ -81,12 +89,17 @@ def relations_of(
         # the version whose words this one replaced: versions that changed no words (a merge, a pin,
         # a supersession) are passed over
         earlier = [v for n, v in sorted(versions.items(), reverse=True) if n < memory.version]
-        previous = next((v for v in earlier if v.content != memory.content), None)
+        own = versions.get(memory.version)  # the recalled version's whole words (the hit may carry their start)
+
+        def same_words(content: str) -> bool:
+            return content == own.content if own is not None else _same_words(content, memory)
+
+        previous = next((v for v in earlier if not same_words(v.content)), None)
         if previous is not None:
             relations.append(MemoryRelation(kind=RelationKind.PREVIOUS_VERSION, memory_id=memory.id,
                                             version=previous.version, excerpt=excerpt(previous.content)))
         newer = [v for v in history.versions if v.version > memory.version and v.status is MemoryStatus.ACTIVE
-                 and v.content != memory.content]
+                 and not same_words(v.content)]
         if newer:
             latest = max(newer, key=lambda v: v.version)
             relations.append(MemoryRelation(kind=RelationKind.NEWER_VERSION, memory_id=memory.id,

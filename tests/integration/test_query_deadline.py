@@ -45,3 +45,27 @@ async def test_a_query_whose_caller_gave_up_is_not_handled(bus: Bus) -> None:
     finally:
         for sub in subs:
             await sub.unsubscribe()
+
+
+async def test_an_answer_larger_than_the_bus_carries_is_a_clear_failure_not_a_timeout(bus: Bus) -> None:
+    """A reply over the server's ``max_payload`` cannot be sent: the caller hears why at once (how
+    large, the limit, what to ask instead), where it used to wait out its timeout for nothing."""
+    limit = bus.nc.max_payload
+
+    async def huge(query: QueryEnvelope) -> Reply[dict[str, str]]:
+        return Reply.success({"text": "x" * (limit + 1)})
+
+    async def small(query: QueryEnvelope) -> Reply[dict[str, str]]:
+        return Reply.success({"text": "y" * 1000})
+
+    subs = await bus.serve_queries("svc", {"huge": huge, "small": small})
+    try:
+        reply = await bus.query("svc", "huge", QueryEnvelope(type="huge", payload={}), timeout=30)
+        assert not reply.ok
+        assert reply.error is not None and reply.error.code == "invalid_argument"
+        assert f"{limit:,}" in reply.error.message and "ask for less" in reply.error.message
+        fine = await bus.query("svc", "small", QueryEnvelope(type="small", payload={}), timeout=30)
+        assert fine.ok and fine.result == {"text": "y" * 1000}
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()

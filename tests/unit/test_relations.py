@@ -9,6 +9,7 @@ import pytest
 
 from contracts.graph import SimilarMemory, SimilarMemoryList
 from contracts.memory import (
+    LISTED_CONTENT_CHARS,
     MAX_HIT_DOCUMENTS,
     MAX_HIT_RELATIONS,
     MemoryHistory,
@@ -18,6 +19,7 @@ from contracts.memory import (
     Provenance,
     RecallHit,
     RelationKind,
+    abridged,
 )
 from services.gateway import relations
 from services.gateway.presentation import LEGEND, format_recall
@@ -109,3 +111,26 @@ def test_compact_form_has_arrows_ranks_logs_and_a_one_line_legend() -> None:
     assert lines[3] == f"    ← v1 “Drinks coffee” · ~ [2] 0.81 · ~ ({outsider}) 0.70"
     assert lines[4].startswith("[2] (0.500) Likes Darjeeling") and len(lines) == 5  # no relations, no line
     assert enriched[1] == hits[1]  # a hit with nothing related is unchanged
+
+
+def test_a_long_memory_is_recalled_by_its_start_with_its_length_and_how_to_read_all_of_it() -> None:
+    """A pasted document (up to 200,000 characters) is cut in a recall hit, at a word: a reply holds
+    many hits and the bus carries at most 1 MB a message. The hit says how much more there is and how
+    to get it; its versions are compared with the whole text, not with the cut."""
+    whole = " ".join(f"word{i}" for i in range(40_000))
+    first = view(whole, version=2)
+    cut = abridged(first)
+    assert cut.content_chars == len(whole) and len(cut.content) <= LISTED_CONTENT_CHARS
+    assert whole.startswith(cut.content) and whole[len(cut.content)] == " "  # cut at a word
+    short = view("a short memory")
+    assert abridged(short) is short and "content_chars" not in short.model_dump_json()
+    # the version before changed only the document's end: still a previous version, shown
+    history = MemoryHistory(memory_id=first.id, versions=[version(1, whole[:-1] + "X"), version(2, whole)])
+    got = relations.relations_of(cut.model_copy(update={"id": first.id}), history, None, {}, {})
+    assert [(r.kind, r.version) for r in got] == [(RelationKind.PREVIOUS_VERSION, 1)]
+    # the same words as the recalled version: no relation (the cut is not taken for a change)
+    same = MemoryHistory(memory_id=first.id, versions=[version(1, whole), version(2, whole)])
+    assert relations.relations_of(cut, same, None, {}, {}) == []
+    text = format_recall("word", [RecallHit(memory=cut, score=0.9)], None)
+    more = len(whole) - len(cut.content)
+    assert f" … [{more:,} more characters: get_memory {first.id} for all]" in text

@@ -9,9 +9,12 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
+from contracts.memory import MAX_CONTENT_CHARS
 from services.memory.adapters.embedder import MiniLMEmbedder
 from services.memory.domain.supersession import (
     DEFAULT_THRESHOLDS,
+    RULES_READ_CHARS,
+    SENTENCE_CHARS,
     Candidate,
     Fact,
     Statement,
@@ -21,6 +24,7 @@ from services.memory.domain.supersession import (
     decide_all,
     numbers_of,
     read_facts,
+    rule_sentences,
     template_of,
 )
 
@@ -233,3 +237,48 @@ def test_every_pair_of_phrasings_gets_a_verdict() -> None:
             d = decide(Statement(a, LATER), Candidate(b, EARLIER, similarity=0.5))
             assert d.verdict in Verdict and d.reason
             assert (d.stale is not None) == (d.verdict is Verdict.SUPERSEDES)
+
+
+# ------------------------------------------------------------------------------------------
+# a long text: the rules read statements, not documents
+
+ADVERSARIAL = {
+    "one long word": "x" * MAX_CONTENT_CHARS,
+    "capitals": "Ab " * (MAX_CONTENT_CHARS // 3),
+    "a switch never finished": "I switched from a " * (MAX_CONTENT_CHARS // 18),
+    "my, with no verb": "my x " * (MAX_CONTENT_CHARS // 5),
+    "a habit with no day": "every week " * (MAX_CONTENT_CHARS // 11),
+    "names before a favourite": ("Sushi " * 1000 + "is my favorite food. ") * 30,
+}
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_a_text_of_the_largest_size_is_read_in_bounded_sentences(name: str) -> None:
+    """A memory of 200,000 characters (the largest accepted) once held the memory service for
+    minutes: patterns tried from every position of one long run backtracked over all of it. The
+    rules now read the text's first sentences only, each cut to a bounded piece; whole-text
+    comparisons stay linear and exact."""
+    text = ADVERSARIAL[name][:MAX_CONTENT_CHARS]
+    pieces = rule_sentences(text)
+    assert sum(len(p) for p in pieces) <= RULES_READ_CHARS
+    assert all(0 < len(p) <= SENTENCE_CHARS for p in pieces)
+    read_facts(text)  # returns (the pieces bound the backtracking)
+    assert template_of(text) == template_of(text[:]) and template_of(text).count(" ") >= len(text.split()) // 2 - 1
+
+
+def test_a_fact_in_a_long_text_is_read_where_the_rules_read_and_not_beyond() -> None:
+    filler = "We talked about many things that day and none of them were about where anyone lives. "
+    head = "I moved to Lisbon last month. " + filler * 10
+    assert [(f.attribute, f.value) for f in read_facts(head + filler * 2000)] == [("location", "lisbon")]
+    far = filler * ((RULES_READ_CHARS // len(filler)) + 1) + "I moved to Berlin last month."
+    assert read_facts(far) == ()  # past the first RULES_READ_CHARS characters: a document, not a statement
+    # one sentence of 600 words with no punctuation: read in pieces, a fact in the first is found
+    run_on = "I live in Porto " + " ".join(["and then"] * 600)
+    assert [(f.attribute, f.value) for f in read_facts(run_on)] == [("location", "porto")]
+
+
+def test_a_name_before_my_favourite_is_read_from_its_first_letter() -> None:
+    """"These days I'd say Emma is my favourite book" read "ay emma" (the pattern started inside
+    "say" once "say" itself was refused); it starts at a word now."""
+    assert [(f.attribute, f.value) for f in read_facts("These days I'd say Emma is my favourite book")] == [
+        ("favorite:book", "emma")]

@@ -56,6 +56,7 @@ from contracts.memory import (
     UnmergeMemory,
     UnmergeMemoryResult,
     UpdateMemory,
+    abridged,
 )
 from contracts.subjects import Names
 from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
@@ -855,14 +856,15 @@ class MemoryReads:
                      and (rm.source is None or v.origin == rm.source)]
             if rm.sort != "importance":
                 found.sort(key=lambda v: (v.created_at, v.id), reverse=rm.sort == "newest")
-            return MemoryList(memories=found[: rm.limit])
+            return MemoryList(memories=[abridged(v) for v in found[: rm.limit]])
         after = page_after(rm.sort, rm.cursor) if rm.cursor is not None else None
         found = await self.store.list_active(
             call.tenant, project, category, rm.keyword, rm.limit + 1, statuses=LISTED_STATUSES[rm.status],
             created_from=rm.created_from, created_before=rm.created_to, source=rm.source, sort=rm.sort, after=after)
         more = len(found) > rm.limit
         found = found[: rm.limit]
-        return MemoryList(memories=found, next_cursor=page_cursor(rm.sort, found[-1]) if more else None)
+        return MemoryList(memories=[abridged(v) for v in found],
+                          next_cursor=page_cursor(rm.sort, found[-1]) if more else None)
 
     async def _standing(
         self, tenant: str, project: str | None, moment: datetime, order: StandingOrder, limit: int, *,
@@ -914,7 +916,7 @@ class MemoryReads:
         project = call.search_project(q.project)
         flagged = await self.store.conflicted(call.tenant, project, q.limit)
         others = await self.store.views(call.tenant, list({c.memory_id for st in flagged for c in st.conflicts}))
-        out = [ConflictView(memory=MemoryView.model_validate(st.model_dump()), other=others[c.memory_id],
+        out = [ConflictView(memory=abridged(MemoryView.model_validate(st.model_dump())), other=abridged(others[c.memory_id]),
                             reason=c.reason, confidence=c.confidence)
                for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)]
         out.sort(key=lambda v: -v.confidence)
@@ -946,6 +948,7 @@ class MemoryReads:
             profile = Profile(static=static, dynamic=[v for v in recent if v.id not in facts][: query.dynamic_limit])
         else:
             profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
+        profile = Profile(static=[abridged(v) for v in profile.static], dynamic=[abridged(v) for v in profile.dynamic])
         if len(self._profiles) > HINTS_MAX:
             self._profiles.clear()
         self._profiles[key] = (writes, profile)

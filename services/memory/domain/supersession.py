@@ -302,8 +302,8 @@ _PATTERNS: list[tuple[str, bool, re.Pattern[str]]] = [
     # preferences
     ("favorite", False, _rx(_i(r"\bmy\s+(?:new\s+|current\s+)?fav(?:ou?rite)?\s+(?P<a>[a-z]+(?:\s+[a-z]+)?)\s+"
                                r"(?:these days\s+|nowadays\s+|now\s+)?(?:is|are|has to be)\s+(?:now\s+)?") + _V)),
-    ("favorite", False, _rx(r"(?P<v>(?!(?:say|think|guess|that|days|so|and|but|I'd|I)\b)(?:[A-Z][\w'-]*|[a-z]+)"
-                            r"(?: [A-Z][\w'-]*)*)" + _i(r"\s+is\s+(?:now\s+)?my\s+(?:new\s+)?"
+    ("favorite", False, _rx(r"(?P<v>\b(?!(?:say|think|guess|that|days|so|and|but|I'd|I)\b)(?:[A-Z][\w'-]*+|[a-z]++)"
+                            r"(?: [A-Z][\w'-]*+)*)" + _i(r"\s+is\s+(?:now\s+)?my\s+(?:new\s+)?"
                                                              r"fav(?:ou?rite)?\s+(?P<a>[a-z]+(?:\s+[a-z]+)?)"))),
     ("diet", True, _rx(_SUBJ + _BE + _ADV + _i(r"\s+(?:no longer|not)\s+(?:an?\s+)?(?P<v>" + _DIETS + r")\b"))),
     ("diet", False, _rx(_SUBJ + _BE + _ADV + _i(r"\s+(?:now\s+)?(?:an?\s+)?(?:strict\s+)?(?P<v>" + _DIETS + r")\b"))),
@@ -389,7 +389,7 @@ now currently still actually really just also recently finally officially alread
 usually normally generally typically regularly
 """.split())
 #: "every week on Mondays" is "on Mondays": a weekday said as a habit needs no "every week".
-_WEEKLY = re.compile(r"\bevery week\b(?=.*\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b)"
+_WEEKLY = re.compile(r"\bevery week\b(?=.{0,200}?\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b)"
                      r"|(?<=days)\s+every week\b", re.IGNORECASE)
 #: Small words that turn a sentence's meaning ("before" / "after" the trip): texts that differ in
 #: one are never merged as the same words, however close their embeddings.
@@ -445,13 +445,61 @@ def _subject(raw: str | None) -> str | None:
     return low  # a name, or he / she / they (resolved by nobody here: compared as written)
 
 
-@lru_cache(maxsize=8192)
+#: The phrasing rules read statements, not documents: the first this many characters of a text
+#: (cut at a sentence's end where there is one). A fact is said in a sentence; a memory of 200,000
+#: characters (a pasted document) once held the memory service's worker thread, and with it the
+#: event loop through the GIL, for minutes. Comparing whole texts (:func:`template_of`,
+#: :func:`content_words`) stays exact: those are linear.
+RULES_READ_CHARS = 4_000
+#: ... one sentence at a time, a longer run of words cut into pieces of at most this many characters.
+#: Each pattern is tried within one piece, so its backtracking is bounded by the piece, not the text.
+SENTENCE_CHARS = 500
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+
+
+def rule_sentences(text: str) -> list[str]:
+    """The pieces of ``text`` the phrasing rules read: its sentences (normalized) within the first
+    :data:`RULES_READ_CHARS` characters, each at most :data:`SENTENCE_CHARS` long."""
+    head = normalize(text[: RULES_READ_CHARS * 2])  # normalizing only drops characters
+    if len(head) > RULES_READ_CHARS:
+        cut = max(head.rfind(". ", 0, RULES_READ_CHARS), head.rfind("? ", 0, RULES_READ_CHARS),
+                  head.rfind("! ", 0, RULES_READ_CHARS))
+        head = head[: cut + 1] if cut > 0 else _cut_at_space(head, RULES_READ_CHARS)
+    pieces: list[str] = []
+    for sentence in _SENTENCE_END.split(head):
+        while len(sentence) > SENTENCE_CHARS:
+            piece = _cut_at_space(sentence, SENTENCE_CHARS)
+            pieces.append(piece)
+            sentence = sentence[len(piece):].lstrip()
+        if sentence:
+            pieces.append(sentence)
+    return pieces
+
+
+def _cut_at_space(text: str, limit: int) -> str:
+    """``text``'s first ``limit`` characters, cut before the last space among them (if any)."""
+    space = text.rfind(" ", 0, limit + 1)
+    return text[:space] if space > 0 else text[:limit]
+
+
 def read_facts(text: str) -> tuple[Fact, ...]:
-    """The facts ``text`` states, by the phrasing rules (empty when none applies)."""
-    text = normalize(text)
-    facts: list[Fact] = []
+    """The facts ``text`` states, by the phrasing rules (empty when none applies), read in
+    :func:`rule_sentences`; in the order of the rules, then of the text."""
+    return _facts_in(tuple(rule_sentences(text)))
+
+
+@lru_cache(maxsize=8192)
+def _facts_in(pieces: tuple[str, ...]) -> tuple[Fact, ...]:
+    found: list[tuple[int, int, int, Fact]] = []
+    for p, piece in enumerate(pieces):
+        found += [(rule, p, start, fact) for rule, start, fact in _facts_of_piece(piece)]
+    return tuple(fact for *_, fact in sorted(found, key=lambda f: f[:3]))
+
+
+def _facts_of_piece(text: str) -> list[tuple[int, int, Fact]]:
+    facts: list[tuple[int, int, Fact]] = []
     taken: list[tuple[int, int]] = []
-    for attribute, negated, pattern in _PATTERNS:
+    for rule, (attribute, negated, pattern) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
             span = match.span("v") if "v" in pattern.groupindex and match.group("v") else match.span()
             if any(a < span[1] and span[0] < b for a, b in taken):  # an earlier (more specific) rule read it
@@ -481,9 +529,9 @@ def read_facts(text: str) -> tuple[Fact, ...]:
             elif attribute in ("favorite", "pet") and groups.get("a"):
                 name = attribute + ":" + "_".join(groups["a"].casefold().split())
             replaces = _clean_value(groups["r"]) if groups.get("r") else None
-            facts.append(Fact(subject, name, value, negated, replaces))
+            facts.append((rule, span[0], Fact(subject, name, value, negated, replaces)))
             taken.append(span)
-    return tuple(facts)
+    return facts
 
 
 def _event_name(raw: str) -> str:
@@ -512,10 +560,19 @@ def numbers_of(text: str) -> list[str]:
     return [_NUMBER_WORDS.get(m.group(0).casefold(), m.group(0).casefold()) for m in _NUMERIC.finditer(text)]
 
 
-@lru_cache(maxsize=8192)
 def template_of(text: str) -> str:
     """``text`` with its numbers and dates masked, filler words and punctuation dropped: two
-    sentences with one template and other numbers state one thing with a changed number."""
+    sentences with one template and other numbers state one thing with a changed number. Linear in
+    the text; kept for the texts the rules read whole (a long one is not kept in memory)."""
+    return _template_kept(text) if len(text) <= RULES_READ_CHARS else _template(text)
+
+
+@lru_cache(maxsize=8192)
+def _template_kept(text: str) -> str:
+    return _template(text)
+
+
+def _template(text: str) -> str:
     low = normalize(text).casefold()
     low = re.sub(r"\bwe\b", "i", low).replace("we're", "i am")
     low = low.replace("i'm", "i am").replace("'ve", " have").replace("'re", " are").replace("n't", " not")

@@ -40,6 +40,7 @@ from contracts.memory import (
     RecallMode,
     RecallResult,
     RelationKind,
+    abridged,
     excerpt,
 )
 from kit.service import Call
@@ -207,7 +208,8 @@ class RecallPipeline:
             relevance = await asyncio.to_thread(reranker.score, query.query, texts)
             found = reranked(found, relevance.tolist())
         found = self._weighed(found, now)
-        return RecallResult(hits=await self._truth_relations(tenant, found[: query.limit], as_of))
+        hits = await self._truth_relations(tenant, found[: query.limit], as_of)
+        return RecallResult(hits=[h.model_copy(update={"memory": abridged(h.memory)}) for h in hits])
 
     async def _as_of(self, tenant: str, found: list[RecallHit], as_of: datetime) -> list[RecallHit]:
         """The hits as they stood at ``as_of`` (:func:`as_they_stood`): a memory said later is left

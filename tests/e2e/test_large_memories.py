@@ -1,0 +1,76 @@
+"""Memories of the largest accepted size (200,000 characters: a pasted document), tried from outside
+with the `mcp` SDK client and httpx, as a user who pastes documents would.
+
+Two defects were found this way: a save of a long text of the kind the truth rules backtrack on held
+the memory service (and every user's recall and list behind it) for minutes; and a recall or a list
+holding several long memories was larger than the bus carries (1 MB), so the memory service could
+not send it and the caller waited out its timeout. Now: each save answers; a recall or a list
+carries each long memory's start and its whole length, and says how to read it all; ``get_memory``
+answers the whole text."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from contracts.memory import LISTED_CONTENT_CHARS, MAX_CONTENT_CHARS
+from tests.e2e.test_daily_log_tools import call
+from tests.e2e.test_project_restriction import auth, mcp_client, text_of
+
+pytestmark = pytest.mark.e2e
+
+
+def _documents(run: str) -> list[str]:
+    """Four texts of the largest size: prose, one long word, capitals the name patterns try from
+    every position, and characters of 3 and 4 bytes (the bus counts bytes)."""
+    prose = "".join(f"Entry {i} of {run}: I met Ana at the climbing gym on day {i} and we talked about item "
+                    f"{i * 7}, my favourite book and where I live. " for i in range(3000))
+    return [text[:MAX_CONTENT_CHARS] for text in (
+        prose, "x" * MAX_CONTENT_CHARS, f"{run} " + "Ab " * (MAX_CONTENT_CHARS // 3),
+        f"{run} " + "我住在柏林。I love 🍣 and 🏔️ " * (MAX_CONTENT_CHARS // 20))]
+
+
+def test_the_largest_memories_are_saved_recalled_listed_and_read_whole(running: Any) -> None:
+    run = uuid.uuid4().hex[:8]
+    project = f"docs-{run}"
+    documents = _documents(run)
+
+    async def over_mcp() -> list[str]:
+        ids = []
+        async with mcp_client(running, running.key) as client:
+            for text in documents:
+                saved = await client.call_tool("memory", {"content": text, "containerTag": project})
+                assert not saved.is_error, text_of(saved)[:500]
+                ids.append(text_of(saved).split("(id ")[1].split(")")[0])
+            # the service still answers a small save and its recall at once
+            small = await client.call_tool("memory", {"content": f"My locker code {run} is 4455", "containerTag": project})
+            assert not small.is_error, text_of(small)
+            found = await client.call_tool("recall", {"query": f"locker code {run}", "containerTag": project, "limit": 100})
+            assert not found.is_error, text_of(found)[:500]
+            text = text_of(found)
+            assert f"My locker code {run} is 4455" in text
+            # every long memory in the answer is its start, with how much more and how to read it all
+            for memory_id in ids:
+                if memory_id in text:
+                    assert f"more characters: get_memory {memory_id}" in text
+            whole = await call(client, "get_memory", memory_id=ids[0])
+            assert whole["content"] == documents[0]
+        return ids
+
+    ids = asyncio.run(over_mcp())
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        listed = h.get("/memories", params={"project": project, "limit": 100})
+        assert listed.status_code == 200, listed.text[:500]
+        memories = {m["id"]: m for m in listed.json()["memories"]}
+        assert set(ids) <= set(memories)
+        for memory_id, text in zip(ids, documents, strict=True):
+            shown = memories[memory_id]
+            assert shown["content_chars"] == len(text) and len(shown["content"]) <= LISTED_CONTENT_CHARS
+            assert text.startswith(shown["content"])
+        got = h.get(f"/memories/{ids[3]}")
+        assert got.status_code == 200 and got.json()["content"] == documents[3]
+        assert "content_chars" not in got.json()  # read by id: the whole text, nothing cut
