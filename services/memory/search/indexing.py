@@ -282,8 +282,9 @@ def point_for(
 #: The view fields of memories that stay true (issue 30), in a point's payload only when not at
 #: their defaults (most memories never need them).
 TRUTH_VIEW_FIELDS = ("valid_from", "valid_until", "superseded_by", "supersedes", "repeats", "pinned", "forget_after")
-#: (``changed_since`` is never stored: it is computed for an answer as of a past moment)
-_VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id", "changed_since"}
+#: (``changed_since`` and ``content_chars`` are never stored: they are computed for an answer, as
+#: of a past moment, and where a long content is cut)
+_VIEW_FIELDS = frozenset(MemoryView.model_fields) - {"id", "changed_since", "content_chars"}
 #: View fields added after points first carried views: a point without them takes their default.
 _LATER_VIEW_FIELDS = frozenset({"context", "provenance", "origin", *TRUTH_VIEW_FIELDS})
 
