@@ -282,3 +282,19 @@ def test_a_name_before_my_favourite_is_read_from_its_first_letter() -> None:
     "say" once "say" itself was refused); it starts at a word now."""
     assert [(f.attribute, f.value) for f in read_facts("These days I'd say Emma is my favourite book")] == [
         ("favorite:book", "emma")]
+
+
+def test_two_long_texts_are_one_memory_only_when_they_are_the_same_text(embedder: MiniLMEmbedder) -> None:
+    """Documents are not merged for being alike: a merge keeps both texts whole in one memory, and two
+    of 200,000 four-byte characters made an event larger than the bus carries (the save timed out)."""
+    doc = " ".join(f"On day {i} we actually walked to the lake and back." for i in range(200))
+    assert len(doc) > RULES_READ_CHARS
+    alike = doc.replace("actually ", "")  # the same sentence but for filler words: merged when short
+    assert verdict_of(embedder, alike, doc).verdict is Verdict.UNRELATED
+    assert verdict_of(embedder, doc + " ", doc).verdict is Verdict.DUPLICATE  # the same text
+    assert verdict_of(embedder, "We actually walked to the lake", "We walked to the lake").verdict is Verdict.DUPLICATE
+
+
+def test_texts_that_differ_in_an_emoji_are_not_the_same_sentence() -> None:
+    assert template_of("I love 🍣") != template_of("I love 🏔")
+    assert template_of("🍣" * 10) != template_of("🏔" * 10)

@@ -153,11 +153,13 @@ class UserRecords:
         last: UUID | None = None
         for record_id in ids:
             record = await self._record(q.kind, call.tenant, record_id)
+            if record is not None:
+                record_size = len(record.model_dump_json().encode())
+                if records and size + record_size > EXPORT_PAGE_BYTES:
+                    break  # it starts the next page: a page must stay under the bus's limit
+                records.append(record)
+                size += record_size
             last = record_id
-            if record is None:
-                continue
-            records.append(record)
-            size += len(record.model_dump_json())
             if size >= EXPORT_PAGE_BYTES:
                 break
         more = last is not None and (len(ids) == q.limit or last != ids[-1])

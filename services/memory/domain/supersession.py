@@ -383,7 +383,8 @@ _MOMENT = re.compile(r"\b(?:today|tonight|this (?:morning|afternoon|evening)|yes
 _PRONOUNS = frozenset({"he", "she", "they"})
 _NEGATION = re.compile(r"\b(?:not|no longer|never|n't|don't|doesn't|didn't|isn't|aren't|wasn't|stopped|quit)\b",
                        re.IGNORECASE)
-_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?", re.UNICODE)
+#: A word, or one emoji or pictograph ("I love 🍣" and "I love 🏔" are two things, not one sentence).
+_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?|[\u2600-\u27bf\U0001f000-\U0001faff]", re.UNICODE)
 _FILLER_WORDS = frozenset("""
 now currently still actually really just also recently finally officially already anymore these days nowadays
 usually normally generally typically regularly
@@ -732,6 +733,12 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
     a, b = normalize(new.content).casefold(), normalize(candidate.content).casefold()
     if a == b:
         return Decision(Verdict.DUPLICATE, "the same text", 1.0, candidate)
+    if max(len(a), len(b)) > RULES_READ_CHARS:
+        # a document (the rules read statements): the same memory only as the same text. Merging two
+        # long texts would keep both whole in one memory's sayings, and one event of it could outgrow
+        # what the bus carries (two texts of 200,000 four-byte characters: 1.6 MB)
+        return Decision(Verdict.UNRELATED, "texts this long are one memory only when they are the same text",
+                        0.6, candidate)
     numbers_new, numbers_old = numbers_of(new.content), numbers_of(candidate.content)
     template_same = template_of(new.content) == template_of(candidate.content)
     if template_same and numbers_new != numbers_old:
