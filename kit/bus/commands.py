@@ -27,6 +27,11 @@ OUTCOME_QUERY = "command_outcome"
 QUEUED_AFTER_S = 2.0
 
 
+#: What a service adds to a command's payload in the event it appends (ids, versions, times): a
+#: command is refused this far below the server's message limit, so that its event fits too.
+EVENT_HEADROOM = 16_384
+
+
 class Commands(Queries):
     """Sending a command and waiting for its outcome."""
 
@@ -57,12 +62,16 @@ class Commands(Queries):
     async def _send_command(
         self, service: str, name: str, command: CommandEnvelope, timeout: float, fingerprint: str | None,
     ) -> Reply[Any]:
+        data = dumps(command)
+        why = self.too_large(f"this {name} request", len(data), EVENT_HEADROOM)
+        if why is not None:  # refused before it is sent: nothing of it is written
+            return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"{why}: send less at a time (shorter texts, fewer items)")
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox, max_msgs=1)
         try:
             ack = await self._publish(
                 self.names.command(service, name),
-                dumps(command),
+                data,
                 tracing.inject({HEADER_MSG_ID: scoped_command_id(command.tenant, name, command.command_id),
                                 HEADER_REPLY_TO: inbox}),
                 self.names.commands_stream,

@@ -60,6 +60,14 @@ class Connection:
             ) from exc
         return cls(nc, names)
 
+    def too_large(self, what: str, size: int, headroom: int = 0) -> str | None:
+        """Why a message of ``size`` bytes cannot be sent (over the server's ``max_payload``, less
+        ``headroom``), or None when it can."""
+        limit = self.nc.max_payload - headroom
+        if not self.nc.max_payload or size <= limit:
+            return None
+        return f"{what} is {size:,} bytes and the bus carries at most {limit:,} a message"
+
     async def settle(self) -> None:
         """Return once the server has every subscription and message this connection has issued.
 

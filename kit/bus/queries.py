@@ -57,14 +57,12 @@ class Queries(Connection):
         """``data``, or, when it is larger than the server lets a message be (``max_payload``), a
         failure saying so: an answer the bus cannot carry would leave the caller waiting for a
         timeout that names nothing."""
-        limit = self.nc.max_payload
-        if not limit or len(data) <= limit:
+        why = self.too_large(f"{service}'s answer", len(data))
+        if why is None:
             return data
-        log.warning("query %s: the answer is %d bytes, over the bus's %d", name, len(data), limit)
+        log.warning("query %s: %s", name, why)
         return dumps(Reply.failure(
-            ErrorCode.INVALID_ARGUMENT,
-            f"{service} cannot send this answer: it is {len(data):,} bytes and the bus carries at most {limit:,} "
-            "a message; ask for less (a smaller limit, a page at a time, or one item by id)"))
+            ErrorCode.INVALID_ARGUMENT, f"{why}; ask for less (a smaller limit, a page at a time, or one item by id)"))
 
     async def serve_queries(
         self,

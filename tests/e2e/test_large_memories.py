@@ -40,10 +40,12 @@ def test_the_largest_memories_are_saved_recalled_listed_and_read_whole(running: 
     run = uuid.uuid4().hex[:8]
     project = f"docs-{run}"
     documents = _documents(run)
+    # a key of its own: its requests count by size against its own rate limit, not the other tests' key
+    key = running.stack.create_key(running.user_id, f"docs-{run}", ["memory:read", "memory:write"])["key"]
 
     async def over_mcp() -> list[str]:
         ids = []
-        async with mcp_client(running, running.key) as client:
+        async with mcp_client(running, key) as client:
             for text in documents:
                 saved = await client.call_tool("memory", {"content": text, "containerTag": project})
                 assert not saved.is_error, text_of(saved)[:500]
@@ -64,7 +66,7 @@ def test_the_largest_memories_are_saved_recalled_listed_and_read_whole(running: 
         return ids
 
     ids = asyncio.run(over_mcp())
-    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(key), timeout=60) as h:
         listed = h.get("/memories", params={"project": project, "limit": 100})
         assert listed.status_code == 200, listed.text[:500]
         memories = {m["id"]: m for m in listed.json()["memories"]}
@@ -83,3 +85,25 @@ def test_the_largest_memories_are_saved_recalled_listed_and_read_whole(running: 
         contents = {json.loads(line)["id"]: json.loads(line)["versions"][-1]["state"]["content"]
                     for line in exported.text.splitlines()[1:] if json.loads(line).get("type") == "memory"}
         assert {memory_id: contents.get(memory_id) for memory_id in ids} == dict(zip(ids, documents, strict=True))
+
+
+def test_a_daily_log_larger_than_the_bus_carries_is_refused_naming_its_size(running: Any) -> None:
+    """Each field within its limit, all of them together over the bus's 1 MB (four-byte characters):
+    refused with 422 saying how large it is and the limit, where it used to be a 500."""
+    key = running.stack.create_key(running.user_id, "big-log-" + uuid.uuid4().hex[:6],
+                                   ["memory:read", "memory:write", "memory:maintenance"])["key"]
+    body = {"project": "logs-" + uuid.uuid4().hex[:6], "log_date": "2026-12-01",
+            "turns": [{"speaker": "user", "text": "🍣" * 3000} for _ in range(66)],
+            **{name: "🏔" * 20_000 for name in ("events", "user_state", "mood_changes", "relationship_state")}}
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(key), timeout=60) as h:
+        refused = h.post("/daily-logs", json=body)
+        assert refused.status_code == 422, refused.text[:500]
+        message = refused.json()["error"]["message"]
+        assert "bytes and the bus carries at most" in message and "send less" in message
+        listed = h.get("/daily-logs", params={"project": body["project"]})
+        assert listed.status_code == 200 and listed.json()["logs"] == [], listed.text[:500]  # nothing written
+        del body["events"], body["user_state"], body["mood_changes"], body["relationship_state"]
+        kept = h.post("/daily-logs", json=body)  # the turns alone (794 KB) fit
+        assert kept.status_code == 200, kept.text[:500]
+        assert [log["id"] for log in h.get("/daily-logs", params={"project": body["project"]}).json()["logs"]] == [
+            kept.json()["id"]]

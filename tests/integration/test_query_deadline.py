@@ -4,10 +4,11 @@ deadline header is past) is dropped, not handled for nobody (kit/bus.py, Engram-
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
-from contracts.envelope import QueryEnvelope, Reply
+from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply
 from kit import metrics
 from kit.bus import Bus
 
@@ -69,3 +70,17 @@ async def test_an_answer_larger_than_the_bus_carries_is_a_clear_failure_not_a_ti
     finally:
         for sub in subs:
             await sub.unsubscribe()
+
+
+async def test_a_command_larger_than_the_bus_carries_is_refused_before_anything_is_written(bus: Bus) -> None:
+    """Every field within its own limit can still add up to more than one message may be (a daily
+    log of 200,000 four-byte characters and four long fields: 1.1 MB). Such a command is refused at
+    once, naming its size and the limit (it used to be a 500 from the gateway); nothing is queued."""
+    stream = bus.names.commands_stream
+    before = (await bus.js.stream_info(stream)).state.messages
+    big = CommandEnvelope(command_id=uuid.uuid4().hex, type="noop", tenant="alice",
+                          payload={"text": "🏔" * (bus.nc.max_payload // 4)})
+    reply = await bus.send_command("svc", "noop", big, timeout=30)
+    assert not reply.ok and reply.error is not None and reply.error.code == "invalid_argument"
+    assert "this noop request is" in reply.error.message and "send less" in reply.error.message
+    assert (await bus.js.stream_info(stream)).state.messages == before
