@@ -41,6 +41,8 @@ BULK_CONCURRENCY = 32
 MAX_RESTORE_RECORDS = 64
 #: An export page is cut at this many serialised bytes (NATS' default payload limit is 1 MiB).
 EXPORT_PAGE_BYTES = 600_000
+#: ... and an import's restore command at this many bytes of records (it also carries ids and times).
+RESTORE_BATCH_BYTES = 600_000
 MAX_EXPORT_PAGE = 200
 
 

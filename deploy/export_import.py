@@ -34,7 +34,13 @@ from rich.table import Table
 
 from contracts.daily_logs import SaveDailyLogResult
 from contracts.memory import PROJECT_PATTERN, SaveMemoryResult
-from contracts.portability import MAX_RESTORE_RECORDS, RestoreAuthUser, RestoreRecords, RestoreResult
+from contracts.portability import (
+    MAX_RESTORE_RECORDS,
+    RESTORE_BATCH_BYTES,
+    RestoreAuthUser,
+    RestoreRecords,
+    RestoreResult,
+)
 from deploy.import_formats import (
     FORMATS,
     ImportFormatError,
@@ -173,7 +179,17 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
                     report.errors.append(f"line {batch[item.index][0]}: {item.error}")
 
     batch: list[tuple[int, dict[str, Any]]] = []
+    batch_bytes = 0
     results_started = False
+
+    async def dispatch() -> None:
+        nonlocal batch, batch_bytes
+        await gate.acquire()
+        task = asyncio.create_task(send(batch))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        batch, batch_bytes = [], 0
+
     with path.open(encoding="utf-8") as f:
         for number, value in engram_lines(f):
             if not isinstance(value, dict):  # the header
@@ -188,13 +204,13 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
                 results_started = True
                 if pending:
                     await asyncio.gather(*pending)
+            size = len(json.dumps(value, ensure_ascii=False).encode())
+            if batch and batch_bytes + size > RESTORE_BATCH_BYTES:  # one command must fit one bus message
+                await dispatch()
             batch.append((number, value))
+            batch_bytes += size
             if len(batch) == MAX_RESTORE_RECORDS:
-                await gate.acquire()
-                task = asyncio.create_task(send(batch))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-                batch = []
+                await dispatch()
     if report is None:
         raise ImportFormatError("the file is empty")
     if batch:

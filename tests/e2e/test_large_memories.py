@@ -6,13 +6,14 @@ the memory service (and every user's recall and list behind it) for minutes; and
 holding several long memories was larger than the bus carries (1 MB), so the memory service could
 not send it and the caller waited out its timeout. Now: each save answers; a recall or a list
 carries each long memory's start and its whole length, and says how to read it all; ``get_memory``
-answers the whole text."""
+answers the whole text, and an export and an import carry it whole."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import pytest
 
 from contracts.memory import LISTED_CONTENT_CHARS, MAX_CONTENT_CHARS
 from tests.e2e.test_daily_log_tools import call
+from tests.e2e.test_portability import engram, new_user
 from tests.e2e.test_project_restriction import auth, mcp_client, text_of
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +38,7 @@ def _documents(run: str) -> list[str]:
         f"{run} " + "🍣" * MAX_CONTENT_CHARS, f"{run} " + "🏔" * MAX_CONTENT_CHARS)]
 
 
-def test_the_largest_memories_are_saved_recalled_listed_and_read_whole(running: Any) -> None:
+def test_the_largest_memories_are_saved_recalled_listed_exported_and_imported_whole(running: Any, tmp_path: Path) -> None:
     run = uuid.uuid4().hex[:8]
     project = f"docs-{run}"
     documents = _documents(run)
@@ -85,6 +87,17 @@ def test_the_largest_memories_are_saved_recalled_listed_and_read_whole(running: 
         contents = {json.loads(line)["id"]: json.loads(line)["versions"][-1]["state"]["content"]
                     for line in exported.text.splitlines()[1:] if json.loads(line).get("type") == "memory"}
         assert {memory_id: contents.get(memory_id) for memory_id in ids} == dict(zip(ids, documents, strict=True))
+
+    # and an import of that export into another user restores each whole (its restore commands are
+    # cut by size as well as by count: six records of up to 800 KB cannot go in one message)
+    target, target_key = new_user(running, "docs-taker")
+    (tmp_path / "docs.jsonl").write_text(exported.text)
+    done = engram(running, tmp_path, "import", str(tmp_path / "docs.jsonl"), "--user", target)
+    assert "error" not in done.stderr and f"{len(documents) + 1} restored" in done.stderr, done.stderr  # (and the small one)
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(target_key), timeout=60) as h:
+        listed = h.get("/memories", params={"project": project, "limit": 100}).json()["memories"]
+        assert sorted(h.get(f"/memories/{m['id']}").json()["content"] for m in listed) == sorted(
+            [*documents, f"My locker code {run} is 4455"])
 
 
 def test_a_daily_log_larger_than_the_bus_carries_is_refused_naming_its_size(running: Any) -> None:
