@@ -123,7 +123,10 @@ async def test_bulk_forget_of_the_selected(running, listed: dict[str, Any], tmp_
         await page.screenshot(path=str(shots / "console-bulk-selected.png"), full_page=True)
         await page.click("#bulk-forget")
         await page.click("#bulk-forget")  # the confirmation
-        await page.wait_for_function(f"() => !document.querySelector(\"tr[data-id='{ids[0]}']\") && engramConsole.busy === 0")
+        # the list drawn again, not the moment between (route() shows "Loading…" before it asks for
+        # the page: no row then, and nothing in flight yet, which a busy machine made this test see)
+        await page.wait_for_function(f"() => !document.querySelector(\"tr[data-id='{ids[0]}']\") && "
+                                     f"document.querySelector(\"tr[data-id='{ids[2]}']\") && engramConsole.busy === 0")
         assert await _rows(page) == ids[2:]
         for memory_id in ids[:2]:
             got = h.get(f"/v1/memories/{memory_id}").json()
