@@ -10,6 +10,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,6 +123,25 @@ def cpu_seconds(groups: dict[str, list[Any]]) -> dict[str, float]:
                 continue
         out[role] = total
     return out
+
+
+def settle(groups: dict[str, list[Any]], me: str, *, idle: float = 0.05, quiet_for: int = 3,
+           interval: float = 2.0, at_most: float = 600.0) -> float:
+    """Wait until the stack is idle: its services (every group but ``me``, and but the NATS and
+    Postgres servers, which may be the machine's and shared) used less than ``idle``
+    of one core in each of ``quiet_for`` intervals in a row (a stack just started or just loaded
+    still works: the graph's neighbour rounds, the index's optimiser, replicas catching up; figures
+    taken meanwhile were ~10 ms worse at 100k). Returns the seconds waited (``at_most`` at most)."""
+    start = time.monotonic()
+    quiet = 0
+    before = cpu_seconds(groups)
+    while quiet < quiet_for and time.monotonic() - start < at_most:
+        time.sleep(interval)
+        after = cpu_seconds(groups)
+        busy = sum(after[r] - before[r] for r in after if r not in (me, "nats-server", "postgres")) / interval
+        quiet = quiet + 1 if busy < idle else 0
+        before = after
+    return time.monotonic() - start
 
 
 def cpu_profile(before: dict[str, float], after: dict[str, float], operations: int) -> tuple[str, float]:

@@ -12,7 +12,9 @@ to docs/benchmarks.md.
 With ``--state DIR`` the stack's data folder, namespace and key are kept in DIR: a second run
 with the same DIR skips the (long) load and only measures. Before measuring, the vector index
 is optimised as the memory service does after its first pause in writes (HNSW over every
-point), with the stack stopped, so the figures are those of a settled index.
+point), with the stack stopped, so the figures are those of a settled index; then, with the stack
+started again, it waits until the services are idle (the graph's neighbour rounds and the like
+catch up after a load: recalls measured meanwhile were ~10 ms slower at 100k).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from common import (
     percentiles,
     process_groups,
     record,
+    settle,
     stack_options,
     stalls,
 )
@@ -328,6 +331,7 @@ def main() -> None:
             url = stack.gateway_url + "/mcp"
             standing = asyncio.run(standing_counts(stack.database_url, memory_schema(options), state["tenant"]))
             groups = process_groups(stack, "MCP client (this script)")
+            settled_s = settle(groups, "MCP client (this script)")
             logs = log_sizes(stack)
             cpu0 = cpu_seconds(groups)
             other: dict[str, Any] = ({"deep": True} if args.deep else {}) | (
@@ -351,6 +355,7 @@ def main() -> None:
         + ", ".join(f"{k} {v:,}" for k, v in sorted(standing.items())),
         load_line,
         f"vector index optimised before measuring (as the service does once writes pause): {optimise_s:.0f} s",
+        f"then waited for the started stack to settle (its services under 5% of a core for 6 s): {settled_s:.0f} s",
         f"recall through MCP (query embedding included, includeProfile, top 10, {len(questions)} distinct "
         f"LoCoMo questions after 300 others as warm-up; keyword feedback "
         f"{os.environ.get('ENGRAM_KEYWORD_FEEDBACK', 'false (default)')}): {fmt(rec)}",
