@@ -449,8 +449,8 @@ def _subject(raw: str | None) -> str | None:
 #: The phrasing rules read statements, not documents: the first this many characters of a text
 #: (cut at a sentence's end where there is one). A fact is said in a sentence; a memory of 200,000
 #: characters (a pasted document) once held the memory service's worker thread, and with it the
-#: event loop through the GIL, for minutes. Comparing whole texts (:func:`template_of`,
-#: :func:`content_words`) stays exact: those are linear.
+#: event loop through the GIL, for minutes. Two texts either of which is longer than this are one
+#: memory only when they are the same text (:func:`decide`).
 RULES_READ_CHARS = 4_000
 #: ... one sentence at a time, a longer run of words cut into pieces of at most this many characters.
 #: Each pattern is tried within one piece, so its backtracking is bounded by the piece, not the text.
