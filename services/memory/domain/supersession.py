@@ -561,19 +561,10 @@ def numbers_of(text: str) -> list[str]:
     return [_NUMBER_WORDS.get(m.group(0).casefold(), m.group(0).casefold()) for m in _NUMERIC.finditer(text)]
 
 
+@lru_cache(maxsize=8192)
 def template_of(text: str) -> str:
     """``text`` with its numbers and dates masked, filler words and punctuation dropped: two
-    sentences with one template and other numbers state one thing with a changed number. Linear in
-    the text; kept for the texts the rules read whole (a long one is not kept in memory)."""
-    return _template_kept(text) if len(text) <= RULES_READ_CHARS else _template(text)
-
-
-@lru_cache(maxsize=8192)
-def _template_kept(text: str) -> str:
-    return _template(text)
-
-
-def _template(text: str) -> str:
+    sentences with one template and other numbers state one thing with a changed number."""
     low = normalize(text).casefold()
     low = re.sub(r"\bwe\b", "i", low).replace("we're", "i am")
     low = low.replace("i'm", "i am").replace("'ve", " have").replace("'re", " are").replace("n't", " not")
