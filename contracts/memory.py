@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 from uuid import UUID
 
 from pydantic import (
@@ -653,9 +653,12 @@ class MemoryView(BaseModel):
         f"(a memory longer than {LISTED_CONTENT_CHARS:,} characters); get the memory by id for all of it")
 
 
-def abridged(view: MemoryView, limit: int = LISTED_CONTENT_CHARS) -> MemoryView:
-    """``view`` as a recall hit or a list shows it: its content's first ``limit`` characters (cut at
-    a word) and its whole length, when it is longer."""
+_Cut = TypeVar("_Cut", "MemoryView", "MemoryVersion")
+
+
+def abridged(view: _Cut, limit: int = LISTED_CONTENT_CHARS) -> _Cut:
+    """``view`` (a memory, or a version of one) as a recall hit, a list or a long history shows it:
+    its content's first ``limit`` characters (cut at a word) and its whole length, when it is longer."""
     if len(view.content) <= limit:
         return view
     cut = view.content[:limit]
@@ -694,6 +697,10 @@ class MemoryVersion(BaseModel):
     provenance: Provenance | None = None
     source: str | None = Field(None, description="where this version came from (the write's source)")
     client: str | None = Field(None, description=_CLIENT_DESCRIPTION)
+    content_chars: int | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="the whole content's length when `content` is only its start: a history too large for one "
+        f"answer carries its earlier versions' first {LISTED_CONTENT_CHARS:,} characters (the newest whole)")
 
 
 class MemoryHistory(BaseModel):

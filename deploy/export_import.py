@@ -180,6 +180,8 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
 
     batch: list[tuple[int, dict[str, Any]]] = []
     batch_bytes = 0
+    batch_memories: set[Any] = set()  # the memory ids of the batch being filled
+    last_memory: Any = None  # the id of the last memory line read
     results_started = False
 
     async def dispatch() -> None:
@@ -189,6 +191,7 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
         pending.add(task)
         task.add_done_callback(pending.discard)
         batch, batch_bytes = [], 0
+        batch_memories.clear()
 
     with path.open(encoding="utf-8") as f:
         for number, value in engram_lines(f):
@@ -207,6 +210,13 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
             size = len(json.dumps(value, ensure_ascii=False).encode())
             if batch and batch_bytes + size > RESTORE_BATCH_BYTES:  # one command must fit one bus message
                 await dispatch()
+            if value.get("type") == "memory":
+                if value.get("id") == last_memory and last_memory not in batch_memories and pending:
+                    # a later part of a long memory's record: its versions go on from the part in a
+                    # batch already sent, which must be restored first
+                    await asyncio.gather(*pending)
+                last_memory = value.get("id")
+                batch_memories.add(last_memory)
             batch.append((number, value))
             batch_bytes += size
             if len(batch) == MAX_RESTORE_RECORDS:

@@ -39,6 +39,9 @@ def markdown(record: Any) -> str:
     if isinstance(record, ExportHeader):
         scope = f", project `{record.project}`" if record.project else ""
         return f"# Engram export of `{record.user}`{scope}\n\nExported {record.exported_at.isoformat(timespec='seconds')}.\n"
+    if isinstance(record, MemoryRecord) and record.versions[0].state.version > 1:
+        # a later part of a long memory's record (the export cuts a record that outgrows a page)
+        return f"\nVersions of `{record.id}`, continued:\n" + "".join(_version_lines(record))
     if isinstance(record, MemoryRecord):
         last = record.versions[-1].state
         tags = ", ".join(t for t in (last.project, last.category and last.category.value, last.memory_key) if t)
@@ -53,8 +56,7 @@ def markdown(record: Any) -> str:
         out.append("\n" + last.content + "\n")
         if len(record.versions) > 1:
             out.append("\nVersions:\n")
-            for v in record.versions:
-                out.append(f"{v.state.version}. {v.occurred_at.isoformat(timespec='seconds')} {v.event}: {v.state.content}\n")
+            out.extend(_version_lines(record))
         return "".join(out)
     if isinstance(record, SharedMemoryRecord):
         return f"\n## Shared: {record.state.title}\n\n{record.state.event}\n"
@@ -68,6 +70,11 @@ def markdown(record: Any) -> str:
         return (f"\n- extraction result: task `{record.state.task_id}` on log `{record.state.log_id}`: "
                 f"{len(record.state.memory_ids)} memories\n")
     raise TypeError(f"not an export record: {type(record).__name__}")
+
+
+def _version_lines(record: MemoryRecord) -> list[str]:
+    return [f"{v.state.version}. {v.occurred_at.isoformat(timespec='seconds')} {v.event}: {v.state.content}\n"
+            for v in record.versions]
 
 
 async def export_lines(

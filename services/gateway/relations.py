@@ -29,6 +29,7 @@ from contracts.memory import (
     MemoryHistory,
     MemoryRelation,
     MemoryStatus,
+    MemoryVersion,
     MemoryView,
     Provenance,
     RecallHit,
@@ -68,12 +69,12 @@ def documents_of(memory: MemoryView, history: MemoryHistory | None = None) -> li
     return documents[:MAX_HIT_DOCUMENTS]
 
 
-def _same_words(content: str, memory: MemoryView) -> bool:
-    """Whether a version's ``content`` is the recalled memory's (which may carry only its start: then
-    by its length and start, when its history did not hold the recalled version itself)."""
-    if memory.content_chars is None:
-        return content == memory.content
-    return len(content) == memory.content_chars and content.startswith(memory.content)
+def _same_words(a: MemoryView | MemoryVersion, b: MemoryView | MemoryVersion) -> bool:
+    """Whether two versions' words are the same, either of which may carry only its start (a hit,
+    or an earlier version in a long history): by their whole lengths and their starts."""
+    if (a.content_chars or len(a.content)) != (b.content_chars or len(b.content)):
+        return False
+    return a.content.startswith(b.content) if len(a.content) >= len(b.content) else b.content.startswith(a.content)
 
 
 def relations_of(
@@ -89,17 +90,19 @@ def relations_of(
         # the version whose words this one replaced: versions that changed no words (a merge, a pin,
         # a supersession) are passed over
         earlier = [v for n, v in sorted(versions.items(), reverse=True) if n < memory.version]
-        own = versions.get(memory.version)  # the recalled version's whole words (the hit may carry their start)
+        # the recalled version's words: the hit or its version in the history, whichever holds more of them
+        own: MemoryView | MemoryVersion = max((x for x in (versions.get(memory.version), memory) if x is not None),
+                                              key=lambda x: len(x.content))
 
-        def same_words(content: str) -> bool:
-            return content == own.content if own is not None else _same_words(content, memory)
+        def same_words(v: MemoryVersion) -> bool:
+            return _same_words(v, own)
 
-        previous = next((v for v in earlier if not same_words(v.content)), None)
+        previous = next((v for v in earlier if not same_words(v)), None)
         if previous is not None:
             relations.append(MemoryRelation(kind=RelationKind.PREVIOUS_VERSION, memory_id=memory.id,
                                             version=previous.version, excerpt=excerpt(previous.content)))
         newer = [v for v in history.versions if v.version > memory.version and v.status is MemoryStatus.ACTIVE
-                 and not same_words(v.content)]
+                 and not same_words(v)]
         if newer:
             latest = max(newer, key=lambda v: v.version)
             relations.append(MemoryRelation(kind=RelationKind.NEWER_VERSION, memory_id=memory.id,

@@ -120,3 +120,63 @@ def test_a_daily_log_larger_than_the_bus_carries_is_refused_naming_its_size(runn
         assert kept.status_code == 200, kept.text[:500]
         assert [log["id"] for log in h.get("/daily-logs", params={"project": body["project"]}).json()["logs"]] == [
             kept.json()["id"]]
+
+
+def _memory_lines(export: str) -> list[dict[str, Any]]:
+    return [r for r in map(json.loads, export.splitlines()[1:]) if r.get("type") == "memory"]
+
+
+def test_a_long_memory_pinned_again_and_again_is_exported_imported_and_its_history_read(
+        running: Any, tmp_path: Path) -> None:
+    """A document of 200,000 four-byte characters, pinned and unpinned: each change is a version
+    holding the whole text, so its history and its export record outgrow the bus's 1 MB. Its history
+    carries the earlier versions' starts and the newest whole; its export record comes in parts, each
+    under the limit, and an import into another user puts every version back, whole."""
+    run = uuid.uuid4().hex[:8]
+    project = f"pinned-{run}"
+    key = running.stack.create_key(running.user_id, f"pinned-{run}", ["memory:read", "memory:write"])["key"]
+    text = f"{run} " + "🏔" * (MAX_CONTENT_CHARS - 9)
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(key), timeout=60) as h:
+        saved = h.post("/memories", json={"content": text, "project": project})
+        assert saved.status_code == 201, saved.text[:500]
+        memory_id = saved.json()["memory_id"]
+        for pinned in (True, False, True):
+            done = h.post(f"/memories/{memory_id}/pin", json={"project": project, "pinned": pinned})
+            assert done.status_code == 200, done.text[:500]
+        history = h.get(f"/memories/{memory_id}/history")
+        assert history.status_code == 200, history.text[:500]
+        versions = history.json()["versions"]
+        assert [v["version"] for v in versions] == [1, 2, 3, 4]
+        assert versions[-1]["content"] == text and "content_chars" not in versions[-1]  # the newest whole
+        assert all(v["content_chars"] == len(text) and text.startswith(v["content"]) for v in versions[:-1])
+        exported = h.get("/export", params={"project": project})
+        assert exported.status_code == 200, exported.text[:500]
+    parts = [r for r in _memory_lines(exported.text) if r["id"] == memory_id]
+    assert len(parts) > 1 and all(len(json.dumps(p, ensure_ascii=False).encode()) < 1_000_000 for p in parts)
+    assert [v["state"]["version"] for p in parts for v in p["versions"]] == [1, 2, 3, 4]
+    assert all(v["state"]["content"] == text for p in parts for v in p["versions"])
+
+    async def history_over_mcp() -> None:
+        async with mcp_client(running, key) as client:
+            got = await call(client, "get_memory_history", memory_id=memory_id)
+            assert [v["version"] for v in got["versions"]] == [1, 2, 3, 4] and got["versions"][-1]["content"] == text
+
+    asyncio.run(history_over_mcp())
+    # into another user: each part's versions go on from the part before
+    target, target_key = new_user(running, "pinned-taker")
+    (tmp_path / "pinned.jsonl").write_text(exported.text)
+    done = engram(running, tmp_path, "import", str(tmp_path / "pinned.jsonl"), "--user", target)
+    assert "error" not in done.stderr and f"{len(parts)} restored" in done.stderr, done.stderr
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(target_key), timeout=60) as h:
+        again = h.get("/export", params={"project": project})
+        assert again.status_code == 200, again.text[:500]
+        restored = _memory_lines(again.text)
+        assert {r["id"] for r in restored} == {restored[0]["id"]}  # one memory, in parts
+        got = [v["state"] for r in restored for v in r["versions"]]
+        assert [(s["version"], s["content"], s.get("pinned", False)) for s in got] == [
+            (1, text, False), (2, text, True), (3, text, False), (4, text, True)]
+    # the same file into the same user again: nothing changes
+    done = engram(running, tmp_path, "import", str(tmp_path / "pinned.jsonl"), "--user", target)
+    assert "error" not in done.stderr, done.stderr
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(target_key), timeout=60) as h:
+        assert _memory_lines(h.get("/export", params={"project": project}).text) == restored

@@ -4,6 +4,7 @@ extractor writes carries its provenance: the log, the task and the turns (indice
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from contracts.memory import (
@@ -77,26 +78,28 @@ class ClientMemoryWriter:
 
     async def extracted(self, tenant: str) -> list[Held]:
         """Every active memory the extractor wrote for ``tenant``, from the memory service's export
-        pages (each memory's last version)."""
-        out: list[Held] = []
+        pages (each memory's last version: a long memory's record may come in consecutive parts)."""
+        last: dict[UUID, Any] = {}  # (the export's portable state model)
         after: str | None = None
         while True:
             page: ExportPageResult = await self.client.ask(
                 tenant, ExportPage(kind="memory", after=after, limit=MAX_EXPORT_PAGE))
             for record in page.records:
-                if not isinstance(record, MemoryRecord):
-                    continue
-                state = record.versions[-1].state
-                if state.status != MemoryStatus.ACTIVE or state.source != SOURCE:
-                    continue
-                day = state.updated_at.date()
-                if state.provenance is not None and state.provenance.log_date is not None:
-                    day = state.provenance.log_date
-                out.append(Held(id=state.id, project=state.project, memory_key=state.memory_key,
-                                content=state.content, importance=state.importance, as_of=day))
+                if isinstance(record, MemoryRecord):
+                    last[record.id] = record.versions[-1].state
             if page.next is None:
-                return out
+                break
             after = page.next
+        out: list[Held] = []
+        for state in last.values():
+            if state.status != MemoryStatus.ACTIVE or state.source != SOURCE:
+                continue
+            day = state.updated_at.date()
+            if state.provenance is not None and state.provenance.log_date is not None:
+                day = state.provenance.log_date
+            out.append(Held(id=state.id, project=state.project, memory_key=state.memory_key,
+                            content=state.content, importance=state.importance, as_of=day))
+        return out
 
     async def merge(self, tenant: str, held: Held, into: Held, reason: str, *, key: str) -> bool:
         result: MergeMemoryResult = await self.client.send(

@@ -549,7 +549,7 @@ async function viewMemory(root, args) {
   const list = h('ol', { class: 'versions', id: 'versions', reversed: true },
     ...[...versions].reverse().map((v) => h('li', { class: 'version', dataset: { version: String(v.version) } },
       h('div', { class: 'muted small' }, `v${v.version} · ${v.event} · ${when(v.occurred_at)}${v.client ? ` · by ${v.client}` : ''}${v.status === 'forgotten' ? ' · forgotten' : ''}`),
-      h('p', {}, v.content), v.forget_reason ? h('p', { class: 'muted small' }, `Reason: ${v.forget_reason}`) : null,
+      h('p', {}, v.content, v.content_chars ? h('span', { class: 'muted small' }, ` … [${(v.content_chars - v.content.length).toLocaleString()} more characters: the export holds every version whole]`) : null), v.forget_reason ? h('p', { class: 'muted small' }, `Reason: ${v.forget_reason}`) : null,
       canUnmerge && v.event === 'MemoryMerged' ? h('button', { type: 'button', class: 'unmerge', 'aria-label': `Undo the merge of version ${v.version}: it was not the same fact`,
         onclick: (e) => unmerge(e.currentTarget, v.version) }, 'Not the same fact: undo this merge') : null)));
   const numbers = [...new Set(versions.map((v) => v.version))];
@@ -1043,12 +1043,18 @@ const ITEM_FIELDS = ['content', 'category', 'memory_key', 'context', 'importance
 function importItems(text) {             // (items, skipped) from an export or plain memory lines
   const items = [];
   let skipped = 0, lineNo = 0;
+  const records = [];
   for (const line of text.split('\n')) {
     lineNo++;
     if (!line.trim()) continue;
-    let record;
-    try { record = JSON.parse(line); } catch { throw new Error(`Line ${lineNo} is not JSON.`); }
+    try { records.push([lineNo, JSON.parse(line)]); } catch { throw new Error(`Line ${lineNo} is not JSON.`); }
+  }
+  // a long memory's record may come in consecutive parts (its versions cut across lines): its last part holds its state
+  const lastPart = new Map(records.filter(([, r]) => r && r.type === 'memory').map(([n, r]) => [r.id, n]));
+  for (const [n, record] of records) {
+    lineNo = n;
     let memory = null, key = null;
+    if (record.type === 'memory' && lastPart.get(record.id) !== n) continue;
     if (record.type === 'memory' && Array.isArray(record.versions) && record.versions.length) {
       const last = record.versions[record.versions.length - 1].state || {};
       if (last.status === 'forgotten') { skipped++; continue; }

@@ -904,7 +904,7 @@ class MemoryReads:
         events = await self.events.history(memory_subject(self.names, call.tenant, hq.memory_id))
         if not events or not call.sees(model.state_of(events[-1][0]).project):
             raise NotFound(f"no memory with id {hq.memory_id}", "memory_id")
-        return MemoryHistory(memory_id=hq.memory_id, versions=model.history(events),
+        return MemoryHistory(memory_id=hq.memory_id, versions=model.fitting(model.history(events)),
                              sayings=truth.sayings(model.state_of(events[-1][0])))
 
     async def versions(self, tenant: str, memory_id: UUID) -> list[MemoryState]:

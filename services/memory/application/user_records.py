@@ -72,6 +72,42 @@ _AGGREGATE: dict[RecordKind, str] = {
 }
 
 
+def _cursor(after: str | None) -> tuple[UUID | None, int]:
+    """An export page's ``after``: the record after which the page starts, and how many of its
+    versions were already given (0: all of it; ``<id>@<version>``: the page goes on inside it)."""
+    if not after:
+        return None, 0
+    record, _, given = after.partition("@")
+    try:
+        return UUID(record), int(given) if given else 0
+    except ValueError as exc:
+        raise ServiceError("after must be the `next` of the previous page", "after") from exc
+
+
+def memory_parts(record: MemoryRecord, given: int = 0, limit: int = EXPORT_PAGE_BYTES) -> list[MemoryRecord]:
+    """A memory's record as consecutive parts of at most ``limit`` serialised bytes each (a version
+    larger than that alone), its versions after the first ``given`` only: a memory edited many
+    times over a long text would be one record beyond the bus's message limit. An import appends
+    each part's versions after the previous part's, in file order."""
+    parts: list[list[ExportedVersion]] = []
+    size = 0
+    for v in record.versions:
+        if v.state.version <= given:
+            continue
+        v_size = len(v.model_dump_json().encode())
+        if parts and size + v_size <= limit:
+            parts[-1].append(v)
+            size += v_size
+        else:
+            parts.append([v])
+            size = _RECORD_BYTES + v_size
+    return [MemoryRecord(id=record.id, versions=p) for p in parts]
+
+
+#: what a memory record adds to its versions' bytes (its type, id and brackets)
+_RECORD_BYTES = 100
+
+
 class UserRecordsStore(Protocol):
     """What the export, the restore and the purge need from the read model beyond the usual reads."""
 
@@ -139,31 +175,33 @@ class UserRecords:
     # export ------------------------------------------------------------------------------
     async def export_page(self, call: Call, q: ExportPage) -> ExportPageResult:
         """A page of the caller's records of one kind (a restricted caller: its project only;
-        shared memories belong to no project, so such a caller gets none)."""
+        shared memories belong to no project, so such a caller gets none). A memory whose versions
+        together outgrow a page comes as consecutive parts (:func:`memory_parts`), and a page may
+        end inside one: its ``next`` then names the last version given (``<id>@<version>``)."""
         project = call.search_project(q.project)
         if q.kind == "shared_memory" and project is not None:
             return ExportPageResult(records=[])
-        try:
-            after = UUID(q.after) if q.after else None
-        except ValueError as exc:
-            raise ServiceError("after must be the `next` of the previous page", "after") from exc
+        after, given = _cursor(q.after)
         ids = await self.port.page_ids(q.kind, call.tenant, project, after, q.limit)
+        todo = [after, *ids] if after is not None and given else list(ids)
         records: list[Any] = []
         size = 0
-        last: UUID | None = None
-        for record_id in ids:
+        cursor: str | None = None
+        for record_id in todo:
             record = await self._record(q.kind, call.tenant, record_id)
-            if record is not None:
-                record_size = len(record.model_dump_json().encode())
-                if records and size + record_size > EXPORT_PAGE_BYTES:
-                    break  # it starts the next page: a page must stay under the bus's limit
-                records.append(record)
-                size += record_size
-            last = record_id
-            if size >= EXPORT_PAGE_BYTES:
-                break
-        more = last is not None and (len(ids) == q.limit or last != ids[-1])
-        return ExportPageResult(records=records, next=str(last) if more else None)
+            parts = [] if record is None else (
+                memory_parts(record, given if record_id == after else 0) if q.kind == "memory" else [record])
+            for n, part in enumerate(parts, 1):
+                part_size = len(part.model_dump_json().encode())
+                if records and size + part_size > EXPORT_PAGE_BYTES:  # it starts the next page: a page
+                    return ExportPageResult(records=records, next=cursor)  # must stay under the bus's limit
+                records.append(part)
+                size += part_size
+                cursor = str(record_id) if n == len(parts) else f"{record_id}@{part.versions[-1].state.version}"
+                if size >= EXPORT_PAGE_BYTES and (n < len(parts) or record_id != todo[-1] or len(ids) == q.limit):
+                    return ExportPageResult(records=records, next=cursor)
+            cursor = str(record_id)
+        return ExportPageResult(records=records, next=cursor if ids and len(ids) == q.limit else None)
 
     async def _record(self, kind: RecordKind, tenant: str, record_id: UUID) -> Any:
         subject = self._subject(kind, tenant, record_id)
@@ -286,6 +324,10 @@ class UserRecords:
 
         def decide(loaded: Loaded) -> Write[RestoreItem] | Answer[RestoreItem]:
             newest = model.state_of(loaded[0]).version if loaded is not None else 0
+            if versions[0][2].version > newest + 1:  # a later part of the record (memory_parts) alone
+                raise ServiceError(
+                    f"memory {memory_id} holds {newest} versions and this record goes on from version "
+                    f"{versions[0][2].version}: import the file's earlier lines of this memory first", "versions")
             missing = [self._event(call, model.AGGREGATE, memory_id, state.version, event_type, occurred_at,
                                    state.model_dump(mode="json"))
                        for event_type, occurred_at, state in versions if state.version > newest]

@@ -25,6 +25,7 @@ from contracts.memory import (
     Provenance,
     SaveMemory,
     UpdateMemory,
+    abridged,
     memory_key_problem,
 )
 from services.memory.domain.errors import Conflict, InvalidArgument
@@ -227,6 +228,26 @@ def history(events: list[tuple[Event[MemoryState], int]]) -> list[MemoryVersion]
             )
         )
     return versions
+
+
+#: A history answer is cut to about this many bytes (the bus carries 1 MB a message): a memory
+#: edited or pinned many times over a long text would not fit whole.
+HISTORY_BYTES = 600_000
+
+
+def fitting(versions: list[MemoryVersion], limit: int = HISTORY_BYTES) -> list[MemoryVersion]:
+    """``versions`` as one answer carries them: whole while they fit ``limit`` bytes, else the earlier
+    versions' contents cut to their start (oldest first, :func:`abridged`) until they do; the newest
+    is always whole (what an edit starts from)."""
+    size = sum(len(v.model_dump_json().encode()) for v in versions)
+    out = list(versions)
+    for i, v in enumerate(out[:-1]):
+        if size <= limit:
+            break
+        cut = abridged(v)
+        size -= len(v.content.encode()) - len(cut.content.encode())
+        out[i] = cut
+    return out
 
 
 def forget(state: MemoryState, reason: str | None, now: datetime, client: str | None = None) -> MemoryState:

@@ -1,0 +1,102 @@
+"""A memory edited or pinned many times over a long text (a pasted document of up to 200,000
+characters, 4 bytes a character for emoji) holds more than the bus carries in one message (1 MB):
+its export record comes in consecutive parts, an export page can end inside one, and its history
+answer carries the earlier versions' starts (the newest whole). Found from outside on 2026-12-05:
+such a user's export stopped at that memory."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import pytest
+
+from contracts.errors import ServiceError
+from contracts.memory import LISTED_CONTENT_CHARS, MAX_CONTENT_CHARS, MemoryStatus, MemoryVersion
+from contracts.portability import EXPORT_PAGE_BYTES, MemoryRecord
+from services.gateway import relations
+from services.memory.application.user_records import _cursor, memory_parts
+from services.memory.domain.model import HISTORY_BYTES, fitting
+from tests.unit.test_relations import version, view
+
+pytestmark = pytest.mark.unit
+NOW = "2026-12-05T00:00:00Z"
+
+
+def record(contents: list[str]) -> MemoryRecord:
+    memory_id = uuid4()
+    return MemoryRecord.model_validate({"id": str(memory_id), "versions": [
+        {"event": "MemoryUpdated" if n > 1 else "MemorySaved", "occurred_at": NOW, "state": {
+            "id": str(memory_id), "project": "p", "content": text, "version": n, "created_at": NOW,
+            "updated_at": NOW}} for n, text in enumerate(contents, 1)]})
+
+
+def size(r: MemoryRecord) -> int:
+    return len(r.model_dump_json().encode())
+
+
+def test_a_record_over_a_page_comes_in_consecutive_parts_each_under_it() -> None:
+    emoji = "🍣" * MAX_CONTENT_CHARS  # 800 KB a version: one version alone is a part
+    prose = "a b " * (MAX_CONTENT_CHARS // 4)
+    whole = record([prose, prose + "!", emoji, prose, prose, prose, "short"])
+    assert size(whole) > 1_500_000
+    parts = memory_parts(whole)
+    assert [v.state.version for p in parts for v in p.versions] == list(range(1, 8))  # every version once, in order
+    assert all(p.id == whole.id for p in parts)
+    assert all(size(p) <= EXPORT_PAGE_BYTES for p in parts if len(p.versions) > 1)
+    assert [len(p.versions) for p in parts] == [2, 1, 2, 2]  # (a version of 800 KB is a part of its own)
+    # a record that fits is one part, unchanged
+    small = record(["likes tea", "likes green tea"])
+    assert memory_parts(small) == [small]
+    # a page that ended inside a record goes on after the versions it gave
+    rest = memory_parts(whole, given=3)
+    assert [v.state.version for p in rest for v in p.versions] == [4, 5, 6, 7]
+
+
+def test_an_export_cursor_names_a_record_or_a_version_inside_it() -> None:
+    memory_id = uuid4()
+    assert _cursor(None) == (None, 0)
+    assert _cursor(str(memory_id)) == (memory_id, 0)
+    assert _cursor(f"{memory_id}@3") == (memory_id, 3)
+    for bad in ("nope", f"{memory_id}@x", "@3"):
+        with pytest.raises(ServiceError) as refused:
+            _cursor(bad)
+        assert refused.value.field == "after"
+
+
+def _versions(contents: list[str]) -> list[MemoryVersion]:
+    return [MemoryVersion(version=n, event="MemoryUpdated", sequence=n, occurred_at=datetime(2026, 12, 5, tzinfo=UTC),
+                          content=text, status=MemoryStatus.ACTIVE, importance=3, confidence=0.8)
+            for n, text in enumerate(contents, 1)]
+
+
+def test_a_long_history_carries_the_earlier_versions_starts_and_the_newest_whole() -> None:
+    doc = " ".join(f"word{i}" for i in range(30_000))  # ~259 KB
+    versions = _versions([doc, doc, doc + " more", doc + " most"])
+    assert sum(len(v.model_dump_json().encode()) for v in versions) > HISTORY_BYTES
+    got = fitting(versions)
+    assert sum(len(v.model_dump_json().encode()) for v in got) <= HISTORY_BYTES
+    assert got[-1] == versions[-1]  # the newest whole (an edit starts from it)
+    assert got[0].content_chars == len(doc) and len(got[0].content) <= LISTED_CONTENT_CHARS
+    assert doc.startswith(got[0].content)
+    cut = [v for v in got if v.content_chars is not None]
+    assert cut == got[: len(cut)]  # oldest first, only as many as needed
+    assert got[len(cut):] == versions[len(cut):]
+    # a history that fits is unchanged
+    short = _versions(["likes tea", "likes green tea"])
+    assert fitting(short) == short
+
+
+def test_relations_compare_a_cut_earlier_version_by_its_length_and_start() -> None:
+    doc = " ".join(f"word{i}" for i in range(30_000))
+    hit = view(doc, version=3)
+    pinned = version(2, doc).model_copy(update={"content": doc[:1990], "content_chars": len(doc)})  # same words, cut
+    changed = version(1, doc[:-1] + "X").model_copy(update={"content": doc[:1990], "content_chars": len(doc)})
+    shorter = version(1, "an older, shorter text")
+    from contracts.memory import MemoryHistory
+    got = relations.relations_of(hit, MemoryHistory(memory_id=hit.id, versions=[shorter, pinned, version(3, doc)]),
+                                 None, {}, {})
+    assert [(r.kind.value, r.version) for r in got] == [("previous_version", 1)]  # the pin is passed over
+    # a cut version of the same length and start is taken for the same words (all the history holds of it)
+    got = relations.relations_of(hit, MemoryHistory(memory_id=hit.id, versions=[changed, version(3, doc)]), None, {}, {})
+    assert got == []
