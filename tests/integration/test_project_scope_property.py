@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 PROJECTS = ("home", "work", "default")
 OPERATIONS = (
     "history_by_id", "update_by_id", "forget_by_id", "update_by_key", "get_by_key", "forget_by_content",
-    "recall", "list", "profile", "projects", "shared_get", "shared_save",
+    "recall", "list", "profile", "projects", "shared_get", "shared_save", "export_inside_a_record",
 )
 
 
@@ -116,6 +116,20 @@ async def run_case(app, scope: str | None, where: str, operation: str, named: st
         reply = await query("list_projects", {}, scope)
         listed = {p["project"] for p in reply.result["projects"]}
         assert (where in listed) == reachable and (scope is None or listed <= {scope})
+    elif operation == "export_inside_a_record":
+        # an export page's cursor may go on inside a long memory's record (`<id>@<version>`): a cursor
+        # naming a memory outside the scope (or the page's project) gives none of it
+        twice = await command("save_memory", {"content": f"noted twice {secret}", "project": where})
+        pinned = await command("pin_memory", {"memory_id": twice.result["memory_id"], "pinned": True, "project": where})
+        assert twice.ok and pinned.ok
+        reply = await query("export_page", {"kind": "memory", "project": named,
+                                            "after": f"{twice.result['memory_id']}@1"}, scope)
+        if scope is not None and named is not None and named != scope:
+            assert not reply.ok and reply.error.code == "permission_denied"
+        else:
+            assert reply.ok
+            seen = "noted twice" in str(reply.result)
+            assert seen == (reachable and (named is None or named == where)), (scope, where, named, reply.result)
     elif operation == "shared_get":
         reply = await query("get_shared_memories", {"title": "Hotel"}, scope)
         assert reply.ok == (scope is None) and ("9911" in str(reply.result)) == (scope is None)

@@ -182,6 +182,9 @@ class UserRecords:
         if q.kind == "shared_memory" and project is not None:
             return ExportPageResult(records=[])
         after, given = _cursor(q.after)
+        if given and q.kind != "memory":
+            raise ServiceError("after must be the `next` of the previous page (only a memory's goes on inside it)",
+                               "after")
         ids = await self.port.page_ids(q.kind, call.tenant, project, after, q.limit)
         todo = [after, *ids] if after is not None and given else list(ids)
         records: list[Any] = []
@@ -189,6 +192,9 @@ class UserRecords:
         cursor: str | None = None
         for record_id in todo:
             record = await self._record(q.kind, call.tenant, record_id)
+            if record is not None and record_id == after and project is not None \
+                    and record.versions[-1].state.project != project:
+                record = None  # a cursor into a memory outside the page's project (or the caller's reach)
             parts = [] if record is None else (
                 memory_parts(record, given if record_id == after else 0) if q.kind == "memory" else [record])
             for n, part in enumerate(parts, 1):
