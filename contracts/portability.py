@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 from contracts.daily_logs import DailyLogState, ExtractionResultState, ExtractionTaskState
 from contracts.errors import ErrorBody
@@ -178,6 +178,19 @@ class MemoryRecord(BaseModel):
     type: Literal["memory"] = "memory"
     id: UUID
     versions: list[ExportedVersion] = Field(min_length=1)
+
+    @field_validator("versions")
+    @classmethod
+    def _one_memory_oldest_first(cls, versions: list[ExportedVersion], info: ValidationInfo) -> list[ExportedVersion]:
+        """Every version is the record's memory, each newer than the one before (an import appends
+        them in this order: an edited file must not put an older version after a newer one)."""
+        numbers = [v.state.version for v in versions]
+        if any(b <= a for a, b in zip(numbers, numbers[1:], strict=False)):
+            raise ValueError(f"the versions must be oldest first, each state.version greater than the one before: {numbers}")
+        record_id = info.data.get("id")
+        if record_id is not None and any(v.state.id != record_id for v in versions):
+            raise ValueError("every version's state.id must be the record's id")
+        return versions
 
 
 class SharedMemoryRecord(BaseModel):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -37,6 +37,7 @@ from contracts.memory import PROJECT_PATTERN, SaveMemoryResult
 from contracts.portability import (
     MAX_RESTORE_RECORDS,
     RESTORE_BATCH_BYTES,
+    Record,
     RestoreAuthUser,
     RestoreRecords,
     RestoreResult,
@@ -71,6 +72,10 @@ class ImportReport:
     user: str
     counts: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
+
+
+#: one export record, validated line by line before it joins a restore command
+_RECORD: TypeAdapter[Any] = TypeAdapter(Record)
 
 
 def _progress(enabled: bool) -> Progress:
@@ -207,6 +212,15 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
                 results_started = True
                 if pending:
                     await asyncio.gather(*pending)
+            assert report is not None  # (the header came first: engram_lines says so)
+            try:
+                _RECORD.validate_python(value)
+            except ValidationError as exc:  # that line's error alone: the records around it are restored
+                problem = exc.errors()[0]
+                report.counts["error"] += 1
+                report.errors.append(f"line {number}: {'.'.join(map(str, problem['loc']))}: {problem['msg']}")
+                advance(1)
+                continue
             size = len(json.dumps(value, ensure_ascii=False).encode())
             if batch and batch_bytes + size > RESTORE_BATCH_BYTES:  # one command must fit one bus message
                 await dispatch()

@@ -162,3 +162,35 @@ def test_a_restricted_key_names_no_log_of_another_project(running, work: Work) -
             assert named.status_code == 404, named.text
             assert refusal(named, work.home_log) == refusal(missing, nowhere)
             assert refusal(named, work.home_log)[2] == field
+
+
+def test_an_edited_record_is_that_lines_error_and_the_lines_around_it_are_restored(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A memory record whose versions an edit put out of order (an import appends them as written:
+    the older one would become the memory's state, and its next change would repeat a version
+    number) or whose versions name another memory: refused, naming the line and the field; the good
+    lines of the same file are restored (they used to fail with it, 64 records a command)."""
+    owner, owner_key = new_user(running, "m3-order")
+    marker = uuid.uuid4().hex[:8]
+    with rest(running, owner_key) as http:
+        ids = []
+        for text in (f"Plays chess on Fridays ({marker})", f"Grows tomatoes ({marker})"):
+            saved = http.post("/memories", json={"content": text})
+            assert saved.status_code == 201, saved.text
+            ids.append(saved.json()["memory_id"])
+        assert http.post(f"/memories/{ids[0]}/pin", json={"pinned": True}).status_code == 200
+    exported = tmp_path / "order.jsonl"
+    engram(running, tmp_path, "export", "--user", owner, "-o", str(exported))
+    header, *records = (json.loads(line) for line in exported.read_text().splitlines())
+    memories = {r["id"]: r for r in records if r["type"] == "memory"}
+    reversed_ = {**memories[ids[0]], "versions": memories[ids[0]]["versions"][::-1]}
+    foreign = json.loads(json.dumps(memories[ids[1]]))
+    foreign["versions"][0]["state"]["id"] = str(uuid.uuid4())
+    target, target_key = new_user(running, "m3-order-taker")
+    crafted = tmp_path / "crafted.jsonl"
+    crafted.write_text("\n".join(json.dumps(r) for r in (header, reversed_, foreign, memories[ids[1]])) + "\n")
+    done = engram(running, tmp_path, "import", str(crafted), "--user", target, check=False)
+    assert done.returncode == 1 and "2 error" in done.stderr and "1 restored" in done.stderr, done.stderr
+    assert "line 2: memory.versions" in done.stderr and "oldest first" in done.stderr, done.stderr
+    assert "line 3: memory.versions" in done.stderr and "the record's id" in done.stderr, done.stderr
+    with rest(running, target_key) as http:
+        assert [m["content"] for m in http.get("/memories").json()["memories"]] == [f"Grows tomatoes ({marker})"]
