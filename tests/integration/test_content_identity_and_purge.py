@@ -144,13 +144,21 @@ async def moved_house(app: Any) -> tuple[uuid.UUID, Any]:
 async def test_a_purge_drops_this_process_primed_vectors_of_replaced_versions(settings: MemorySettings) -> None:
     """A purge deletes the Postgres cache entries of versions since replaced, and what this
     process holds of their texts too (primed vectors and packed rows, keyed by the plaintext: no row
-    tells them apart any more, so all are dropped and refilled from the cache as needed)."""
+    tells them apart any more, so all are dropped and refilled from the cache as needed), and the
+    truth rules' caches of the texts they judged (keyed by text, not user: all of them)."""
+    from services.memory.domain import supersession
+    rule_caches = (supersession.template_of, supersession.content_words, supersession._readable,
+                   supersession._numbers_in, supersession._facts_in)
     try:
         async with memory_app(settings) as app:
             memory_id, old = await moved_house(app)
+            # a new address judged against the current one: the rules read both texts
+            assert (await app.service.handle_command(command("save_memory", {"content": "I moved to 7 Mill Lane, York"}))).ok
+            assert supersession.template_of.cache_info().currsize and supersession._facts_in.cache_info().currsize
             assert primed(app, old)
             assert (await purge(app, "alice")).ok
             assert not primed(app, old)
+            assert [c.cache_info().currsize for c in rule_caches] == [0] * len(rule_caches)
     finally:
         await _cleanup(settings)
 

@@ -81,6 +81,7 @@ from services.memory.application.projection import PROJECTOR, PROJECTOR_GRACE_S,
 from services.memory.application.shared import SharedMemories
 from services.memory.application.similar import SimilarSearch
 from services.memory.application.user_records import UserRecords, UserRecordsStore
+from services.memory.domain import supersession
 from services.memory.domain.decay import DecayPolicy
 from services.memory.search.encoders import Encoders, forget_local_texts
 from services.memory.search.late import LATE_CANDIDATES
@@ -165,6 +166,7 @@ class MemoryService:
         self.memories._content_written = {c: n for c, n in self.memories._content_written.items() if c[0] != tenant}
         self.projection.tenant_writes[tenant] += 1
         forget_local_texts(self.encoders)
+        supersession.forget_texts()
 
     def bind(self, runtime: ServiceRuntime) -> None:
         """Attach kit's runtime built over :meth:`command_handlers` / :meth:`query_handlers`."""

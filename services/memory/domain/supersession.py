@@ -558,7 +558,12 @@ _ATTRIBUTE_ALIASES = {
 
 def numbers_of(text: str) -> list[str]:
     """The numbers, dates, months and weekdays of ``text``, as written (number words as digits)."""
-    return [_NUMBER_WORDS.get(m.group(0).casefold(), m.group(0).casefold()) for m in _NUMERIC.finditer(text)]
+    return list(_numbers_in(text))
+
+
+@lru_cache(maxsize=8192)
+def _numbers_in(text: str) -> tuple[str, ...]:
+    return tuple(_NUMBER_WORDS.get(m.group(0).casefold(), m.group(0).casefold()) for m in _NUMERIC.finditer(text))
 
 
 @lru_cache(maxsize=8192)
@@ -573,10 +578,12 @@ def template_of(text: str) -> str:
     return " ".join(words)
 
 
-def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(normalize(text).casefold()) if w not in _STOP}
+@lru_cache(maxsize=8192)
+def content_words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(normalize(text).casefold()) if w not in _STOP)
 
 
+@lru_cache(maxsize=8192)
 def _readable(text: str) -> bool:
     """Whether the phrasing rules can read ``text`` at all: Latin script and none of the common
     function words of the other languages written in it."""
@@ -841,6 +848,13 @@ def _by_similarity(
                             "attribute the rules can compare", 0.5, candidate)
     return Decision(Verdict.UNRELATED, f"nothing in common the rules can read (similarity {sim:.2f})", 0.6,
                     candidate)
+
+
+def forget_texts() -> None:
+    """Drop the texts the rules' caches hold (a purge: they are keyed by text, not by user, so all
+    of them; they are refilled as memories are judged again)."""
+    for cached in (template_of, _facts_in, _numbers_in, content_words, _readable):
+        cached.cache_clear()
 
 
 def decide_all(
