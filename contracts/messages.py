@@ -32,6 +32,10 @@ class MessageSpec:
     name: str
     model: type[BaseModel]
     result: type[BaseModel]
+    #: a command that carries the states its events will hold, whole (an import's restore): its
+    #: events add nothing to it, so it may fill more of a bus message than a command whose events
+    #: add ids, versions and times to what it says (every state accepted must be restorable)
+    restores: bool = False
 
 
 #: (kind, service, name) -> spec, filled as contract modules are imported.
@@ -39,12 +43,12 @@ REGISTRY: dict[tuple[Kind, str, str], MessageSpec] = {}
 _SPEC_ATTR = "__engram_message__"
 
 
-def _register(kind: Kind, service: str, name: str, result: type[BaseModel]) -> Any:
+def _register(kind: Kind, service: str, name: str, result: type[BaseModel], restores: bool = False) -> Any:
     def decorate(model: M) -> M:
         key = (kind, service, name)
         if key in REGISTRY and REGISTRY[key].model is not model:
             raise ValueError(f"{kind} {service}.{name} is declared twice")
-        spec = MessageSpec(kind=kind, service=service, name=name, model=model, result=result)
+        spec = MessageSpec(kind=kind, service=service, name=name, model=model, result=result, restores=restores)
         REGISTRY[key] = spec
         setattr(model, _SPEC_ATTR, spec)
         return model
@@ -52,9 +56,10 @@ def _register(kind: Kind, service: str, name: str, result: type[BaseModel]) -> A
     return decorate
 
 
-def command(service: str, name: str, *, result: type[BaseModel]) -> Any:
-    """Declare a command (a request to change state), owned by ``service``."""
-    return _register("command", service, name, result)
+def command(service: str, name: str, *, result: type[BaseModel], restores: bool = False) -> Any:
+    """Declare a command (a request to change state), owned by ``service`` (``restores``: see
+    :attr:`MessageSpec.restores`)."""
+    return _register("command", service, name, result, restores)
 
 
 def query(service: str, name: str, *, result: type[BaseModel]) -> Any:

@@ -345,7 +345,7 @@ class PurgeReport(BaseModel):
 #: Every service's purge command: the purge sends each (a service added later adds its own here).
 PURGE_COMMANDS: tuple[type[PurgeUser], ...] = (PurgeMemoryUser, PurgeAuthUser, PurgeExtractorUser, PurgeGraphUser)
 
-command(MEMORY, "restore_records", result=RestoreResult)(RestoreRecords)
+command(MEMORY, "restore_records", result=RestoreResult, restores=True)(RestoreRecords)
 command(MEMORY, "purge_user", result=PurgeResult)(PurgeMemoryUser)
 command(AUTH, "purge_user", result=PurgeResult)(PurgeAuthUser)
 command(EXTRACTOR, "purge_user", result=PurgeResult)(PurgeExtractorUser)

@@ -27,9 +27,15 @@ OUTCOME_QUERY = "command_outcome"
 QUEUED_AFTER_S = 2.0
 
 
-#: What a service adds to a command's payload in the event it appends (ids, versions, times): a
-#: command is refused this far below the server's message limit, so that its event fits too.
-EVENT_HEADROOM = 16_384
+#: What a service adds to a command's payload in the event it appends (ids, versions, times, a
+#: status and its reason): a command is refused this far below the server's message limit, so that
+#: its event fits too, and so does the restore of that event's state (:data:`RESTORE_HEADROOM`).
+EVENT_HEADROOM = 32_768
+#: ... and a command that carries its events' states whole (a restore: ``MessageSpec.restores``)
+#: this far below it (what its envelope adds): a state accepted under EVENT_HEADROOM is always
+#: restorable. Before 2026-12-05 both were 16 KiB, and a daily log saved within ~500 bytes of the
+#: limit could be exported but never imported again.
+RESTORE_HEADROOM = 8_192
 
 
 class Commands(Queries):
@@ -63,7 +69,9 @@ class Commands(Queries):
         self, service: str, name: str, command: CommandEnvelope, timeout: float, fingerprint: str | None,
     ) -> Reply[Any]:
         data = dumps(command)
-        why = self.too_large(f"this {name} request", len(data), EVENT_HEADROOM)
+        spec = REGISTRY.get(("command", service, name))
+        headroom = RESTORE_HEADROOM if spec is not None and spec.restores else EVENT_HEADROOM
+        why = self.too_large(f"this {name} request", len(data), headroom)
         if why is not None:  # refused before it is sent: nothing of it is written
             return Reply.failure(ErrorCode.INVALID_ARGUMENT, f"{why}: send less at a time (shorter texts, fewer items)")
         inbox = self.nc.new_inbox()

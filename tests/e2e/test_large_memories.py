@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 
 from contracts.memory import LISTED_CONTENT_CHARS, MAX_CONTENT_CHARS
 from tests.e2e.test_daily_log_tools import call
-from tests.e2e.test_portability import engram, new_user
+from tests.e2e.test_portability import _wait_processed, engram, new_user
 from tests.e2e.test_project_restriction import auth, mcp_client, text_of
 
 pytestmark = pytest.mark.e2e
@@ -180,3 +181,34 @@ def test_a_long_memory_pinned_again_and_again_is_exported_imported_and_its_histo
     assert "error" not in done.stderr, done.stderr
     with httpx.Client(base_url=running.base_url + "/v1", headers=auth(target_key), timeout=60) as h:
         assert _memory_lines(h.get("/export", params={"project": project}).text) == restored
+
+
+def test_a_daily_log_at_the_size_limit_is_extracted_exported_and_imported_again(running: Any, tmp_path: Path) -> None:
+    """A log as large as a save may be (four-byte characters up to the bus's limit less its margin):
+    its import's restore command carries its state whole, which holds more than the save did (ids,
+    status, times). Until 2026-12-05 both had the same margin, and such a log was exported but its
+    import was refused ("this restore_records request is 1,032,673 bytes …"): an export, a purge and
+    an import lost it."""
+    user, key = new_user(running, "edge-log")
+    project = "edge-" + uuid.uuid4().hex[:6]
+    body: dict[str, Any] = {"project": project, "log_date": "2026-12-01",
+                            "turns": [{"speaker": "user", "text": f"day {i} " + "🍣" * 2990} for i in range(66)],
+                            "events": "🏔" * 20_000, "user_state": "🏔" * 20_000, "mood_changes": "🏔" * 20_000}
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(key), timeout=60) as h:
+        over = h.post("/daily-logs", json=body)
+        assert over.status_code == 422, over.text[:300]
+        size, limit = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) (?:bytes|a message)", over.json()["error"]["message"]))
+        body["mood_changes"] = "🏔" * (20_000 - -(-(size - limit) // 4))  # (a four-byte character each)
+        saved = h.post("/daily-logs", json=body)
+        assert saved.status_code in (200, 201), saved.text[:300]
+        _wait_processed(h, saved.json()["id"], timeout=120)  # the extractor claims it whole, and extracts
+    exported = tmp_path / "edge.jsonl"
+    engram(running, tmp_path, "export", "--user", user, "-o", str(exported))
+    target, target_key = new_user(running, "edge-log-taker")
+    done = engram(running, tmp_path, "import", str(exported), "--user", target, check=False)
+    assert done.returncode == 0 and "error" not in done.stderr, done.stderr
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(target_key), timeout=60) as h:
+        (log,) = h.get("/daily-logs", params={"project": project}).json()["logs"]
+        got = h.get(f"/daily-logs/{log['id']}").json()["log"]
+        assert [t["text"] for t in got["turns"]] == [t["text"] for t in body["turns"]]
+        assert got["mood_changes"] == body["mood_changes"]
