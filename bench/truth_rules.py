@@ -48,6 +48,8 @@ from services.memory.domain.supersession import (  # noqa: E402
     Thresholds,
     Verdict,
     decide,
+    decide_all,
+    forget_texts,
 )
 
 DATA = Path(__file__).parent / "data" / "fact_changes.jsonl"
@@ -291,6 +293,9 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=25, help="pairs per verdict printed with --locomo")
     parser.add_argument("--extracted", action="store_true",
                         help="--locomo on the facts the built-in extractor learns from each session, not the turns")
+    parser.add_argument("--speed", type=int, default=0, metavar="N",
+                        help="time the rules as a save runs them: each LoCoMo turn's N nearest earlier turns above "
+                        "the gate judged together (decide_all), in 3 rounds; print CPU-ms a save (mean, p50, p95, p99)")
     args = parser.parse_args()
     if not DATA.exists():
         sys.exit(f"{DATA} not found: run bench/fact_changes_gen.py first")
@@ -315,6 +320,32 @@ def main() -> None:
                 shown += 1
     if args.locomo:
         locomo_report(args.locomo, args.sample, thresholds, args.extracted)
+    if args.speed:
+        speed_report(args.speed, thresholds)
+
+
+def speed_report(top: int, thresholds: Thresholds, rounds: int = 3) -> None:
+    """CPU time of ``decide_all`` per save: each LoCoMo turn with its ``top`` nearest earlier turns at
+    or above the rules' gate as candidates (what the save path hands the rules). Texts repeat across
+    saves (an old memory is a candidate of many new ones), so the rules' per-text caches count as
+    they do in the service; the first round starts them empty."""
+    saves: dict[tuple[str, datetime], list[tuple[Pair, float]]] = defaultdict(list)
+    for pair, sim in locomo_pairs(top, MiniLMEmbedder()):
+        if sim >= thresholds.rule_gate:
+            saves[(pair.new, pair.new_at)].append((pair, sim))
+    judged = [(Statement(new, at), [Candidate(p.old, p.old_at, similarity=sim) for p, sim in found])
+              for (new, at), found in saves.items()]
+    forget_texts()
+    for n in range(1, rounds + 1):
+        times = []
+        for statement, candidates in judged:
+            t = time.process_time()
+            decide_all(statement, candidates, thresholds)
+            times.append((time.process_time() - t) * 1000)
+        ms = np.asarray(times)
+        print(f"decide_all, round {n}: {len(judged)} saves of {sum(len(c) for _, c in judged) / len(judged):.1f} "
+              f"candidates: CPU-ms a save mean {ms.mean():.2f} · p50 {np.percentile(ms, 50):.2f} · "
+              f"p95 {np.percentile(ms, 95):.2f} · p99 {np.percentile(ms, 99):.2f}")
 
 
 if __name__ == "__main__":
