@@ -66,6 +66,11 @@ MAX_TURNS_TEXT_CHARS = MAX_TURNS_TOTAL_CHARS + MAX_TURNS * 80
 #: ``topics`` given as one comma-separated string: as many topics as a list may hold, with separators.
 MAX_TOPICS_TEXT_CHARS = MAX_TOPICS * (MAX_TOPIC_CHARS + 2)
 MAX_SPEAKER_CHARS = 128
+#: A list of logs (``list_daily_logs``, ``get_unprocessed_logs``) carries at most about this many
+#: bytes of logs, and at least one: a log may hold ~1 MB, and the bus carries 1 MB a message. The
+#: rest comes on the next page (``next_cursor``), or, for the logs waiting for extraction, on the
+#: next ask.
+LOG_PAGE_BYTES = 600_000
 MAX_ERROR_REASON_CHARS = 2_000
 MAX_IDS = 1_000
 TASK_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"

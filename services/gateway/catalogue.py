@@ -187,6 +187,7 @@ OPERATIONS: tuple[Operation, ...] = (
     _maintenance(
         GetUnprocessedLogs, "get_unprocessed_logs", "Logs waiting for extraction", READ,
         """List daily logs waiting for extraction (pending, and failed unless include_failed is false), oldest first.
+        Long logs come fewer at a time (about 600 KB of logs an answer): ask again for the rest.
 
         Workflow: claim_daily_log each, extract memories (get_memory_by_key → update_memory or save_memory),
         record_extraction_result, then mark_log_processed (or mark_log_failed with the reason). A failed log

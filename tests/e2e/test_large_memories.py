@@ -212,3 +212,31 @@ def test_a_daily_log_at_the_size_limit_is_extracted_exported_and_imported_again(
         got = h.get(f"/daily-logs/{log['id']}").json()["log"]
         assert [t["text"] for t in got["turns"]] == [t["text"] for t in body["turns"]]
         assert got["mood_changes"] == body["mood_changes"]
+
+
+def test_long_logs_are_listed_and_handed_to_an_agent_a_page_at_a_time(running: Any) -> None:
+    """Two logs of ~800 KB each (every turn within its limit, in four-byte characters), waiting for
+    an external agent: together they are more than one bus message. The agent's list of logs waiting
+    for extraction and the list of logs used to be refused as too large, every time (the oldest logs
+    come first), so the agent could take none of them; now each answer carries the logs that fit and
+    the rest comes next."""
+    user, key = new_user(running, "long-logs")
+    project = "agentlogs-" + uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(key), timeout=60) as h:
+        assert h.put(f"/projects/{project}/extraction-mode", json={"mode": "agent"}).status_code == 200
+        ids = []
+        for day in ("2026-12-01", "2026-12-02"):
+            saved = h.post("/daily-logs", json={"project": project, "log_date": day, "turns": [
+                {"speaker": "user", "text": f"{day} {i} " + "🍣" * 2980} for i in range(66)]})
+            assert saved.status_code in (200, 201), saved.text[:300]
+            ids.append(saved.json()["id"])
+        waiting = h.get("/daily-logs/unprocessed", params={"project": project})
+        assert waiting.status_code == 200, waiting.text[:300]
+        assert [log["id"] for log in waiting.json()["logs"]] == ids[:1]  # the oldest, whole
+        assert len(waiting.json()["logs"][0]["turns"]) == 66
+        first = h.get("/daily-logs", params={"project": project})
+        assert first.status_code == 200, first.text[:300]
+        assert [log["id"] for log in first.json()["logs"]] == ids[1:]  # newest day first
+        rest = h.get("/daily-logs", params={"project": project, "cursor": first.json()["next_cursor"]})
+        assert rest.status_code == 200 and [log["id"] for log in rest.json()["logs"]] == ids[:1], rest.text[:300]
+        assert rest.json().get("next_cursor") is None

@@ -100,3 +100,24 @@ def test_relations_compare_a_cut_earlier_version_by_its_length_and_start() -> No
     # a cut version of the same length and start is taken for the same words (all the history holds of it)
     got = relations.relations_of(hit, MemoryHistory(memory_id=hit.id, versions=[changed, version(3, doc)]), None, {}, {})
     assert got == []
+
+
+def test_a_list_of_logs_carries_the_logs_that_fit_and_at_least_one() -> None:
+    from datetime import date
+
+    from contracts.daily_logs import LOG_PAGE_BYTES, DailyLogState, Turn
+    from services.memory.domain.daily_logs import log_page
+
+    def log(day: int, chars: int) -> DailyLogState:
+        return DailyLogState(id=uuid4(), tenant="t", project="p", log_date=date(2026, 12, day),
+                             turns=[Turn(speaker="user", text="🍣" * (chars // 100))] * 100,
+                             created_at=datetime(2026, 12, 5, tzinfo=UTC), updated_at=datetime(2026, 12, 5, tzinfo=UTC))
+
+    big = [log(1, 200_000), log(2, 200_000), log(3, 100)]  # ~800 KB, ~800 KB, small
+    views, cut = log_page(big)
+    assert [v.id for v in views] == [big[0].id] and cut  # one alone, however large; the rest next
+    small = [log(d, 1_000) for d in range(1, 6)]
+    views, cut = log_page(small)
+    assert [v.id for v in views] == [s.id for s in small] and not cut
+    views, cut = log_page([log(1, 100_000), log(2, 100_000), log(3, 100_000)])  # 400 KB each
+    assert len(views) == 1 and cut and sum(len(v.model_dump_json().encode()) for v in views) <= LOG_PAGE_BYTES

@@ -258,7 +258,7 @@ class DailyLogs:
     async def unprocessed(self, call: Call, q: GetUnprocessedLogs) -> DailyLogList:
         project = call.search_project(q.project)
         found = await self.store.waiting_logs(call.tenant, project, q.include_failed, q.limit)
-        return DailyLogList(logs=[rules.log_view(s) for s in found])
+        return DailyLogList(logs=rules.log_page(found)[0])  # (the oldest that fit; the rest on the next ask)
 
     async def list_logs(self, call: Call, q: ListDailyLogs) -> DailyLogList:
         """Logs of any status by day range, newest day first (the caller's project only)."""
@@ -266,9 +266,9 @@ class DailyLogs:
         after = paging.decode(q.cursor, _LOG_PAGE, "log_date") if q.cursor is not None else None
         found = await self.store.logs(call.tenant, project, q.status.value if q.status else None, q.date_from,
                                       q.date_to, q.limit + 1, after=(after[0], after[1]) if after else None)
-        more, found = len(found) > q.limit, found[: q.limit]
-        return DailyLogList(logs=[rules.log_view(s) for s in found],
-                            next_cursor=paging.encode("log_date", [found[-1].log_date, found[-1].id]) if more else None)
+        logs, cut = rules.log_page(found[: q.limit])
+        more = cut or len(found) > q.limit
+        return DailyLogList(logs=logs, next_cursor=paging.encode("log_date", [logs[-1].log_date, logs[-1].id]) if more else None)
 
     async def get(self, call: Call, q: GetDailyLog) -> DailyLogLookup:
         state = await self.store.get_log(call.tenant, q.id)

@@ -21,6 +21,7 @@ from contracts.daily_logs import (
     DAILY_LOG_AGGREGATE,
     EXTRACTION_RESULT_AGGREGATE,
     EXTRACTION_TASK_AGGREGATE,
+    LOG_PAGE_BYTES,
     MAX_TRIES,
     DailyLogEventType,
     DailyLogState,
@@ -243,6 +244,20 @@ def log_event(
 
 def log_view(state: DailyLogState) -> DailyLogView:
     return DailyLogView.model_validate(state.model_dump(exclude={"tenant", "deleted"}))
+
+
+def log_page(states: list[DailyLogState], limit: int = LOG_PAGE_BYTES) -> tuple[list[DailyLogView], bool]:
+    """The views of the first ``states`` that one answer carries (their JSON under ``limit`` bytes,
+    and at least one), and whether any was left out."""
+    views: list[DailyLogView] = []
+    size = 0
+    for state in states:
+        view = log_view(state)
+        size += len(view.model_dump_json().encode())
+        if views and size > limit:
+            return views, True
+        views.append(view)
+    return views, False
 
 
 # extraction tasks ---------------------------------------------------------------------------------
