@@ -854,8 +854,16 @@ class ProjectInfo(BaseModel):
     last_updated: datetime
 
 
+#: A project list names at most this many projects, the most recently used first (an agent that
+#: gives every conversation a containerTag makes thousands; ~7,000 would be more than a bus message).
+MAX_LISTED_PROJECTS = 1_000
+
+
 class ProjectList(BaseModel):
     projects: list[ProjectInfo]
+    total: int | None = Field(None, exclude_if=lambda v: v is None,
+                              description=f"how many projects there are, when there are more than listed (the "
+                              f"{MAX_LISTED_PROJECTS:,} most recently used are)")
 
 
 class GetProfile(BaseModel):

@@ -116,7 +116,9 @@ def format_projects(result: ProjectList) -> str:
     """The projects the caller can reach (the service leaves out the others)."""
     if not result.projects:
         return "No projects yet: the first memory saved creates one (default project: 'default')."
-    lines = [f"{len(result.projects)} projects (containerTag · memories · last updated):"]
+    shown = (f"{result.total} projects, the {len(result.projects)} most recently used"
+             if result.total is not None else f"{len(result.projects)} projects")
+    lines = [f"{shown} (containerTag · memories · last updated):"]
     lines += [f"- {p.project} · {p.memories} · {p.last_updated.date().isoformat()}" for p in result.projects]
     return "\n".join(lines)
 

@@ -67,6 +67,6 @@ def describe_projects(base: str, projects: ProjectList | None) -> str:
         return base + " The user has no projects yet: the first memory saved creates one."
     ordered = sorted(projects.projects, key=lambda p: p.last_updated, reverse=True)
     names = [p.project for p in ordered[:MAX_NAMES_IN_DESCRIPTION]]
-    more = len(ordered) - len(names)
+    more = (projects.total or len(ordered)) - len(names)
     tail = f" and {more} more (listProjects)" if more > 0 else ""
     return base + " The user's projects: " + ", ".join(names) + tail + "."

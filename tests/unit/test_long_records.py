@@ -121,3 +121,36 @@ def test_a_list_of_logs_carries_the_logs_that_fit_and_at_least_one() -> None:
     assert [v.id for v in views] == [s.id for s in small] and not cut
     views, cut = log_page([log(1, 100_000), log(2, 100_000), log(3, 100_000)])  # 400 KB each
     assert len(views) == 1 and cut and sum(len(v.model_dump_json().encode()) for v in views) <= LOG_PAGE_BYTES
+
+
+def test_a_user_with_thousands_of_projects_gets_the_most_recent_and_how_many_there_are() -> None:
+    """An agent that gives every conversation a containerTag makes thousands of projects: ~7,000 were
+    more than one bus message, and list_projects was refused. The list names the 1,000 most recently
+    used and the total; the MCP text and the tools' containerTag description say how many more."""
+    import asyncio
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from contracts.memory import MAX_LISTED_PROJECTS, ListProjects, ProjectInfo
+    from kit.service import Call
+    from services.gateway.presentation import format_projects
+    from services.gateway.project_cache import describe_projects
+    from services.memory.application.memories import MemoryReads
+
+    start = datetime(2026, 12, 5, tzinfo=UTC)
+    found = [ProjectInfo(project=f"chat-{i:05d}", memories=1, last_updated=start - timedelta(minutes=i))
+             for i in range(7_500)]  # most recent first, as the read model orders them
+
+    async def projects(tenant: str) -> list[ProjectInfo]:
+        return found
+
+    reads = SimpleNamespace(store=SimpleNamespace(projects=projects))
+    listed = asyncio.run(MemoryReads.projects(reads, Call(tenant="t", correlation_id="c"), ListProjects()))  # type: ignore[arg-type]
+    assert listed.total == 7_500 and listed.projects == found[:MAX_LISTED_PROJECTS]
+    assert len(listed.model_dump_json().encode()) < 600_000
+    assert format_projects(listed).startswith("7500 projects, the 1000 most recently used")
+    assert describe_projects("Project.", listed).endswith("chat-00049 and 7450 more (listProjects).")
+    few = asyncio.run(MemoryReads.projects(reads, Call(tenant="t", correlation_id="c", project_scope="chat-00003"),
+                                           ListProjects()))  # type: ignore[arg-type]
+    assert [p.project for p in few.projects] == ["chat-00003"] and few.total is None
+    assert "total" not in few.model_dump_json()

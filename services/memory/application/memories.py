@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from contracts.envelope import EventEnvelope, utcnow
 from contracts.events import Event
 from contracts.memory import (
+    MAX_LISTED_PROJECTS,
     MAX_RECALL_LIMIT,
     ConflictList,
     ConflictView,
@@ -923,8 +924,10 @@ class MemoryReads:
         return ConflictList(conflicts=out[: q.limit])
 
     async def projects(self, call: Call, _: ListProjects) -> ProjectList:
-        found = await self.store.projects(call.tenant)
-        return ProjectList(projects=[p for p in found if call.sees(p.project)])
+        found = [p for p in await self.store.projects(call.tenant) if call.sees(p.project)]  # (most recent first)
+        if len(found) > MAX_LISTED_PROJECTS:
+            return ProjectList(projects=found[:MAX_LISTED_PROJECTS], total=len(found))
+        return ProjectList(projects=found)
 
     async def profile(self, call: Call, q: GetProfile) -> Profile:
         project = call.search_project(q.project)
