@@ -7,7 +7,7 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from urllib.parse import urlparse
@@ -402,6 +402,15 @@ def add_probe_routes(app: FastAPI, state: dict[str, Any]) -> None:
         return JSONResponse({"status": status, "nats": True, "services": services})
 
 
+def readable_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Validation errors as a person reads them: an optional field's "or none" alternative left out
+    when it was given (it says nothing but that the field may be omitted), and pydantic's names for
+    a union's members (``constrained-str``, ``function-after[…]``) left out of each location."""
+    given = [e for e in errors if e.get("type") != "none_required"] or list(errors)
+    return [{**e, "loc": tuple(p for p in e["loc"] if not (isinstance(p, str) and (p == "constrained-str" or "[" in p)))}
+            for e in given]
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Every refusal has the documented error body (``{"error": {code, message, field}}``)."""
 
@@ -411,7 +420,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
+        errors = readable_errors(exc.errors())
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
         invalid_json = first.get("type") == "json_invalid"  # its loc is the byte offset, not a field
         loc = [str(p) for p in first["loc"] if p not in ("body", "query", "header")]
