@@ -69,7 +69,7 @@ MAX_SPEAKER_CHARS = 128
 #: A list of logs (``list_daily_logs``, ``get_unprocessed_logs``) carries at most about this many
 #: bytes of logs, and at least one: a log may hold ~1 MB, and the bus carries 1 MB a message. The
 #: rest comes on the next page (``next_cursor``), or, for the logs waiting for extraction, on the
-#: next ask.
+#: next ask. A list of extraction tasks or results (each up to 1,000 ids) carries the newest that fit.
 LOG_PAGE_BYTES = 600_000
 MAX_ERROR_REASON_CHARS = 2_000
 MAX_IDS = 1_000

@@ -154,3 +154,18 @@ def test_a_user_with_thousands_of_projects_gets_the_most_recent_and_how_many_the
                                            ListProjects()))  # type: ignore[arg-type]
     assert [p.project for p in few.projects] == ["chat-00003"] and few.total is None
     assert "total" not in few.model_dump_json()
+
+
+def test_a_list_of_extraction_results_carries_the_newest_that_fit() -> None:
+    """A result may name 1,000 memories (~40 KB): a list of 100 of them was ~4 MB."""
+    from contracts.daily_logs import LOG_PAGE_BYTES, ExtractionResultState
+    from services.memory.domain.daily_logs import fitting, result_view
+
+    at = datetime(2026, 12, 5, tzinfo=UTC)
+    results = [ExtractionResultState(id=uuid4(), tenant="t", project="p", log_id=uuid4(), task_id=f"t{i}",
+                                     memory_ids=[uuid4() for _ in range(1_000)], created_at=at, updated_at=at)
+               for i in range(100)]
+    views, cut = fitting(results, result_view)
+    assert cut and 10 <= len(views) < 100 and [v.task_id for v in views] == [r.task_id for r in results[: len(views)]]
+    assert sum(len(v.model_dump_json().encode()) for v in views) <= LOG_PAGE_BYTES
+    assert fitting(results[:3], result_view) == ([result_view(r) for r in results[:3]], False)

@@ -92,7 +92,7 @@ class Extraction:
     async def list_tasks(self, call: Call, q: GetExtractionTasks) -> ExtractionTaskList:
         found = await self.store.tasks(call.tenant, call.project_scope, q.status.value if q.status else None,
                                        q.task_id, q.limit, log_id=q.log_id)
-        return ExtractionTaskList(tasks=[rules.task_view(t) for t in found])
+        return ExtractionTaskList(tasks=rules.fitting(found, rules.task_view)[0])  # (the newest that fit)
 
     # results ------------------------------------------------------------------------------
     async def record_result(self, call: CommandCall, cmd: RecordExtractionResult) -> RecordExtractionResultResult:
@@ -147,4 +147,4 @@ class Extraction:
 
     async def list_results(self, call: Call, q: GetExtractionResults) -> ExtractionResultList:
         found = await self.store.results(call.tenant, call.project_scope, q.log_id, q.task_id, q.limit)
-        return ExtractionResultList(results=[rules.result_view(r) for r in found])
+        return ExtractionResultList(results=rules.fitting(found, rules.result_view)[0])  # (the newest that fit)
