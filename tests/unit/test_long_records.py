@@ -159,7 +159,8 @@ def test_a_user_with_thousands_of_projects_gets_the_most_recent_and_how_many_the
 def test_a_list_of_extraction_results_carries_the_newest_that_fit() -> None:
     """A result may name 1,000 memories (~40 KB): a list of 100 of them was ~4 MB."""
     from contracts.daily_logs import LOG_PAGE_BYTES, ExtractionResultState
-    from services.memory.domain.daily_logs import fitting, result_view
+    from services.memory.domain.daily_logs import result_view
+    from services.memory.domain.paging import fitting
 
     at = datetime(2026, 12, 5, tzinfo=UTC)
     results = [ExtractionResultState(id=uuid4(), tenant="t", project="p", log_id=uuid4(), task_id=f"t{i}",
@@ -169,3 +170,25 @@ def test_a_list_of_extraction_results_carries_the_newest_that_fit() -> None:
     assert cut and 10 <= len(views) < 100 and [v.task_id for v in views] == [r.task_id for r in results[: len(views)]]
     assert sum(len(v.model_dump_json().encode()) for v in views) <= LOG_PAGE_BYTES
     assert fitting(results[:3], result_view) == ([result_view(r) for r in results[:3]], False)
+
+
+def test_a_list_of_shared_memories_in_a_wide_script_carries_the_newest_that_fit() -> None:
+    """100 shared memories of 4,000 characters of Chinese (3 bytes each) were 1.2 MB: refused."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from contracts.memory import GetSharedMemories, SharedMemoryView
+    from kit.service import Call
+    from services.memory.application.shared import SharedMemories
+
+    at = datetime(2026, 12, 5, tzinfo=UTC)
+    found = [SharedMemoryView(id=uuid4(), title=f"旅行 {i}", event="我们在柏林的一家小餐馆吃了晚饭。" * 250, importance=3,
+                              version=1, created_at=at, updated_at=at) for i in range(100)]
+
+    async def shared_memories(tenant: str, title: str | None, keyword: str | None, limit: int) -> list[SharedMemoryView]:
+        return found[:limit]
+
+    handler = SimpleNamespace(store=SimpleNamespace(shared_memories=shared_memories))
+    got = asyncio.run(SharedMemories.list(handler, Call(tenant="t", correlation_id="c"), GetSharedMemories(limit=100)))  # type: ignore[arg-type]
+    assert 10 < len(got.shared_memories) < 100 and got.shared_memories == found[: len(got.shared_memories)]
+    assert len(got.model_dump_json().encode()) < 700_000

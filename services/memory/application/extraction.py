@@ -36,6 +36,7 @@ from kit.service import Call, CommandCall
 from services.memory.application.daily_logs import Records
 from services.memory.application.ports import EventLog, ReadModel
 from services.memory.domain import daily_logs as rules
+from services.memory.domain import paging
 from services.memory.domain.errors import NotFound
 
 
@@ -92,7 +93,7 @@ class Extraction:
     async def list_tasks(self, call: Call, q: GetExtractionTasks) -> ExtractionTaskList:
         found = await self.store.tasks(call.tenant, call.project_scope, q.status.value if q.status else None,
                                        q.task_id, q.limit, log_id=q.log_id)
-        return ExtractionTaskList(tasks=rules.fitting(found, rules.task_view)[0])  # (the newest that fit)
+        return ExtractionTaskList(tasks=paging.fitting(found, rules.task_view)[0])  # (the newest that fit)
 
     # results ------------------------------------------------------------------------------
     async def record_result(self, call: CommandCall, cmd: RecordExtractionResult) -> RecordExtractionResultResult:
@@ -147,4 +148,4 @@ class Extraction:
 
     async def list_results(self, call: Call, q: GetExtractionResults) -> ExtractionResultList:
         found = await self.store.results(call.tenant, call.project_scope, q.log_id, q.task_id, q.limit)
-        return ExtractionResultList(results=rules.fitting(found, rules.result_view)[0])  # (the newest that fit)
+        return ExtractionResultList(results=paging.fitting(found, rules.result_view)[0])  # (the newest that fit)

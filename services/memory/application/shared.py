@@ -17,7 +17,7 @@ from contracts.subjects import Names
 from kit.aggregates import Answer, Loaded, Write, WritePath
 from kit.service import Call, CommandCall
 from services.memory.application.ports import ReadModel
-from services.memory.domain import model, shared
+from services.memory.domain import model, paging, shared
 from services.memory.domain.errors import PermissionDenied
 
 
@@ -59,7 +59,8 @@ class SharedMemories:
     async def list(self, call: Call, gq: GetSharedMemories) -> SharedMemoryList:
         tenant_wide(call)
         title = shared.normalize_title(gq.title) if gq.title else None
-        return SharedMemoryList(shared_memories=await self.store.shared_memories(call.tenant, title, gq.keyword, gq.limit))
+        found = await self.store.shared_memories(call.tenant, title, gq.keyword, gq.limit)
+        return SharedMemoryList(shared_memories=paging.fitting(found, lambda v: v)[0])  # (the newest that fit)
 
 
 def _saved(state: SharedMemoryState) -> SaveSharedMemoryResult:

@@ -14,12 +14,9 @@ raises a domain error naming the field when the transition is not allowed::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
-from typing import TypeVar
 from uuid import UUID
-
-from pydantic import BaseModel
 
 from contracts.daily_logs import (
     DAILY_LOG_AGGREGATE,
@@ -46,6 +43,7 @@ from contracts.daily_logs import (
     extraction_task_uuid,
 )
 from contracts.envelope import EventEnvelope
+from services.memory.domain import paging
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.model import event_id_for
 
@@ -250,27 +248,9 @@ def log_view(state: DailyLogState) -> DailyLogView:
     return DailyLogView.model_validate(state.model_dump(exclude={"tenant", "deleted"}))
 
 
-S = TypeVar("S")
-V = TypeVar("V", bound=BaseModel)
-
-
-def fitting(states: Sequence[S], view: Callable[[S], V], limit: int = LOG_PAGE_BYTES) -> tuple[list[V], bool]:
-    """The views of the first ``states`` that one answer carries (their JSON under ``limit`` bytes,
-    and at least one: a log may hold ~1 MB, a result or a task 1,000 ids), and whether any was left out."""
-    views: list[V] = []
-    size = 0
-    for state in states:
-        shown = view(state)
-        size += len(shown.model_dump_json().encode())
-        if views and size > limit:
-            return views, True
-        views.append(shown)
-    return views, False
-
-
 def log_page(states: Sequence[DailyLogState]) -> tuple[list[DailyLogView], bool]:
-    """A list of logs as one answer carries it (:func:`fitting`)."""
-    return fitting(states, log_view)
+    """A list of logs as one answer carries it (:func:`paging.fitting`)."""
+    return paging.fitting(states, log_view, LOG_PAGE_BYTES)
 
 
 # extraction tasks ---------------------------------------------------------------------------------

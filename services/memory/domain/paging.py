@@ -1,4 +1,4 @@
-"""Keyset page cursors (``next_cursor`` → ``cursor``): pure rules.
+"""Keyset page cursors (``next_cursor`` → ``cursor``), and how much one answer carries: pure rules.
 
 A cursor carries the listing's order and the sort keys of the page's last row, as URL-safe base64
 of JSON without padding: opaque to a client, checked when it comes back (a cursor another listing
@@ -11,8 +11,10 @@ import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
+
+from pydantic import BaseModel
 
 from services.memory.domain.errors import Conflict
 
@@ -44,3 +46,25 @@ def decode(cursor: str, orders: Mapping[str, tuple[Reader, ...]], order: str) ->
         raise Conflict(f"cursor was given for sort={given[0]}, not sort={order}: keep the sort while paging, or "
                        "start again without a cursor", "cursor")
     return keys
+
+
+#: A list answer carries about this many bytes of items at most (the bus carries 1 MB a message).
+LIST_BYTES = 600_000
+S = TypeVar("S")
+V = TypeVar("V", bound=BaseModel)
+
+
+def fitting(states: Sequence[S], view: Callable[[S], V], limit: int = LIST_BYTES) -> tuple[list[V], bool]:
+    """The views of the first ``states`` that one answer carries (their JSON under ``limit`` bytes, and
+    at least one: a log may hold ~1 MB, a result or a task 1,000 ids, a shared memory 4,000 characters
+    of up to 4 bytes each), and whether any was left out."""
+    views: list[V] = []
+    size = 0
+    for state in states:
+        shown = view(state)
+        size += len(shown.model_dump_json().encode())
+        if views and size > limit:
+            return views, True
+        views.append(shown)
+    return views, False
+
