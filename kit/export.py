@@ -41,7 +41,7 @@ def markdown(record: Any) -> str:
         return f"# Engram export of `{record.user}`{scope}\n\nExported {record.exported_at.isoformat(timespec='seconds')}.\n"
     if isinstance(record, MemoryRecord) and record.versions[0].state.version > 1:
         # a later part of a long memory's record (the export cuts a record that outgrows a page)
-        return f"\nVersions of `{record.id}`, continued:\n" + "".join(_version_lines(record))
+        return f"\nMore versions of `{record.id}`:\n" + "".join(_version_lines(record))
     if isinstance(record, MemoryRecord):
         last = record.versions[-1].state
         tags = ", ".join(t for t in (last.project, last.category and last.category.value, last.memory_key) if t)

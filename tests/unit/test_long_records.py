@@ -192,3 +192,15 @@ def test_a_list_of_shared_memories_in_a_wide_script_carries_the_newest_that_fit(
     got = asyncio.run(SharedMemories.list(handler, Call(tenant="t", correlation_id="c"), GetSharedMemories(limit=100)))  # type: ignore[arg-type]
     assert 10 < len(got.shared_memories) < 100 and got.shared_memories == found[: len(got.shared_memories)]
     assert len(got.model_dump_json().encode()) < 700_000
+
+
+def test_the_markdown_export_of_a_long_memory_in_parts_reads_as_one_memory() -> None:
+    from kit.export import markdown
+
+    doc = "🍣" * MAX_CONTENT_CHARS
+    parts = memory_parts(record([doc, doc, doc]))
+    assert len(parts) == 3
+    first, *rest = (markdown(p) for p in parts)
+    assert first.startswith("\n## 🍣") and f"- id `{parts[0].id}`" in first
+    assert [r.splitlines()[1] for r in rest] == [f"More versions of `{parts[0].id}`:"] * 2  # no second heading
+    assert rest[0].splitlines()[2].startswith("2. ") and rest[1].splitlines()[2].startswith("3. ")
