@@ -664,7 +664,7 @@ def abridged(view: _Cut, limit: int = LISTED_CONTENT_CHARS) -> _Cut:
     cut = view.content[:limit]
     space = cut.rfind(" ")
     return view.model_copy(update={"content": cut[:space] if space > limit * 4 // 5 else cut,
-                                   "content_chars": len(view.content)})
+                                   "content_chars": view.content_chars or len(view.content)})
 
 
 class MemoryLookup(BaseModel):

@@ -204,3 +204,30 @@ def test_the_markdown_export_of_a_long_memory_in_parts_reads_as_one_memory() -> 
     assert first.startswith("\n## 🍣") and f"- id `{parts[0].id}`" in first
     assert [r.splitlines()[1] for r in rest] == [f"More versions of `{parts[0].id}`:"] * 2  # no second heading
     assert rest[0].splitlines()[2].startswith("2. ") and rest[1].splitlines()[2].startswith("3. ")
+
+
+def test_an_answer_holding_many_long_memories_cuts_them_shorter_until_it_fits() -> None:
+    """A profile of 100 stable facts and 100 recent memories, each 4,000 characters of Chinese (3 bytes
+    each), was 1.2 MB at 2,000 characters a memory: refused. Every memory stays, each cut shorter, with
+    its whole length; an answer that fits is returned as it is."""
+    from contracts.memory import Profile, abridged
+    from services.memory.domain.paging import LIST_BYTES, shortened
+    from tests.unit.test_relations import view
+
+    text = "我们在柏林的一家小餐馆吃了晚饭，然后沿着河边散步。" * 160  # 4,000 characters
+    whole = Profile(static=[view(text) for _ in range(100)], dynamic=[view(text) for _ in range(100)])
+
+    def cut(chars: int = LISTED_CONTENT_CHARS) -> Profile:
+        return Profile(static=[abridged(v, chars) for v in whole.static], dynamic=[abridged(v, chars) for v in whole.dynamic])
+
+    listed = cut()
+    assert len(listed.model_dump_json().encode()) > 1_048_576
+    got = shortened(listed, [v.content for v in (*listed.static, *listed.dynamic)], cut)
+    assert len(got.model_dump_json().encode()) <= LIST_BYTES
+    assert [v.id for v in got.static + got.dynamic] == [v.id for v in whole.static + whole.dynamic]
+    assert all(v.content_chars == len(text) and text.startswith(v.content) and len(v.content) < LISTED_CONTENT_CHARS
+               for v in got.static + got.dynamic)
+    # cut again, an already cut memory keeps its whole length
+    assert abridged(abridged(whole.static[0]), 500).content_chars == len(text)
+    small = Profile(static=[view("likes tea")], dynamic=[])
+    assert shortened(small, ["likes tea"], lambda chars: Profile(static=[], dynamic=[])) is small

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from contracts.envelope import EventEnvelope, utcnow
 from contracts.events import Event
 from contracts.memory import (
+    LISTED_CONTENT_CHARS,
     MAX_LISTED_PROJECTS,
     MAX_RECALL_LIMIT,
     ConflictList,
@@ -951,7 +952,14 @@ class MemoryReads:
             profile = Profile(static=static, dynamic=[v for v in recent if v.id not in facts][: query.dynamic_limit])
         else:
             profile = await self.store.profile(tenant, query.project, query.static_limit, query.dynamic_limit)
-        profile = Profile(static=[abridged(v) for v in profile.static], dynamic=[abridged(v) for v in profile.dynamic])
+        whole = profile
+
+        def cut(chars: int = LISTED_CONTENT_CHARS) -> Profile:
+            return Profile(static=[abridged(v, chars) for v in whole.static],
+                           dynamic=[abridged(v, chars) for v in whole.dynamic])
+
+        listed = cut()
+        profile = paging.shortened(listed, [v.content for v in (*listed.static, *listed.dynamic)], cut)
         if len(self._profiles) > HINTS_MAX:
             self._profiles.clear()
         self._profiles[key] = (writes, profile)

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from contracts.memory import LISTED_CONTENT_CHARS
 from services.memory.domain.errors import Conflict
 
 #: how each key is read back, by its type when written
@@ -67,4 +68,26 @@ def fitting(states: Sequence[S], view: Callable[[S], V], limit: int = LIST_BYTES
             return views, True
         views.append(shown)
     return views, False
+
+
+#: The lengths long memories are cut to in an answer that holds many (recall, profile), longest
+#: first: the first whose answer fits :data:`LIST_BYTES` is used.
+CUT_STEPS = (LISTED_CONTENT_CHARS, 1_000, 500, 200)
+#: what a memory adds to an answer beside its content (ids, times, provenance, relations), at most
+_VIEW_BYTES = 1_500
+A = TypeVar("A", bound=BaseModel)
+
+
+def shortened(answer: A, contents: Sequence[str], make: Callable[[int], A], limit: int = LIST_BYTES) -> A:
+    """``answer``, which holds memories whose ``contents`` (each cut at LISTED_CONTENT_CHARS) are
+    these, when it surely fits ``limit`` bytes (unmeasured: the usual case); else ``make(chars)``,
+    each long memory cut to ``chars``, at the first of :data:`CUT_STEPS` whose answer fits (100 hits
+    and a profile of long memories in four-byte characters were over 1 MB)."""
+    if sum(len(c.encode()) + _VIEW_BYTES for c in contents) <= limit:
+        return answer
+    for chars in CUT_STEPS:
+        answer = make(chars)
+        if len(answer.model_dump_json().encode()) <= limit:
+            break
+    return answer
 

@@ -44,7 +44,7 @@ from contracts.memory import (
     excerpt,
 )
 from kit.service import Call
-from services.memory.domain import decay, truth
+from services.memory.domain import decay, paging, truth
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
 from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
@@ -145,11 +145,22 @@ class RecallPipeline:
         if project != rq.project:
             rq = rq.model_copy(update={"project": project})
         if not rq.include_profile:
-            return await self.recall(call.tenant, rq)
-        found, profile = await asyncio.gather(
-            self.recall(call.tenant, rq), self.profile(call.tenant, GetProfile(project=project, as_of=rq.as_of))
-        )
-        return found.model_copy(update={"profile": profile})
+            found, profile = await self.recall(call.tenant, rq), None
+        else:
+            found, profile = await asyncio.gather(
+                self.recall(call.tenant, rq), self.profile(call.tenant, GetProfile(project=project, as_of=rq.as_of))
+            )
+        facts = [*profile.static, *profile.dynamic] if profile is not None else []
+
+        def cut(chars: int) -> RecallResult:  # long memories cut to ``chars`` (hits and profile alike)
+            return found.model_copy(update={
+                "hits": [h.model_copy(update={"memory": abridged(h.memory, chars)}) for h in found.hits],
+                "profile": None if profile is None else Profile(
+                    static=[abridged(v, chars) for v in profile.static],
+                    dynamic=[abridged(v, chars) for v in profile.dynamic])})
+
+        whole = found if profile is None else found.model_copy(update={"profile": profile})
+        return paging.shortened(whole, [v.content for v in (*(h.memory for h in found.hits), *facts)], cut)
 
     async def recall(self, tenant: str, query: Recall) -> RecallResult:
         """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project; in
