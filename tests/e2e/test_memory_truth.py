@@ -418,3 +418,21 @@ async def test_a_memory_moves_to_another_project_with_its_sayings_and_key(runnin
         hop = await call(client, "move_memory", memory_id=town["memory_id"], to_project=work, containerTag=home)
         there = await call(client, "get_memory_by_key", memory_key="profile.hometown", containerTag=work)
         assert there["memory"]["id"] == hop["memory_id"] and there["memory"]["content"] == "My hometown is Guimaraes"
+
+
+def test_a_move_does_not_hide_the_job_the_old_memory_also_named(running: Any) -> None:
+    """Found from outside (2026-12-05): "I live in Lisbon and work as a nurse", then "I moved to Porto
+    last month", left only the move in recall, so "what is my job?" found nothing current. Now the
+    pair is flagged: both stand, and the flag says what else the earlier one says."""
+    project = "clauses-" + uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        first = h.post("/memories", json={"content": "I live in Lisbon and work as a nurse", "project": project})
+        assert first.status_code == 201, first.text
+        second = h.post("/memories", json={"content": "I moved to Porto last month", "project": project})
+        assert second.status_code == 201, second.text
+        assert second.json()["supersedes"] == [] and second.json()["flagged"], second.json()
+        job = h.post("/recall", json={"query": "What is my job?", "project": project}).json()["hits"]
+        assert ("I live in Lisbon and work as a nurse", "active") in [
+            (x["memory"]["content"], x["memory"]["status"]) for x in job], job
+        flags = h.get("/memories/conflicts", params={"project": project}).json()["conflicts"]
+        assert len(flags) == 1 and "work as a nurse" in flags[0]["reason"], flags

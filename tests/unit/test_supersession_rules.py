@@ -87,6 +87,36 @@ def test_the_later_statement_stays_current_whatever_order_they_arrive_in(embedde
     assert d.stale == "new" and not d.new_supersedes
 
 
+@pytest.mark.parametrize("new,old,more", [
+    ("I moved to Porto last month", "I live in Lisbon and work as a nurse", "work as a nurse"),
+    ("I moved to Porto last month", "I live in Lisbon. I work as a nurse at the city hospital.", "I work as a nurse"),
+    ("My favourite colour is now green", "My favorite colour is blue, but I hate wearing it", "I hate wearing it"),
+])
+def test_a_change_to_one_thing_a_memory_says_does_not_hide_the_rest(embedder: MiniLMEmbedder, new: str, old: str,
+                                                                     more: str) -> None:
+    """Supersession works on whole memories: superseding "I live in Lisbon and work as a nurse" for a
+    move would hide the nurse from recall (found from outside, 2026-12-05). The pair is flagged
+    instead, naming what else the earlier one says; both stand until it is settled."""
+    d = verdict_of(embedder, new, old)
+    assert d.verdict is Verdict.UNCERTAIN and "the earlier one says more" in d.reason and more in d.reason, d.reason
+    # in either order: the earlier statement is the one that says more
+    d = verdict_of(embedder, old, new, new_at=EARLIER, old_at=LATER)
+    assert d.verdict is Verdict.UNCERTAIN and more in d.reason, d.reason
+    # the later statement may say more: the earlier one is superseded as before
+    d = verdict_of(embedder, old.replace("Lisbon", "Porto").replace("blue", "green"), new.replace("Porto", "Lisbon")
+                   .replace("green", "blue"))
+    assert d.verdict is not Verdict.UNCERTAIN or "says more" not in d.reason, d.reason
+
+
+@pytest.mark.parametrize("new,old", [
+    ("I moved to Porto last month", "I live in the centre of Lisbon"),
+    ("I moved to Porto last month", "I live in Lisbon with my cats Miso and Tofu"),
+])
+def test_one_clause_with_more_words_is_still_superseded(embedder: MiniLMEmbedder, new: str, old: str) -> None:
+    d = verdict_of(embedder, new, old)
+    assert d.verdict is Verdict.SUPERSEDES, d.reason
+
+
 def test_same_key_another_content_supersedes_same_content_merges(embedder: MiniLMEmbedder) -> None:
     changed = verdict_of(embedder, "Prefers dark roast", "Prefers light roast",
                          key="preference.coffee", old_key="preference.coffee")

@@ -706,6 +706,20 @@ def _role_of(text: str) -> str | None:
 _NEGATABLE_ACROSS = frozenset({"pet", "likes", "medication", "employer", "partner", "plan", "diet", "allergy"})
 
 
+_CLAUSES = re.compile(r"[.;!?]\s+|,?\s+and\s+(?=(?:I|i|my|we|our)?\s*[a-z]+\b)|\s+but\s+")
+
+
+def _says_more(stale: str, current: str, fact: Fact) -> str | None:
+    """A clause of the earlier statement that the changed fact is not in and the later one does not
+    say ("… and work as a nurse"): superseding the whole memory would hide it from recall."""
+    value = content_words(fact.value)
+    for clause in _CLAUSES.split(stale):
+        words = content_words(clause)
+        if words and not (words & value) and words - content_words(current):
+            return clause.strip()
+    return None
+
+
 def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Decision:
     """The verdict on one candidate (see the module's docstring)."""
     later = "candidate" if new.created_at >= candidate.created_at else "new"
@@ -781,6 +795,12 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
             return out(Verdict.UNRELATED, f"{reason}, but one says more", 0.6, (fn, fo))
         if verdict is Verdict.DUPLICATE and numbers_new != numbers_old:
             return out(Verdict.UNCERTAIN, f"{reason}, but other numbers {numbers_old} → {numbers_new}", 0.5, (fn, fo))
+        if verdict is Verdict.SUPERSEDES:
+            stale, current, fact = ((candidate.content, new.content, fo) if later == "candidate"
+                                    else (new.content, candidate.content, fn))
+            more = _says_more(stale, current, fact)
+            if more:
+                return out(Verdict.UNCERTAIN, f"{reason}, but the earlier one says more: {more}", 0.5, (fn, fo))
         roles = (_role_of(new.content), _role_of(candidate.content))
         if verdict is Verdict.DUPLICATE and None not in roles and roles[0] != roles[1]:
             # "my girlfriend's name is Sam" / "my boyfriend's name is Sam": two people, or a correction
