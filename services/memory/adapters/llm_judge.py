@@ -24,7 +24,9 @@ SYSTEM_PROMPT = """You keep a user's long-term memory true. Given a fact already
 new statement, decide what the new statement does to the remembered fact. Return JSON only, following the schema.
 verdict:
 - supersedes: both are about the same thing (the same person and the same attribute: where they live, their job,
-  their pet's name, a number) and give different values, so only the later one is true now;
+  their pet's name, a number) and give different values, so only the later one is true now; not when the earlier
+  one also says something else the later one does not change ("I live in Lisbon and work as a nurse" / "I moved
+  to Porto": the job still holds): answer uncertain then;
 - duplicate: both say the same fact;
 - unrelated: both can be true at once (other people, other attributes, one more item of a list: a second pet);
 - uncertain: you cannot tell from the words.
