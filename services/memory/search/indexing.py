@@ -230,8 +230,8 @@ def passages_vector(texts: Sequence[str], vectors: np.ndarray | Sequence[Sequenc
 
 def content_vector(embedder: Embedder, text: str) -> list[float]:
     """The dense vector a memory with content ``text`` gets (to compare a text with memories the
-    way they are embedded). Blocking."""
-    return embed_passages(embedder, [passages(text)])[0]
+    way they are embedded: without bracketed dates, :func:`embedded_content`). Blocking."""
+    return embed_passages(embedder, [passages(embedded_content(text))])[0]
 
 
 def embed_memories(embedder: Embedder, states: Sequence[MemoryState]) -> list[list[float]]:
