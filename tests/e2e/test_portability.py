@@ -239,6 +239,45 @@ def test_an_import_into_another_user_links_results_to_the_imported_memories(runn
         assert set(result["memory_ids"]) <= set(ids.values()), result
 
 
+def test_an_import_into_another_user_keeps_what_its_memories_superseded_and_are_flagged_against(
+        running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Found from outside (2026-12-05): memories imported into another user kept the giver's ids of
+    what they superseded, what superseded them and what they were flagged against, so the new user's
+    open conflicts were empty and recall named no superseded memory. Now they name the new user's."""
+    source, source_key = new_user(running, "flagger")
+    target, target_key = new_user(running, "flagtaker")
+    with rest(running, source_key) as http:
+        def save(content: str) -> dict[str, Any]:
+            saved = http.post("/memories", json={"content": content})
+            assert saved.status_code == 201, saved.text
+            return saved.json()
+
+        first = save("Caroline went to a support group yesterday (2023-05-07).")
+        second = save("Caroline went to a support group yesterday (2023-05-14).")
+        assert second["flagged"] == [first["memory_id"]]
+        moved = save("I live in Lisbon.")
+        now = save("I moved to Porto last month, I live in Porto now.")
+        assert now["supersedes"] == [moved["memory_id"]], now
+        flags = http.get("/memories/conflicts").json()["conflicts"]
+        assert len(flags) == 1
+    export = tmp_path / "flags.jsonl"
+    engram(running, tmp_path, "export", "--user", source, "-o", str(export))
+    engram(running, tmp_path, "import", str(export), "--user", target)
+    with rest(running, target_key) as http:
+        ids = {m["content"]: m["id"] for m in http.get("/memories", params={"limit": 100, "status": "all"}).json()["memories"]}
+        assert set(ids.values()).isdisjoint({first["memory_id"], second["memory_id"], moved["memory_id"], now["memory_id"]})
+        conflicts = http.get("/memories/conflicts").json()["conflicts"]
+        assert [(c["memory"]["id"], c["other"]["id"]) for c in conflicts] == [
+            (ids["Caroline went to a support group yesterday (2023-05-14)."],
+             ids["Caroline went to a support group yesterday (2023-05-07)."])]
+        porto = ids["I moved to Porto last month, I live in Porto now."]
+        lisbon = http.get(f"/memories/{ids['I live in Lisbon.']}").json()
+        assert lisbon["status"] == "superseded" and lisbon["superseded_by"]["memory_id"] == porto, lisbon
+        hit = next(h for h in http.post("/recall", json={"query": "where do I live?"}).json()["hits"]
+                   if h["memory"]["id"] == porto)
+        assert [r["memory_id"] for r in hit["relations"] if r["kind"] == "supersedes"] == [ids["I live in Lisbon."]]
+
+
 def _memories(running: Any, key: str) -> list[str]:
     with rest(running, key) as http:
         return sorted(m["id"] for m in http.get("/memories", params={"limit": 100}).json()["memories"])

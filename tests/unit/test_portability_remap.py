@@ -121,3 +121,42 @@ def test_a_result_restored_into_the_same_user_names_the_memory_restored_beside()
     moved = remap.beside(record.id, remap.memory_states(record))
     state = remap.result_state(result("alice", [record.id], []))
     assert state.memory_ids == [moved[-1][2].id], state.memory_ids
+
+
+def linked(source: str, content: str, *, supersedes: list[UUID] = (), conflicts: list[UUID] = (),  # type: ignore[assignment]
+           superseded_by: UUID | None = None) -> MemoryRecord:
+    """A free-form memory naming others: what it superseded, what it is flagged against, what superseded it."""
+    def why(i: UUID) -> dict[str, Any]:
+        return {"memory_id": str(i), "reason": "rules", "confidence": 0.5}
+    state = {"id": str(uuid4()), "project": "p", "content": content, "version": 1, "created_at": NOW,
+             "updated_at": NOW, "supersedes": [why(i) for i in supersedes], "conflicts": [why(i) for i in conflicts],
+             **({"superseded_by": why(superseded_by)} if superseded_by else {})}
+    return MemoryRecord.model_validate({"id": state["id"], "versions": [
+        {"event": "MemorySaved", "occurred_at": NOW, "state": state}]})
+
+
+def test_the_memories_a_memory_names_are_named_by_their_ids_in_the_new_user() -> None:
+    """Found from outside (2026-12-05): an export imported into another user kept, in each memory,
+    the source user's ids of what it superseded, what superseded it and what it is flagged against,
+    so the flags vanished from the new user's conflicts and the supersessions pointed nowhere."""
+    keyed, free = memory("u1", "preference.tea"), memory("u1", None, "Drinks coffee")
+    later = linked("u1", "Drinks tea now", supersedes=[keyed.id], conflicts=[free.id])
+    old = linked("u1", "Drank water", superseded_by=later.id)
+    remap = Remap("u1", "u2")
+    ids = {r.id: restored_id(remap, r) for r in (keyed, free, later, old)}  # (the batch's records first)
+    new = remap.memory_states(later)[-1][2]
+    assert [s.memory_id for s in new.supersedes] == [ids[keyed.id]] == [keyed_memory_id("u2", "p", "preference.tea")]
+    assert [s.memory_id for s in new.conflicts] == [ids[free.id]]
+    gone = remap.memory_states(old)[-1][2]
+    assert gone.superseded_by is not None and gone.superseded_by.memory_id == ids[later.id] == new.id
+    # a memory of an earlier batch, known from the new user's keys, or a free-form one not seen yet
+    fresh = Remap("u1", "u2")
+    fresh.know_keyed("p", "preference.tea")
+    alone = fresh.memory_states(later)[-1][2]
+    assert [s.memory_id for s in alone.supersedes] == [keyed_memory_id("u2", "p", "preference.tea")]
+    assert [s.memory_id for s in alone.conflicts] == [ids[free.id]]  # (uuid5 of the new user and the old id)
+    # into the same user the ids stay, or follow a memory restored beside another
+    same = Remap("u1", "u1")
+    assert same.memory_states(later)[-1][2].conflicts[0].memory_id == free.id
+    same.memories[free.id] = same.beside_id(free.id)
+    assert same.memory_states(later)[-1][2].conflicts[0].memory_id == same.beside_id(free.id)

@@ -266,17 +266,21 @@ class UserRecords:
             await self.encoders.prime([t for s in fresh for t in embedding_texts(s)], [late_document(s) for s in fresh])
 
     async def _learn_names(self, remap: Remap, tenant: str, cmd: RestoreRecords) -> None:
-        """Before results are restored: into the same user, which of their memories were restored
-        beside another (:meth:`Remap.beside`); into another user, the keys and titles their memory
-        ids and shared memory ids need (:class:`Remap`). The batch's own records first (``_prime`` read its
+        """Before results and memories that name memories are restored: into the same user, which
+        of the named memories were restored beside another (:meth:`Remap.beside`); into another user,
+        the keys and titles their memory ids and shared memory ids need (:class:`Remap`). The batch's own records first (``_prime`` read its
         memories); an id still unknown may name a record restored by an earlier batch, so the
         user's keyed memories and shared titles are read (once, only then). An id known from
         neither is a free-form memory's (``uuid5``), or names a record not restored yet."""
         results = [r for r in cmd.records if isinstance(r, ExtractionResultRecord)]
-        if not results:
+        # the memories named by results, and by memories (what one superseded or is flagged against)
+        named = {i for r in results for i in r.state.memory_ids} | {
+            link.memory_id for r in cmd.records if isinstance(r, MemoryRecord) for v in r.versions
+            for link in (*v.state.supersedes, *v.state.conflicts, v.state.superseded_by) if link is not None}
+        if not named and not any(r.state.shared_memory_ids for r in results):
             return
         if remap.same:  # a memory restored beside another by an earlier request of the import
-            for old in {i for r in results for i in r.state.memory_ids if i not in remap.memories}:
+            for old in {i for i in named if i not in remap.memories}:
                 moved = remap.beside_id(old)
                 if await self.events.last_event(self._subject("memory", tenant, moved)) is not None:
                     remap.memories[old] = moved
@@ -284,7 +288,7 @@ class UserRecords:
         for record in cmd.records:
             if isinstance(record, SharedMemoryRecord):
                 remap.shared_state(record)
-        if any(i not in remap.memories for r in results for i in r.state.memory_ids):
+        if any(i not in remap.memories for i in named):
             for project, key in await self.port.keyed_memories(tenant):
                 remap.know_keyed(project, key)
         if any(i not in remap.shared for r in results for i in r.state.shared_memory_ids):

@@ -94,7 +94,9 @@ class Remap:
         return daily_log_id(self.target, project, log_date)
 
     def memory_states(self, record: MemoryRecord) -> list[tuple[str, Any, MemoryState]]:
-        """(event type, occurred_at, state) of every version, in the target user."""
+        """(event type, occurred_at, state) of every version, in the target user. The memories a
+        state names (what it superseded, what superseded it, what it is flagged against) are named
+        by their ids in the target, as :meth:`memory_id` maps them."""
         out = []
         for version in record.versions:
             data = version.state.model_dump()
@@ -105,6 +107,9 @@ class Remap:
                 prov = data.get("provenance")
                 if prov:
                     prov["log_id"] = self.log(prov["log_id"], data["project"], prov.get("log_date"))
+            for link in [*(data.get("supersedes") or []), *(data.get("conflicts") or []), data.get("superseded_by")]:
+                if link is not None:
+                    link["memory_id"] = self.memory_id(link["memory_id"])
             out.append((version.event, version.occurred_at, MemoryState.model_validate(data)))
         if not self.same:
             self.memories[record.id] = out[-1][2].id
