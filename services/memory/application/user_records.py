@@ -57,7 +57,7 @@ from services.memory.application.ports import EventLog
 from services.memory.application.projection import MemoryProjection
 from services.memory.domain import model, shared
 from services.memory.domain.errors import Conflict
-from services.memory.domain.remap import Remap, portable
+from services.memory.domain.remap import Remap, links, portable
 from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import embedding_texts
 from services.memory.search.late import late_document
@@ -268,15 +268,15 @@ class UserRecords:
     async def _learn_names(self, remap: Remap, tenant: str, cmd: RestoreRecords) -> None:
         """Before results and memories that name memories are restored: into the same user, which
         of the named memories were restored beside another (:meth:`Remap.beside`); into another user,
-        the keys and titles their memory ids and shared memory ids need (:class:`Remap`). The batch's own records first (``_prime`` read its
-        memories); an id still unknown may name a record restored by an earlier batch, so the
-        user's keyed memories and shared titles are read (once, only then). An id known from
-        neither is a free-form memory's (``uuid5``), or names a record not restored yet."""
+        the keys and titles their memory ids and shared memory ids need (:class:`Remap`). The
+        batch's own records first (``_prime`` read its memories); an id still unknown may name a
+        record restored by an earlier batch, so the user's keyed memories and shared titles are
+        read (once, only then). An id known from neither is a free-form memory's (``uuid5``), or
+        names a record not restored yet."""
         results = [r for r in cmd.records if isinstance(r, ExtractionResultRecord)]
         # the memories named by results, and by memories (what one superseded or is flagged against)
         named = {i for r in results for i in r.state.memory_ids} | {
-            link.memory_id for r in cmd.records if isinstance(r, MemoryRecord) for v in r.versions
-            for link in (*v.state.supersedes, *v.state.conflicts, v.state.superseded_by) if link is not None}
+            link.memory_id for r in cmd.records if isinstance(r, MemoryRecord) for v in r.versions for link in links(v.state)}
         if not named and not any(r.state.shared_memory_ids for r in results):
             return
         if remap.same:  # a memory restored beside another by an earlier request of the import

@@ -29,7 +29,7 @@ from contracts.daily_logs import (
     extraction_result_id,
     extraction_task_uuid,
 )
-from contracts.memory import MemoryState, SharedMemoryState
+from contracts.memory import MemoryState, SharedMemoryState, Supersession
 from contracts.portability import (
     DailyLogRecord,
     ExtractionResultRecord,
@@ -107,13 +107,19 @@ class Remap:
                 prov = data.get("provenance")
                 if prov:
                     prov["log_id"] = self.log(prov["log_id"], data["project"], prov.get("log_date"))
-            for link in [*(data.get("supersedes") or []), *(data.get("conflicts") or []), data.get("superseded_by")]:
-                if link is not None:
-                    link["memory_id"] = self.memory_id(link["memory_id"])
-            out.append((version.event, version.occurred_at, MemoryState.model_validate(data)))
+            out.append((version.event, version.occurred_at, self._relinked(MemoryState.model_validate(data))))
         if not self.same:
             self.memories[record.id] = out[-1][2].id
         return out
+
+    def _relinked(self, state: MemoryState) -> MemoryState:
+        """``state`` naming the memories of :func:`links` by their ids in the target."""
+        def moved(link: Supersession) -> Supersession:
+            return link.model_copy(update={"memory_id": self.memory_id(link.memory_id)})
+
+        return state.model_copy(update={
+            "supersedes": [moved(s) for s in state.supersedes], "conflicts": [moved(c) for c in state.conflicts],
+            "superseded_by": moved(state.superseded_by) if state.superseded_by is not None else None})
 
     def shared_state(self, record: SharedMemoryRecord) -> SharedMemoryState:
         data = record.state.model_dump()
@@ -153,3 +159,9 @@ def portable(state: Any) -> dict[str, Any]:
     data: dict[str, Any] = state.model_dump(mode="json")
     data.pop("tenant", None)
     return data
+
+
+def links(state: MemoryState) -> list[Supersession]:
+    """The memories a memory's state names: what it superseded, what it is flagged against, what
+    superseded it."""
+    return [*state.supersedes, *state.conflicts, *([state.superseded_by] if state.superseded_by else [])]
