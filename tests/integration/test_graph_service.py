@@ -47,7 +47,8 @@ class Stack:
     """The memory and graph services of one namespace, running on one event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, client: Client, graph: graph_main.GraphApp,
-                 graph_settings: GraphSettings) -> None:
+                 graph_settings: GraphSettings, memory: Any = None) -> None:
+        self.memory = memory  # the memory service's MemoryApp
         self.loop = loop
         self.client = client
         self.graph = graph
@@ -96,7 +97,7 @@ def stack(infra, tmp_path_factory) -> Iterator[Stack]:  # type: ignore[no-untype
         mem_tasks = memory_entry.start(mem.bus, mem.service, mem_stop)
         await memory_entry.serve_queries(mem.bus, mem.service)
         graph = await graph_cm.__aenter__()
-        s = Stack(loop, Client(mem.bus, command_timeout_s=30), graph, graph_settings)
+        s = Stack(loop, Client(mem.bus, command_timeout_s=30), graph, graph_settings, mem)
         s.graph_tasks = await graph_main.start(graph, s.graph_stop)
         return mem, mem_tasks, s
 
@@ -367,6 +368,45 @@ def test_a_list_that_lost_a_changed_memory_gets_a_new_round(stack: Stack) -> Non
             assert tea_list[changed] != pytest.approx(before[(tea, changed)])  # weighed against the new text
         finally:
             worker.limit = stack.graph_settings.graph_similar_limit
+
+    stack.run(case())
+
+
+def test_the_neighbours_query_answers_from_the_memorys_point_as_from_its_row(stack: Stack) -> None:
+    """SimilarMemories reads the memory's vector and where it belongs from its point in the index;
+    a memory the index does not hold (its projection behind) is answered from the read model, the
+    vector computed as the projection computes it: the same neighbours, the same scores. A forgotten
+    memory has none."""
+    user = tenant()
+    index = stack.memory.service.similar.index
+
+    async def case() -> None:
+        tea = await stack.save(user, "I drink green tea every morning", project="p")
+        for text in ("Green tea is what I have at breakfast", "I brew a pot of herbal tea after lunch",
+                     "The quarterly tax report is due in April", "My morning drink is a cup of tea"):
+            await stack.save(user, text, project="p")
+        ask = SimilarMemories(memory_id=uuid.UUID(tea), limit=3, min_score=-1.0)
+        from_point = await stack.client.ask(user, ask)
+        assert from_point.found and from_point.version == 1 and len(from_point.similar) == 3
+        assert tea not in {str(s.memory_id) for s in from_point.similar}
+        await index.delete([tea])  # as if its projection had not reached the index yet
+        assert await index.stored_dense(tea, ["tenant"]) is None
+        from_row = await stack.client.ask(user, ask)
+        assert from_row.found and from_row.version == 1
+        assert [s.memory_id for s in from_row.similar] == [s.memory_id for s in from_point.similar]
+        assert [round(s.score, 5) for s in from_row.similar] == [round(s.score, 5) for s in from_point.similar]
+        # the other tenant's and another project's callers learn nothing of it either way
+        assert not (await stack.client.ask(tenant(), ask)).found
+        assert not (await stack.client.ask(user, ask, project_scope="elsewhere")).found
+
+        drinks = str(from_point.similar[0].memory_id)
+        await stack.client.send(user, UpdateMemory(project="p", id=uuid.UUID(drinks),
+                                                   content="Coffee is what I have at breakfast"))
+        updated = await stack.client.ask(user, SimilarMemories(memory_id=uuid.UUID(drinks), limit=3, min_score=-1.0))
+        assert updated.found and updated.version == 2  # the point's version is the memory's current one
+        await stack.client.send(user, ForgetMemory(memory_id=uuid.UUID(drinks)))
+        gone = await stack.client.ask(user, SimilarMemories(memory_id=uuid.UUID(drinks), limit=3, min_score=-1.0))
+        assert gone.found and gone.similar == [] and gone.version == 3
 
     stack.run(case())
 

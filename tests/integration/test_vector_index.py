@@ -717,3 +717,24 @@ asyncio.run(main())
     await idx.ensure()
     assert await idx.count(SearchFilter(tenant="t")) == 250
     await idx.close()
+
+
+async def test_a_points_stored_dense_vector_and_fields_and_a_search_without_payloads(
+    index: VectorIndex, corpus_points: list[VectorPoint]
+) -> None:
+    """``stored_dense`` gives back the vector a point was written with and the payload fields asked
+    for (what the neighbours query reads instead of the read model); a dense search asked without
+    payloads finds the same ids with the same scores."""
+    tea = next(p for p in corpus_points if p.id == BY_KEY["tea"].id)
+    stored = await index.stored_dense(tea.id, ["tenant", "project"])
+    assert stored is not None
+    vector, fields = stored
+    assert fields == {"tenant": "alice", "project": "home"}
+    assert np.allclose(vector, np.asarray(tea.dense) / np.linalg.norm(tea.dense), atol=1e-5)
+    assert await index.stored_dense(str(uuid.uuid4()), ["tenant"]) is None
+    flt = SearchFilter(tenant="alice", project="home")
+    full = await index.search(dense=vector, sparse=None, filter=flt, limit=5, mode="dense")
+    bare = await index.search(dense=vector, sparse=None, filter=flt, limit=5, mode="dense", with_payload=False)
+    assert [h.id for h in bare] == [h.id for h in full] and full[0].id == tea.id
+    assert [round(h.score, 5) for h in bare] == [round(h.score, 5) for h in full]
+    assert all(h.payload == {} for h in bare) and all(h.payload for h in full)

@@ -441,6 +441,7 @@ class EdgeVectorIndex(VectorIndex):
         mode: SearchMode = "hybrid",
         prefetch_limit: int | None = None,
         with_keywords: bool = False,
+        with_payload: bool = True,
     ) -> list[SearchHit]:
         """Search within ``filter`` (tenant always applied); see the port docs."""
         validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
@@ -462,7 +463,8 @@ class EdgeVectorIndex(VectorIndex):
             vectors = [SPARSE_VECTOR] if with_keywords else None
             exact = qe.SearchParams(exact=True) if self.exact_search else None
             if mode == "dense":
-                return qe.QueryRequest(limit=size, query=dense_query, filter=flt, with_payload=True, params=exact)
+                return qe.QueryRequest(limit=size, query=dense_query, filter=flt, with_payload=with_payload,
+                                       params=exact)
             if mode == "sparse":
                 return qe.QueryRequest(
                     limit=size, query=sparse_query, filter=flt, with_payload=True,
@@ -504,6 +506,13 @@ class EdgeVectorIndex(VectorIndex):
     async def count(self, filter: SearchFilter) -> int:
         """Exact number of points matching ``filter``."""
         return int(self._require().count(qe.CountRequest(exact=True, filter=self._filter(filter))))
+
+    async def stored_dense(self, id: str, fields: Sequence[str]) -> tuple[list[float], dict[str, Any]] | None:
+        """The point's stored dense vector and payload ``fields`` (one retrieve)."""
+        records = self._require().retrieve([_point_id(id)], list(fields), [DENSE_VECTOR])
+        if not records or not isinstance(records[0].vector, dict) or DENSE_VECTOR not in records[0].vector:
+            return None
+        return list(records[0].vector[DENSE_VECTOR]), dict(records[0].payload or {})
 
     async def fingerprints(self, ids: Sequence[str]) -> dict[str, str | None]:
         """The stored fingerprint of each of ``ids`` the shard holds (one retrieve, ~5 µs a point)."""

@@ -246,6 +246,7 @@ class QdrantServerVectorIndex(VectorIndex):
         mode: SearchMode = "hybrid",
         prefetch_limit: int | None = None,
         with_keywords: bool = False,
+        with_payload: bool = True,
     ) -> list[SearchHit]:
         """Search within ``filter`` (tenant always applied); see the port docs."""
         validate_search(dense=dense, sparse=sparse, filter=filter, limit=limit, mode=mode, dim=self.dim)
@@ -263,7 +264,7 @@ class QdrantServerVectorIndex(VectorIndex):
             if mode == "dense":
                 response = await self.client.query_points(
                     self.collection, query=dense_query, using=DENSE_VECTOR, query_filter=flt,
-                    limit=size, with_payload=True,
+                    limit=size, with_payload=with_payload,
                 )
             elif mode == "sparse":
                 response = await self.client.query_points(
@@ -308,6 +309,15 @@ class QdrantServerVectorIndex(VectorIndex):
         """Exact number of points matching ``filter``."""
         result = await self.client.count(self.collection, count_filter=self._filter(filter), exact=True)
         return int(result.count)
+
+    async def stored_dense(self, id: str, fields: Sequence[str]) -> tuple[list[float], dict[str, Any]] | None:
+        """The point's stored dense vector and payload ``fields`` (one retrieve)."""
+        found = await self.client.retrieve(self.collection, ids=[id], with_payload=list(fields),
+                                           with_vectors=[DENSE_VECTOR])
+        vectors = found[0].vector if found else None
+        if not isinstance(vectors, dict) or not isinstance(vectors.get(DENSE_VECTOR), list):
+            return None
+        return [float(x) for x in vectors[DENSE_VECTOR]], dict(found[0].payload or {})
 
     async def fingerprints(self, ids: Sequence[str]) -> dict[str, str | None]:
         """The stored fingerprint of each of ``ids`` the collection holds (one retrieve)."""

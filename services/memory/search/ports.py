@@ -155,7 +155,13 @@ class VectorIndex(Protocol):
         mode: SearchMode = "hybrid",
         prefetch_limit: int | None = None,
         with_keywords: bool = False,
+        with_payload: bool = True,
     ) -> list[SearchHit]: ...
+
+    async def stored_dense(self, id: str, fields: Sequence[str]) -> tuple[list[float], dict[str, Any]] | None:
+        """The dense vector stored with point ``id`` and its payload's ``fields`` (None when the index
+        does not hold it). Not tenant-filtered: the caller checks the payload's ``tenant``."""
+        ...
 
     async def count(self, filter: SearchFilter) -> int: ...
 
