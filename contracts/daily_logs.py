@@ -44,7 +44,7 @@ from pydantic import (
 )
 
 from contracts.events import aggregate
-from contracts.memory import CURSOR_PATTERN, MAX_RECALL_LIMIT, PROJECT_PATTERN, Project
+from contracts.memory import CURSOR_PATTERN, MAX_RECALL_LIMIT, PROJECT_PATTERN, Project, more_description
 from contracts.messages import command, query
 from contracts.subjects import MEMORY
 
@@ -669,6 +669,8 @@ class GetExtractionTasks(BaseModel):
 
 class ExtractionTaskList(BaseModel):
     tasks: list[ExtractionTaskView]
+    more: bool | None = Field(None, exclude_if=lambda v: v is None,
+                              description=more_description("task_id, log_id or status"))
 
 
 class GetExtractionResults(BaseModel):
@@ -683,6 +685,7 @@ class GetExtractionResults(BaseModel):
 
 class ExtractionResultList(BaseModel):
     results: list[ExtractionResultView]
+    more: bool | None = Field(None, exclude_if=lambda v: v is None, description=more_description("log_id or task_id"))
 
 
 for _name, _model, _result in (

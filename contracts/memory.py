@@ -830,8 +830,16 @@ class GetSharedMemories(BaseModel):
     limit: int = Field(20, ge=1, le=MAX_RECALL_LIMIT)
 
 
+def more_description(narrowed_by: str) -> str:
+    """What a list's ``more`` says: its items may be large, so one answer carries only the first that
+    fit in about 600 KB (the bus carries 1 MB a message) and has no next page."""
+    return (f"true when more matched than one answer carries (about 600 KB of items, the newest first): narrow "
+            f"the list by {narrowed_by} for the rest")
+
+
 class SharedMemoryList(BaseModel):
     shared_memories: list[SharedMemoryView]
+    more: bool | None = Field(None, exclude_if=lambda v: v is None, description=more_description("title or keyword"))
 
 
 class SharedMemoryEventType(StrEnum):

@@ -264,6 +264,24 @@ async def test_shared_memories_are_idempotent_per_title(app: MemoryApp) -> None:
     assert not bad.ok and bad.error.field == "title"
 
 
+async def test_a_list_of_shared_memories_too_large_for_one_answer_says_there_is_more(app: MemoryApp) -> None:
+    """Shared memories may be long (4,000 characters of Chinese is 12 KB): the list carries the newest
+    that fit in one answer and says more matched (no page follows: narrowing finds the rest)."""
+    user = "sharer-" + uuid.uuid4().hex[:8]
+    for i in range(60):
+        done = await app.service.handle_command(
+            cmd("save_shared_memory", {"title": f"长途旅行 {i}", "event": f"第{i}天" + "我们一起走过山谷和河流" * 360}, tenant=user))
+        assert done.ok, done.error
+    many = await app.service.handle_query(QueryEnvelope(type="get_shared_memories", tenant=user,
+                                                        payload={"keyword": "长途旅行", "limit": 60}))
+    assert many.ok and many.result["more"] is True
+    shown = many.result["shared_memories"]
+    assert 0 < len(shown) < 60 and shown[0]["title"] == "长途旅行 59"  # the newest first
+    one = await app.service.handle_query(QueryEnvelope(type="get_shared_memories", tenant=user,
+                                                       payload={"title": "长途旅行 3"}))
+    assert [m["title"] for m in one.result["shared_memories"]] == ["长途旅行 3"] and "more" not in one.result
+
+
 async def test_projects_and_profile(app: MemoryApp) -> None:
     await app.service.handle_command(cmd("save_memory", {"content": "Sprint ends Friday", "project": "work"}))
     await app.service.handle_command(

@@ -93,7 +93,8 @@ class Extraction:
     async def list_tasks(self, call: Call, q: GetExtractionTasks) -> ExtractionTaskList:
         found = await self.store.tasks(call.tenant, call.project_scope, q.status.value if q.status else None,
                                        q.task_id, q.limit, log_id=q.log_id)
-        return ExtractionTaskList(tasks=paging.fitting(found, rules.task_view)[0])  # (the newest that fit)
+        shown, more = paging.fitting(found, rules.task_view)  # (the newest that fit)
+        return ExtractionTaskList(tasks=shown, more=more or None)
 
     # results ------------------------------------------------------------------------------
     async def record_result(self, call: CommandCall, cmd: RecordExtractionResult) -> RecordExtractionResultResult:
@@ -148,4 +149,5 @@ class Extraction:
 
     async def list_results(self, call: Call, q: GetExtractionResults) -> ExtractionResultList:
         found = await self.store.results(call.tenant, call.project_scope, q.log_id, q.task_id, q.limit)
-        return ExtractionResultList(results=paging.fitting(found, rules.result_view)[0])  # (the newest that fit)
+        shown, more = paging.fitting(found, rules.result_view)  # (the newest that fit)
+        return ExtractionResultList(results=shown, more=more or None)

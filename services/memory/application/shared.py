@@ -60,7 +60,8 @@ class SharedMemories:
         tenant_wide(call)
         title = shared.normalize_title(gq.title) if gq.title else None
         found = await self.store.shared_memories(call.tenant, title, gq.keyword, gq.limit)
-        return SharedMemoryList(shared_memories=paging.fitting(found, lambda v: v)[0])  # (the newest that fit)
+        shown, more = paging.fitting(found, lambda v: v)  # (the newest that fit)
+        return SharedMemoryList(shared_memories=shown, more=more or None)
 
 
 def _saved(state: SharedMemoryState) -> SaveSharedMemoryResult:
