@@ -481,6 +481,11 @@ class ForgetMemoryResult(BaseModel):
     similarity: float | None = None
     memory_id: UUID | None = None
     content: str | None = None
+    reinstated: list[UUID] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="the memories the forgotten one had superseded, current again: a fact is hidden only by the "
+        "statement that changed it, so withdrawing that statement brings the fact back (forget them too if they "
+        "are not true either)")
     message: str
 
 
@@ -494,6 +499,7 @@ class MemoryEventType(StrEnum):
     CONFLICT_SETTLED = "MemoryConflictSettled"  # a flagged pair settled by a person or agent
     PINNED = "MemoryPinned"  # pinned / unpinned, or an expiry (forget_after) set
     UNMERGED = "MemoryUnmerged"  # a merge undone: the saying left the memory (and became a memory of its own)
+    REINSTATED = "MemoryReinstated"  # the memory that superseded it was forgotten: current again
 
 
 #: the memory service's aggregate of memories (``<ns>.evt.<tenant>.memory.<id>``): every event's

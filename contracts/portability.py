@@ -107,6 +107,8 @@ class ForgetItemResult(BaseModel):
     status: ForgetItemStatus
     error: ErrorBody | None = Field(None, description="for status error: the code, message and field "
                                     "(``memory_ids[i]``)")
+    reinstated: list[UUID] = Field(default_factory=list, exclude_if=lambda v: not v,
+                                   description="the memories this one had superseded, current again")
 
 
 class ForgetMemoriesResult(BaseModel):

@@ -326,7 +326,8 @@ OPERATIONS += (
         ForgetMemory, "forget_memory", "Forget a memory", DESTRUCTIVE, Scope.MEMORY_WRITE, ASSISTANT,
         """Forget a memory (the MCP tool memory, action forget).""", ProjectRule.WRITE, mcp=False,
         rest=Rest("POST", "/memories/forget", "forget", "Forget a memory",
-                  "Forget by id, or by content (exact match, then semantic similarity ≥ 0.85).", tags=(),
+                  "Forget by id, or by content (exact match, then semantic similarity ≥ 0.85). The memories it had "
+                  "superseded are current again (`reinstated`).", tags=(),
                   body="ForgetRequest", rules=_exactly_one("content", "memory_id")),
     ),
     Operation(

@@ -136,7 +136,7 @@ class PortabilityOperations:
                 return ForgetItemResult(index=i, memory_id=memory_id, status=ForgetItemStatus.ERROR,
                                         error=ErrorBody(code=e.code, message=e.message, field=where))
             status = ForgetItemStatus.FORGOTTEN if result.forgotten else ForgetItemStatus.ALREADY_FORGOTTEN
-            return ForgetItemResult(index=i, memory_id=memory_id, status=status)
+            return ForgetItemResult(index=i, memory_id=memory_id, status=status, reinstated=result.reinstated)
 
         results = list(await asyncio.gather(*(one(i, m) for i, m in enumerate(req.memory_ids))))
         count = {s: sum(1 for r in results if r.status is s) for s in ForgetItemStatus}

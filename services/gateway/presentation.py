@@ -151,10 +151,14 @@ def format_save(result: SaveMemoryResult) -> str:
 
 
 def format_forget(result: ForgetMemoryResult) -> str:
+    """The forget's message, with what was forgotten and how it was found named in its first sentence
+    (the message may go on: the memories it had superseded, current again)."""
     text = result.message
     if result.forgotten:
         how = {"exact": "exact match", "semantic": f"semantic match, similarity {result.similarity}", "id": "by id"}
-        text += f" ({how.get(result.match or '', '')}: “{result.content}”)"
+        detail = f"({how.get(result.match or '', '')}: “{result.content}”)"
+        first, dot, rest = text.partition(".")
+        text = f"{first} {detail}{dot}{rest}" if dot else f"{text} {detail}"
     return text
 
 

@@ -120,6 +120,17 @@ async def _rendered(page: Any) -> int:
     return int(await page.evaluate("engramConsole.rendered"))
 
 
+async def _forget_on_its_page(page: Any, hash_: str, reason: str) -> None:
+    """Forget a memory on its page, with a reason (the button asks once more)."""
+    await _go(page, hash_)
+    await page.fill("#forget input", reason)
+    await page.click("#forget button[type=submit]")
+    await page.wait_for_selector("#forget button[data-confirm='1']")
+    before = await _rendered(page)
+    await page.click("#forget button[type=submit]")
+    await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+
+
 async def _go(page: Any, hash_: str) -> None:
     """Open a view by its address and wait until it has drawn."""
     before = await _rendered(page)
@@ -205,13 +216,7 @@ async def test_signed_in_with_a_key_every_view_works(running, console_data: Cons
         assert await page.evaluate("window.pwned === undefined") and not dialogs
 
         # forget it, with a reason (the button asks once more)
-        await _go(page, f"#/memory/{d.project}/{d.cat_id}")
-        await page.fill("#forget input", "the cat moved out")
-        await page.click("#forget button[type=submit]")
-        await page.wait_for_selector("#forget button[data-confirm='1']")
-        before = await _rendered(page)
-        await page.click("#forget button[type=submit]")
-        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        await _forget_on_its_page(page, f"#/memory/{d.project}/{d.cat_id}", "the cat moved out")
         assert "forgotten" in (await page.inner_text("#view h1")).lower()
         last = h.get(f"/v1/memories/{d.cat_id}/history").json()["versions"][-1]
         assert last["status"] == "forgotten" and last["forget_reason"] == "the cat moved out"
@@ -580,6 +585,17 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         await _go(page, f"#/memory/{project}/{rex_id}")
         await _fits(page)
         await page.screenshot(path=str(shots / "console-memory-superseded-narrow-dark.png"), full_page=True)
+
+        # Bruno forgotten on its page (the person settled it wrongly): Rex, which it replaced, is current again
+        await _forget_on_its_page(page, f"#/memory/{project}/{bruno_id}", "we never had a dog called Bruno")
+        assert "The memory it had replaced is current again." in await page.inner_text("#notice")
+        assert await page.inner_text("#replaced-title") == "It had replaced 1 older memory"
+        assert await page.inner_text(f"#supersedes li[data-id='{rex_id}'] .badge") == "current again"
+        await page.screenshot(path=str(shots / "console-forget-reinstated-narrow-dark.png"), full_page=True)
+        back = _memory(h, rex_id)
+        assert back["status"] == "active" and back.get("superseded_by") is None, back
+        await _go(page, f"#/memory/{project}/{rex_id}")
+        assert await page.locator("#truth-badges .badge.superseded").count() == 0
 
         assert not errors, errors
         await context.close()

@@ -436,3 +436,61 @@ def test_a_move_does_not_hide_the_job_the_old_memory_also_named(running: Any) ->
             (x["memory"]["content"], x["memory"]["status"]) for x in job], job
         flags = h.get("/memories/conflicts", params={"project": project}).json()["conflicts"]
         assert len(flags) == 1 and "work as a nurse" in flags[0]["reason"], flags
+
+
+async def test_forgetting_the_change_brings_back_the_fact_it_had_superseded(running: Any) -> None:
+    """Found from outside (2026-12-06): "I live in Lisbon", then "I moved to Porto last month" (which
+    supersedes it); the user says the move was wrong and the assistant forgets it. Lisbon stayed
+    superseded by a forgotten memory: out of recall and the profile, with nothing in its place and
+    no way back. Now the forget reinstates it and says so. A change that was itself superseded
+    (Porto, then Braga) brings nothing back: the later change is current."""
+    project = "withdrawn-" + uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        def save(content: str, where: str = project) -> dict[str, Any]:
+            r = h.post("/memories", json={"content": content, "project": where})
+            assert r.status_code == 201, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+        lisbon = save("I live in Lisbon")
+        porto = save("I moved to Porto last month")
+        assert porto["supersedes"] == [lisbon["memory_id"]], porto
+        async with session(running) as client:  # the assistant forgets it by its words, as the memory tool does
+            said = text_of(await client.call_tool("memory", {"content": "I moved to Porto last month",
+                                                              "action": "forget", "containerTag": project}))
+        assert said.startswith("Forgotten (exact match: “I moved to Porto last month”).") and \
+            f"It had superseded 1 memory, current again: “I live in Lisbon” ({lisbon['memory_id']})" in said, said
+        again = h.post("/memories/forget", json={"memory_id": porto["memory_id"], "project": project}).json()
+        assert not again["forgotten"] and "reinstated" not in again, again  # nothing twice
+        hits = h.post("/recall", json={"query": "Where do I live?", "project": project}).json()["hits"]
+        assert [(x["memory"]["content"], x["memory"]["status"]) for x in hits] == [("I live in Lisbon", "active")], hits
+        now = h.get(f"/memories/{lisbon['memory_id']}").json()
+        assert now["status"] == "active" and now.get("superseded_by") is None and now.get("valid_until") is None, now
+        versions = h.get(f"/memories/{lisbon['memory_id']}/history").json()["versions"]
+        assert [v["event"] for v in versions] == ["MemorySaved", "MemorySuperseded", "MemoryReinstated"], versions
+
+        chain = project + "-chain"
+        first = save("I live in Lisbon", chain)
+        second = save("I moved to Porto last month", chain)
+        third = save("I moved to Braga this week", chain)
+        assert second["supersedes"] == [first["memory_id"]] and third["supersedes"] == [second["memory_id"]], third
+        gone = h.post("/memories/forget", json={"memory_id": second["memory_id"], "project": chain}).json()
+        assert gone["forgotten"] and "reinstated" not in gone, gone
+        hits = h.post("/recall", json={"query": "Where do I live?", "project": chain}).json()["hits"]
+        assert [x["memory"]["content"] for x in hits] == ["I moved to Braga this week"], hits
+
+        # the bulk forget names them per id; forgetting the change and the fact together forgets both,
+        # whichever of the two commands runs first
+        for both in (False, True):
+            where = f"{project}-bulk-{int(both)}"
+            old, new = save("I live in Lisbon", where), save("I moved to Porto last month", where)
+            assert new["supersedes"] == [old["memory_id"]], new
+            ids = [new["memory_id"], old["memory_id"]] if both else [new["memory_id"]]
+            r = h.post("/memories/forget/bulk", json={"memory_ids": ids})
+            assert r.status_code == 200 and r.json()["forgotten"] == len(ids), r.text
+            hits = h.post("/recall", json={"query": "Where do I live?", "project": where}).json()["hits"]
+            if both:
+                assert hits == [], hits
+                assert h.get(f"/memories/{old['memory_id']}").json()["status"] == "forgotten"
+            else:
+                assert r.json()["results"][0]["reinstated"] == [old["memory_id"]], r.text
+                assert [x["memory"]["content"] for x in hits] == ["I live in Lisbon"], hits

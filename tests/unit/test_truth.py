@@ -45,6 +45,30 @@ def test_a_changed_place_supersedes_and_the_plan_names_the_old_memory() -> None:
     assert truth.valid_at(old, T0 + timedelta(days=1)) and not truth.valid_at(old, later + timedelta(seconds=1))
 
 
+def test_forgetting_what_superseded_a_fact_makes_it_current_again_unless_that_was_superseded_too() -> None:
+    """A fact is hidden only by the statement that changed it: withdrawn, the fact stands again, from
+    when it was said. But when that statement had been superseded itself, the later one is current
+    and says the newer thing: the fact stays superseded."""
+    lisbon = state("I live in Lisbon")
+    porto = truth.with_plan(state("I moved to Porto last month", T0 + timedelta(days=60)),
+                            truth.plan(decide_all(truth.statement(SaveMemory(content="I moved to Porto last month"),
+                                                                  T0 + timedelta(days=60)), [candidate_of(lisbon, 0.7)])),
+                            T0 + timedelta(days=60))
+    old = truth.superseded(lisbon, porto.id, truth.valid_from(porto), porto.supersedes[0], T0 + timedelta(days=60))
+    assert old is not None
+    gone = porto.model_copy(update={"status": MemoryStatus.FORGOTTEN, "version": 2})
+    later = T0 + timedelta(days=61)
+    back = truth.reinstated(old, gone, later)
+    assert back is not None and back.status is MemoryStatus.ACTIVE and back.version == old.version + 1
+    assert back.superseded_by is None and back.valid_until is None and back.updated_at == later
+    assert truth.valid_from(back) == T0 and truth.valid_at(back, later)
+    assert truth.reinstated(back, gone, later) is None  # a retry: current already
+    assert truth.reinstated(old, state("I moved to Faro"), later) is None  # superseded by another memory
+    why = Supersession(memory_id=uuid4(), reason="moved again", confidence=0.9)
+    gone_after_berlin = gone.model_copy(update={"superseded_by": why})  # Porto had been superseded by Berlin
+    assert truth.reinstated(old, gone_after_berlin, later) is None
+
+
 def test_a_fact_said_before_the_one_held_is_written_superseded_by_it() -> None:
     """A late extraction of an old log: the memory said after it stays current."""
     berlin = state("I moved to Berlin", T0 + timedelta(days=30))

@@ -369,18 +369,23 @@ function renderMemoryList(list, rows, scores, query, next) {
         bulk.append(progress);
         const errors = [];
         let forgotten = 0;
+        let back = 0; // the memories the forgotten ones had replaced, current again
         const ids = chosen().map((m) => m.id);
         // POST /v1/memories/forget/bulk: 100 ids a request, one Idempotency-Key each (a retry forgets nothing twice)
         for (let i = 0; i < ids.length; i += BULK_FORGET) {
           try {
             const answer = await api('POST', '/v1/memories/forget/bulk', { body: { memory_ids: ids.slice(i, i + BULK_FORGET), reason: reason.value.trim() || null }, key: idem() });
             forgotten += answer.forgotten + answer.already_forgotten;
-            for (const r of answer.results) if (r.status === 'error') errors.push(r.error.message);
+            for (const r of answer.results) {
+              if (r.status === 'error') errors.push(r.error.message);
+              back += (r.reinstated || []).length;
+            }
           } catch (err) { errors.push(err.message); if (err.status === 401) return; }
           progress.value = Math.min(n, i + BULK_FORGET);
         }
         await route();
-        notice(errors.length ? `Forgot ${forgotten} of ${n}: ${errors[0]}` : `Forgot ${n} memories.`, errors.length ? 'error' : 'ok');
+        const again = back ? ` ${back === 1 ? 'One memory' : `${back} memories`} they had replaced ${back === 1 ? 'is' : 'are'} current again.` : '';
+        notice(errors.length ? `Forgot ${forgotten} of ${n}: ${errors[0]}${again}` : `Forgot ${n} memories.${again}`, errors.length ? 'error' : 'ok');
       } }, `Forget ${n}`) : null,
       canMove() ? moveControls('bulk-move', async (to, out) => {
         // POST /v1/memories/{id}/move, one by one (each with its own Idempotency-Key: a retry moves nothing twice)
@@ -603,9 +608,12 @@ function replacedBy(m, related) {
     m.valid_until ? ` on ${when(m.valid_until)}` : '', ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`));
 }
 function replacedList(m, related) {
-  return h('section', { class: 'card', 'aria-labelledby': 'replaced-title' }, h('h2', { id: 'replaced-title' }, `It replaced ${m.supersedes.length} older memor${m.supersedes.length === 1 ? 'y' : 'ies'}`),
+  const gone = m.status === 'forgotten';   // forgotten: what it replaced is current again (unless replaced since)
+  const again = (s) => gone && related.get(s.memory_id) && related.get(s.memory_id).status === 'active';
+  return h('section', { class: 'card', 'aria-labelledby': 'replaced-title' }, h('h2', { id: 'replaced-title' }, `It ${gone ? 'had replaced' : 'replaced'} ${m.supersedes.length} older memor${m.supersedes.length === 1 ? 'y' : 'ies'}`),
     h('ul', { class: 'links', id: 'supersedes' }, ...m.supersedes.map((s) => h('li', { dataset: { id: s.memory_id } },
-      h('a', { href: memoryHref({ id: s.memory_id, project: m.project }) }, related.get(s.memory_id) ? `“${related.get(s.memory_id).content}”` : 'an older memory'), ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`)))));
+      h('a', { href: memoryHref({ id: s.memory_id, project: m.project }) }, related.get(s.memory_id) ? `“${related.get(s.memory_id).content}”` : 'an older memory'), ` — ${s.reason}`, h('span', { class: 'muted small' }, ` (${decider(s)}, confidence ${pct(s.confidence)})`),
+      again(s) ? h('span', { class: 'badge', title: 'this memory was forgotten, so the one it had replaced stands again' }, 'current again') : null))));
 }
 const localInput = (iso) => {   // an ISO moment as a datetime-local value (the browser's time zone)
   const d = new Date(iso);
@@ -676,7 +684,8 @@ function forgetForm(id, project) {
     try {
       const result = await api('POST', '/v1/memories/forget', { body: { memory_id: id, project, reason: reason.value.trim() || null }, key: idem() });
       await route();
-      notice(result.forgotten ? 'Forgotten. Its versions stay in its history.' : (result.message || 'Nothing was forgotten.'), result.forgotten ? 'ok' : 'error');
+      const back = (result.reinstated || []).length;
+      notice(result.forgotten ? `Forgotten. Its versions stay in its history.${back ? ` The ${back === 1 ? 'memory' : `${back} memories`} it had replaced ${back === 1 ? 'is' : 'are'} current again.` : ''}` : (result.message || 'Nothing was forgotten.'), result.forgotten ? 'ok' : 'error');
     } catch (err) { failed(err, out); button.disabled = false; }
   } }, h('h2', { id: 'forget-title' }, 'Forget'), h('p', { class: 'muted small' }, 'Recall stops returning it; its history keeps every version.'),
     field('Reason', reason), h('div', { class: 'actions' }, button), out);

@@ -59,6 +59,7 @@ from contracts.memory import (
     UnmergeMemoryResult,
     UpdateMemory,
     abridged,
+    excerpt,
 )
 from contracts.subjects import Names
 from kit.aggregates import Answer, Decide, Loaded, Write, WritePath
@@ -705,18 +706,21 @@ class Memories:
                 "Recall first to see what is stored, then forget with the exact text.",
             )
         target, match, similarity = found
+        gone: list[MemoryState] = []  # the memory as forgotten (by this command, or by an earlier try of it)
 
         def decide(loaded: Loaded) -> Write[ForgetMemoryResult] | Answer[ForgetMemoryResult]:
             if loaded is None:
                 raise NotFound(f"memory {target.id} has no history", "memory_id")
             current = model.state_of(loaded[0])
             if current.status is MemoryStatus.FORGOTTEN:
+                gone.append(current)
                 return Answer(ForgetMemoryResult(
                     forgotten=False, match=match, memory_id=current.id, content=current.content,
                     message="That memory was already forgotten.",
                 ))
             now = self.clock()
             new_state = model.forget(current, cmd.reason, now, cmd.client)
+            gone.append(new_state)
             event = model.event_for(new_state, MemoryEventType.FORGOTTEN, command_id=call.command_id,
                                     correlation_id=call.correlation_id, now=now)
             return Write(event, lambda _: ForgetMemoryResult(
@@ -724,10 +728,41 @@ class Memories:
                 content=new_state.content, message="Forgotten. It no longer appears in recall; its history remains.",
             ))
 
+        # with memories it superseded, the outcome is recorded once they are reinstated (kit's runtime)
         reply = await self.writes.write(call, memory_subject(self.names, target.tenant, target.id), decide,
-                                        what=f"memory {target.id}")
+                                        what=f"memory {target.id}", outcome=not target.supersedes)
         assert reply is not None
-        return reply
+        back = await self._reinstate(call, gone[-1]) if gone and gone[-1].supersedes else []
+        if not back:
+            return reply
+        said = "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in back)
+        return reply.model_copy(update={
+            "reinstated": [m.id for m in back],
+            "message": f"{reply.message} It had superseded {len(back)} memor{'y' if len(back) == 1 else 'ies'}, "
+                       f"current again: {said}. Forget {'it' if len(back) == 1 else 'them'} too if not true either."})
+
+    async def _reinstate(self, call: CommandCall, gone: MemoryState) -> list[MemoryState]:
+        """The memories ``gone`` (just forgotten) superseded, current again (:func:`truth.reinstated`),
+        each its own aggregate's write (``MemoryReinstated``; nothing when it is no longer superseded by
+        ``gone``, so a retried command appends nothing); one the caller may not see is left alone."""
+        back: list[MemoryState] = []
+        for why in gone.supersedes:
+            def decide(loaded: Loaded) -> Write[MemoryState | None] | Answer[MemoryState | None]:
+                if loaded is None:
+                    return Answer(None)
+                old = model.state_of(loaded[0])
+                state = truth.reinstated(old, gone, self.clock()) if call.sees(old.project) else None
+                if state is None:
+                    return Answer(None)
+                return Write(model.event_for(state, MemoryEventType.REINSTATED, command_id=call.command_id,
+                                             correlation_id=call.correlation_id, now=state.updated_at),
+                             model.state_of)
+
+            done = await self.writes.write(call, memory_subject(self.names, call.tenant, why.memory_id), decide,
+                                           outcome=False, what=f"memory {why.memory_id}")
+            if done is not None:
+                back.append(done)
+        return back
 
     async def _find_to_forget(
         self, call: CommandCall, cmd: ForgetMemory

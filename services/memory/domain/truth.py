@@ -221,6 +221,21 @@ def superseded(old: MemoryState, by: UUID, at: datetime, why: Supersession, now:
     })
 
 
+def reinstated(old: MemoryState, gone: MemoryState, now: datetime) -> MemoryState | None:
+    """``old`` once ``gone``, the memory that superseded it, was forgotten: a fact is hidden only by
+    the statement that changed it, so when that statement is withdrawn, ``old`` is current again
+    (from when it was said; nothing stood in its place). None when ``old`` is not superseded by
+    ``gone`` (a retry, or superseded by another since), or when ``gone`` had itself been superseded
+    before it was forgotten: what superseded that is current and says later what ``gone`` said."""
+    if (old.status is not MemoryStatus.SUPERSEDED or old.superseded_by is None
+            or old.superseded_by.memory_id != gone.id or gone.superseded_by is not None):
+        return None
+    return old.model_copy(update={
+        "status": MemoryStatus.ACTIVE, "valid_until": None, "superseded_by": None,
+        "version": old.version + 1, "updated_at": now,
+    })
+
+
 def content_words(text: str) -> int:
     return sum(1 for w in re.findall(r"\w+", text.casefold()) if w not in STOPWORDS)
 
