@@ -494,3 +494,40 @@ async def test_forgetting_the_change_brings_back_the_fact_it_had_superseded(runn
             else:
                 assert r.json()["results"][0]["reinstated"] == [old["memory_id"]], r.text
                 assert [x["memory"]["content"] for x in hits] == ["I live in Lisbon"], hits
+
+
+def test_a_flag_against_a_forgotten_memory_is_moot_and_a_forgotten_memory_is_never_kept(running: Any) -> None:
+    """Found from outside (2026-12-06): "My dog is called Rex", "My dog is called Bruno" (flagged: another
+    dog, or renamed?), then Rex forgotten. The pair stayed in the conflicts list, and settling it with
+    "keep the other" superseded Bruno by the forgotten Rex: neither was left in recall. Now the list
+    leaves the pair out, and keeping a memory that is not current is refused, naming keep."""
+    project = "moot-" + uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        def flagged_pair(first: str, second: str) -> tuple[str, str]:
+            a = h.post("/memories", json={"content": first, "project": project}).json()
+            b = h.post("/memories", json={"content": second, "project": project}).json()
+            assert b["flagged"] == [a["memory_id"]], b
+            return a["memory_id"], b["memory_id"]
+
+        def conflicts() -> list[tuple[str, str]]:
+            listed = h.get("/memories/conflicts", params={"project": project}).json()["conflicts"]
+            return [(c["memory"]["id"], c["other"]["id"]) for c in listed]
+
+        rex, bruno = flagged_pair("My dog is called Rex", "My dog is called Bruno")
+        tom, felix = flagged_pair("My cat is called Tom", "My cat is called Felix")
+        assert sorted(conflicts()) == sorted([(bruno, rex), (felix, tom)])
+        for gone in (rex, felix):  # the other of one pair, the flagged memory of the other pair
+            assert h.post("/memories/forget", json={"memory_id": gone, "project": project}).json()["forgotten"]
+        assert conflicts() == []
+
+        for memory_id, other_id, keep in ((bruno, rex, "other"), (felix, tom, "memory")):
+            refused = h.post("/memories/conflicts/settle", json={"memory_id": memory_id, "other_id": other_id,
+                                                                  "keep": keep})
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["error"]["field"] == "keep" and "forgotten" in refused.json()["error"]["message"]
+        assert h.get(f"/memories/{bruno}").json()["status"] == "active"
+        assert h.get(f"/memories/{tom}").json()["status"] == "active"
+        both = h.post("/memories/conflicts/settle", json={"memory_id": bruno, "other_id": rex, "keep": "both"}).json()
+        assert both["settled"], both
+        hits = h.post("/recall", json={"query": "What are my pets called?", "project": project}).json()["hits"]
+        assert {x["memory"]["content"] for x in hits} == {"My dog is called Bruno", "My cat is called Tom"}, hits

@@ -491,6 +491,8 @@ class Memories:
         superseded, its supersession are one event; the other's supersession is its own."""
         await visible(self.store, call, cmd.memory_id, "memory_id")
         other = await visible(self.store, call, cmd.other_id, "other_id")
+        if cmd.keep == "other":
+            _keepable(other)
         by = DecidedBy.AGENT if cmd.client else DecidedBy.PERSON
         reason = (cmd.reason or "")[:500] or {"both": "both stand", "memory": "settled: the flagged memory is current",
                                 "other": "settled: the earlier memory is current"}[cmd.keep]
@@ -502,6 +504,8 @@ class Memories:
             if not any(c.memory_id == cmd.other_id for c in current.conflicts):
                 return Answer(SettleConflictResult(settled=False, current=[current.id, cmd.other_id],
                                                    message="No open conflict between these two memories."))
+            if cmd.keep == "memory":
+                _keepable(current)
             now = self.clock()
             state = truth.settled(current, cmd.other_id, now)
             why = Supersession(memory_id=cmd.other_id, reason=reason, confidence=1.0, decided_by=by)
@@ -835,6 +839,14 @@ def _judged_version(current: MemoryState, new_state: MemoryState, p: truth.Plan,
         "conflicts": [truth.note(d, d.candidate.ref) for d in p.flags]}), fresh  # type: ignore[arg-type]
 
 
+def _keepable(state: MemoryState | MemoryView) -> None:
+    """Refused unless ``state`` is current: keeping a forgotten or superseded memory over the other
+    would leave neither in recall."""
+    if state.status is not MemoryStatus.ACTIVE:
+        raise Conflict(f"memory {state.id} is {state.status.value}: only a current memory is kept; settle with keep "
+                       "'both' to clear the flag", "keep")
+
+
 def _event(call: CommandCall, state: MemoryState, event_type: MemoryEventType) -> EventEnvelope:
     return model.event_for(state, event_type, command_id=call.command_id, correlation_id=call.correlation_id,
                            now=state.updated_at)
@@ -955,7 +967,8 @@ class MemoryReads:
         others = await self.store.views(call.tenant, list({c.memory_id for st in flagged for c in st.conflicts}))
         out = [ConflictView(memory=abridged(MemoryView.model_validate(st.model_dump())), other=abridged(others[c.memory_id]),
                             reason=c.reason, confidence=c.confidence)
-               for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)]
+               for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)
+               and others[c.memory_id].status is not MemoryStatus.FORGOTTEN]  # (moot once the other is forgotten)
         out.sort(key=lambda v: -v.confidence)
         return ConflictList(conflicts=out[: q.limit])
 
