@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from uuid import UUID
 
@@ -280,6 +281,60 @@ async def test_a_list_of_shared_memories_too_large_for_one_answer_says_there_is_
     one = await app.service.handle_query(QueryEnvelope(type="get_shared_memories", tenant=user,
                                                        payload={"title": "长途旅行 3"}))
     assert [m["title"] for m in one.result["shared_memories"]] == ["长途旅行 3"] and "more" not in one.result
+
+
+async def done_ok(app: MemoryApp, user: str, type_: str, payload: dict) -> dict:  # type: ignore[type-arg]
+    """The result of a command that must succeed."""
+    done = await app.service.handle_command(cmd(type_, payload, tenant=user))
+    assert done.ok, done.error
+    return done.result  # type: ignore[no-any-return]
+
+
+async def test_a_duplicate_merged_into_another_memory_hands_it_what_it_superseded(app: MemoryApp) -> None:
+    """"I moved to Porto last month" superseded "I live in Lisbon"; merged into "These days I call Porto home",
+    Lisbon is superseded by the memory that stays, which names it (recall shows it under that hit)."""
+    user = "merger-" + uuid.uuid4().hex[:8]
+
+    run = partial(done_ok, app, user)
+
+    lisbon = await run("save_memory", {"content": "I live in Lisbon"})
+    moved = await run("save_memory", {"content": "I moved to Porto last month"})
+    assert moved["supersedes"] == [lisbon["memory_id"]], moved
+    home = await run("save_memory", {"content": "These days I call Porto home"})
+    assert home["created"] and not home["supersedes"], home
+    merged = await run("merge_memory", {"memory_id": moved["memory_id"], "into": home["memory_id"]})
+    assert merged["merged"], merged
+
+    async def get(memory_id: str) -> dict:  # type: ignore[type-arg]
+        found = await app.service.handle_query(QueryEnvelope(type="get_memory", tenant=user,
+                                                             payload={"memory_id": memory_id}))
+        return found.result  # type: ignore[no-any-return]
+
+    old = await get(lisbon["memory_id"])
+    assert old["status"] == "superseded" and old["superseded_by"]["memory_id"] == home["memory_id"], old
+    stays = await get(home["memory_id"])
+    assert [w["memory_id"] for w in stays["supersedes"]] == [lisbon["memory_id"]], stays
+    again = await run("merge_memory", {"memory_id": moved["memory_id"], "into": home["memory_id"]})
+    assert not again["merged"] and (await get(lisbon["memory_id"]))["version"] == old["version"]  # nothing twice
+
+
+async def test_recall_never_names_a_forgotten_memory_under_the_one_that_superseded_it(app: MemoryApp) -> None:
+    """Lisbon ← "I moved to Porto last month" ← "I moved to Braga this week"; Porto forgotten. Braga's
+    hit named what it superseded, forgotten or not: the forgotten words were back in recall."""
+    user = "withdrawn-" + uuid.uuid4().hex[:8]
+
+    run = partial(done_ok, app, user)
+
+    lisbon = await run("save_memory", {"content": "I live in Lisbon"})
+    porto = await run("save_memory", {"content": "I moved to Porto last month"})
+    braga = await run("save_memory", {"content": "I moved to Braga this week"})
+    assert porto["supersedes"] == [lisbon["memory_id"]] and braga["supersedes"] == [porto["memory_id"]], braga
+    named = await app.service.recall(user, Recall(query="Where do I live?"))
+    assert [[r.excerpt for r in h.relations] for h in named.hits] == [["I moved to Porto last month"]]
+    await run("forget_memory", {"memory_id": porto["memory_id"]})
+    after = await app.service.recall(user, Recall(query="Where do I live?"))
+    assert [h.memory.content for h in after.hits] == ["I moved to Braga this week"]
+    assert [h.relations for h in after.hits] == [[]], after.hits
 
 
 async def test_projects_and_profile(app: MemoryApp) -> None:

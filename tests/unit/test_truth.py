@@ -221,6 +221,32 @@ def test_an_llm_judge_settles_a_flagged_pair_only_when_sure() -> None:
     assert second_opinion(dup, Opinion(Verdict.UNRELATED, 0.99, "no"), new) is dup
 
 
+def test_a_merged_memory_hands_what_it_superseded_and_was_flagged_against_to_the_memory_it_joins() -> None:
+    """The duplicate's statement lives on in ``into``: so do the memories it superseded (each then
+    superseded by ``into``, same reason) and its flags; nothing named twice, never ``into`` itself,
+    and a flag between the two merged memories goes (they are one fact)."""
+    lisbon, faro = state("I live in Lisbon"), state("My dog is called Rex")
+    into = state("Porto is my home now")
+    why = Supersession(memory_id=lisbon.id, reason="location changed", confidence=0.9)
+    dup = state("I moved to Porto last month").model_copy(update={
+        "supersedes": [why], "conflicts": [Supersession(memory_id=faro.id, reason="?", confidence=0.5),
+                                           Supersession(memory_id=into.id, reason="same?", confidence=0.5)]})
+    into = into.model_copy(update={"conflicts": [Supersession(memory_id=dup.id, reason="same?", confidence=0.5)]})
+    merged = truth.absorbed(into, dup, T0 + timedelta(days=1))
+    assert merged is not None
+    assert [w.memory_id for w in merged.supersedes] == [lisbon.id]
+    assert [c.memory_id for c in merged.conflicts] == [faro.id]
+    again = truth.absorbed(merged.model_copy(update={"sources": []}), dup, T0)  # (named already: not twice)
+    assert again is not None and [w.memory_id for w in again.supersedes] == [lisbon.id]
+    old = truth.superseded(lisbon, dup.id, T0, why, T0)
+    assert old is not None
+    moved = truth.repointed(old, dup.id, into.id, T0 + timedelta(days=1))
+    assert moved is not None and moved.status is MemoryStatus.SUPERSEDED and moved.version == old.version + 1
+    assert moved.superseded_by is not None and moved.superseded_by.memory_id == into.id
+    assert moved.superseded_by.reason == old.superseded_by.reason and moved.valid_until == old.valid_until  # type: ignore[union-attr]
+    assert truth.repointed(moved, dup.id, into.id, T0) is None  # (a retry)
+
+
 def test_a_memory_merged_into_another_is_one_more_saying_of_it() -> None:
     into = state("I go bouldering at Klimmhalle", importance=2)
     other = state("Klimmhalle is my bouldering gym", importance=4).model_copy(update={"repeats": 2, "sources": [

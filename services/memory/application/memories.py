@@ -70,7 +70,7 @@ from services.memory.application.projection import MemoryProjection
 from services.memory.domain import model, paging, truth
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.supersession import Opinion, Statement, Verdict, decide_all, second_opinion
-from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
+from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
 from services.memory.search.encoders import Encoders
 from services.memory.search.indexing import active_filter, content_vector, memory_passages, view_of
 from services.memory.search.ports import VectorIndex
@@ -627,6 +627,7 @@ class Memories:
 
         holder = await self._write(call, cmd.into, take, outcome=False)
         assert holder is not None
+        await self._repoint(call, dup, cmd.into)
         reason = (cmd.reason or "")[:900]
         reason = f"merged into memory {cmd.into}" + (f": {reason}" if reason else "")
 
@@ -637,6 +638,23 @@ class Memories:
             message=(f"Merged: memory {cmd.memory_id} is now a saying of memory {cmd.into}, which counts {repeats} "
                      f"saying{'s' if repeats != 1 else ''} (unmerge_memory on its version {holder.version} undoes it)."
                      if merged else f"Memory {cmd.memory_id} had been merged into memory {cmd.into} already."))
+
+    async def _repoint(self, call: CommandCall, dup: MemoryState, into: UUID) -> None:
+        """The memories ``dup`` superseded, superseded by ``into`` now that ``dup`` is merged into it
+        (:func:`truth.repointed`; ``MemorySuperseded``): each its own aggregate's write, nothing when
+        already done."""
+        for why in dup.supersedes:
+            def decide(loaded: Loaded) -> Write[None] | Answer[None]:
+                if loaded is None:
+                    return Answer(None)
+                state = truth.repointed(model.state_of(loaded[0]), dup.id, into, self.clock())
+                if state is None:
+                    return Answer(None)
+                return Write(model.event_for(state, MemoryEventType.SUPERSEDED, command_id=call.command_id,
+                                             correlation_id=call.correlation_id, now=state.updated_at), lambda _: None)
+
+            await self.writes.write(call, memory_subject(self.names, call.tenant, why.memory_id), decide,
+                                    outcome=False, what=f"memory {why.memory_id}")
 
     async def _left_behind(self, call: CommandCall, memory_id: UUID, reason: str, client: str | None) -> bool:
         """The memory a merge or a move leaves behind, forgotten with ``reason`` (naming where it went);
@@ -939,7 +957,7 @@ class MemoryReads:
         found.sort(key=_STANDING_KEYS[order](moment), reverse=True)
         found = found[:limit]
         newer = superseded_since(found, moment)
-        return mark_superseded(found, moment, await self.store.views(tenant, list(newer))) if newer else found
+        return mark_superseded(found, moment, nameable(await self.store.views(tenant, list(newer)))) if newer else found
 
     async def get(self, call: Call, q: GetMemory) -> MemoryView:
         """A memory by id as it stands now (none outside the caller's project)."""

@@ -271,16 +271,33 @@ def absorbed(into: MemoryState, other: MemoryState, now: datetime) -> MemoryStat
     """``into`` having taken ``other`` (another memory of the same fact, merged into it) as sayings:
     the sayings merged into ``other`` before, then its own (its words when they differ, when and
     where it was said: last, so undoing this merge gives back that one), ``repeats`` the sum of both,
-    the higher importance; ``into``'s words stay. None when its own saying is among ``into``'s already
-    (a retry)."""
+    the higher importance; ``into``'s words stay. What ``other`` superseded and was flagged against
+    goes with its statement: ``into`` names them too (those it does not name already, never itself).
+    None when its own saying is among ``into``'s already (a retry)."""
     own = MemorySource(said_at=valid_from(other), source=other.source, provenance=other.provenance,
                        content=None if other.content == into.content else other.content)
     if own in into.sources:
         return None
+    named = {into.id} | {w.memory_id for w in into.supersedes}
+    supersedes = [*into.supersedes, *(w for w in other.supersedes if w.memory_id not in named)]
+    named |= {w.memory_id for w in supersedes} | {c.memory_id for c in into.conflicts}
+    conflicts = [*(c for c in into.conflicts if c.memory_id != other.id),  # (a flag between the two: one fact)
+                 *(c for c in other.conflicts if c.memory_id not in named)]
     return into.model_copy(update={
         "repeats": into.repeats + other.repeats, "sources": [*into.sources, *other.sources, own][-MAX_SOURCES:],
         "importance": max(into.importance, other.importance), "version": into.version + 1, "updated_at": now,
+        "supersedes": supersedes, "conflicts": conflicts,
     })
+
+
+def repointed(old: MemoryState, gone: UUID, to: UUID, now: datetime) -> MemoryState | None:
+    """``old``, superseded by memory ``gone``, now superseded by ``to`` (``gone`` was merged into it:
+    the statement that changed ``old`` lives on there), with the same reason. None when ``old`` is
+    not superseded by ``gone`` (a retry, or changed since)."""
+    if old.status is not MemoryStatus.SUPERSEDED or old.superseded_by is None or old.superseded_by.memory_id != gone:
+        return None
+    return old.model_copy(update={"superseded_by": old.superseded_by.model_copy(update={"memory_id": to}),
+                                  "version": old.version + 1, "updated_at": now})
 
 
 def unmerged(before: MemoryState, merge: MemoryState, current: MemoryState, split_id: UUID,

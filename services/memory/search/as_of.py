@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from uuid import UUID
 
-from contracts.memory import MemoryRelation, MemoryState, MemoryView, RelationKind, excerpt
+from contracts.memory import MemoryRelation, MemoryState, MemoryStatus, MemoryView, RelationKind, excerpt
 from services.memory.domain import truth
 
 #: every state of one memory of a tenant, oldest first (the event log's)
@@ -45,6 +45,13 @@ async def as_they_stood(
                                       excerpt=excerpt(now.content))
             then[now.id] = MemoryView.model_validate(old.model_dump()).model_copy(update={"changed_since": mark})
     return [v if truth.valid_at(v, moment) else then.get(v.id) for v in views]
+
+
+def nameable(views: dict[UUID, MemoryView]) -> dict[UUID, MemoryView]:
+    """The memories among ``views`` a read may name beside its own (a hit's relations, a list's
+    "superseded by"): not the forgotten ones (the user asked for them to leave recall; their
+    history remains, read by id)."""
+    return {k: v for k, v in views.items() if v.status is not MemoryStatus.FORGOTTEN}
 
 
 def superseded_since(views: Sequence[MemoryView], moment: datetime) -> set[UUID]:

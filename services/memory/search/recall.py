@@ -47,7 +47,7 @@ from kit.service import Call
 from services.memory.domain import decay, paging, truth
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
-from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
+from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
 from services.memory.search.encoders import Encoders
 from services.memory.search.hops import deep_hops
 from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
@@ -250,7 +250,7 @@ class RecallPipeline:
             wanted |= superseded_since([h.memory for h in hits], as_of)
         if not wanted:
             return hits
-        others = await self.store.views(tenant, list(wanted))
+        others = nameable(await self.store.views(tenant, list(wanted)))
         if as_of is not None:
             marked = mark_superseded([h.memory for h in hits], as_of, others)
             hits = [h.model_copy(update={"memory": m}) for h, m in zip(hits, marked, strict=True)]
