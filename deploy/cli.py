@@ -87,6 +87,9 @@ def serve(service: Annotated[str, typer.Argument(help="gateway | auth | memory |
         raise typer.Exit(2)
     import importlib
 
+    from deploy.embedded.ports import exit_when_orphaned
+
+    exit_when_orphaned()  # started by `engram up`: not left running if it dies (and the stop hangs)
     importlib.import_module(module).main()
 
 

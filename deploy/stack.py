@@ -42,7 +42,7 @@ from contracts.errors import ErrorCode
 from contracts.subjects import GRAPH, MEMORY, Names
 from deploy.client import StackInfo, admin_command, admin_query
 from deploy.credentials import StackCredentials, private_home, redact_url, write_private
-from deploy.embedded.ports import die_with_parent, pick_port
+from deploy.embedded.ports import PARENT_PID_ENV, die_with_parent, pick_port
 from deploy.supervisor import CRASH_LOOPING, RUNNING, RestartPolicy, Supervised
 from kit.bus import Bus, BusUnavailable
 
@@ -288,6 +288,7 @@ class Stack:
             "ENGRAM_AUTH_HOST": self.o.gateway_host,
             "ENGRAM_AUTH_PORT": str(auth_port),
             "ENGRAM_AUTH_PUBLIC_URL": self.auth_url,
+            PARENT_PID_ENV: str(os.getpid()),  # each service ends if this process dies (exit_when_orphaned)
         }
         if self.o.replicas > 1:
             env["ENGRAM_REUSE_PORT"] = "1"  # the gateway's and auth's replicas share their ports (kit/listen.py)

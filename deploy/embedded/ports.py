@@ -218,6 +218,41 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
     return preexec
 
 
+#: set by `engram up` (and any :class:`deploy.stack.Stack`) in the services it starts: its own pid
+PARENT_PID_ENV = "ENGRAM_PARENT_PID"
+#: how long an orphaned service's graceful stop may take before it is cut short
+ORPHAN_GRACE_S = 30.0
+
+
+def exit_when_orphaned(grace_s: float = ORPHAN_GRACE_S) -> None:
+    """In a service that `engram up` started (:data:`PARENT_PID_ENV`): make sure it ends once that
+    parent is gone, whatever its own stop is doing.
+
+    The parent's death signal (:func:`die_with_parent`) asks for a graceful stop, and every service
+    stops on it. But a stop can hang: found 2026-12-06, a gateway whose NATS had died with the same
+    parent waited on the bus after its SIGTERM and was still running minutes later, orphaned. A
+    daemon thread notices the parent is gone (the process was reparented) and ends the process
+    ``grace_s`` later if it has not ended by itself. Nothing happens without the variable (a
+    service run by systemd, a container runtime or a shell)."""
+    raw = os.environ.get(PARENT_PID_ENV, "")
+    if not raw.isdigit():
+        return
+    parent = int(raw)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        time.sleep(grace_s)
+        sys.stderr.write(f"engram: the process that started this service ({parent}) is gone and the service "
+                         f"did not stop within {grace_s:.0f} s of it: exiting\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    import threading
+
+    threading.Thread(target=watch, name="exit-when-orphaned", daemon=True).start()
+
+
 def stop_orphan(pid: int, sig: int = signal.SIGTERM, timeout: float = 10.0) -> bool:
     """Stop a process that is not our child (a server left by an earlier run): ``sig``, then
     SIGKILL after ``timeout`` s. True once it is gone (a zombie counts as gone)."""

@@ -80,8 +80,15 @@ class Connection:
         await self.nc.flush()
 
     async def close(self) -> None:
-        if not self.nc.is_closed:
+        """Drain (what was subscribed finishes, what was published is sent), then close; with the
+        server gone (reconnecting) there is nothing to drain to: just close."""
+        if self.nc.is_closed:
+            return
+        try:
             await self.nc.drain()
+        except nats.errors.Error:
+            if not self.nc.is_closed:
+                await self.nc.close()
 
     async def _publish(self, subject: str, data: bytes, headers: dict[str, str], stream: str) -> api.PubAck:
         async for attempt in AsyncRetrying(

@@ -204,3 +204,47 @@ def test_an_embedded_server_dies_with_the_process_that_started_it(kind: str, tmp
             starter.wait()
         if server:
             _kill(_members({server}))
+
+
+def test_a_service_whose_stop_hangs_still_ends_once_its_starter_is_gone(tmp_path: Path) -> None:
+    """Found 2026-12-06: a CI run stopped by its process group left a test stack's gateway running,
+    orphaned; the parent-death SIGTERM reached it, but its stop waited on a NATS that had died too.
+    A service started by a stack (``ENGRAM_PARENT_PID``) now ends ``grace_s`` after its starter is
+    gone even when its stop never finishes. Here the stand-in service ignores SIGTERM altogether;
+    without the variable the same process stays (and the test stops it, by pid)."""
+    service = textwrap.dedent("""
+        import signal, time
+        from deploy.embedded.ports import exit_when_orphaned
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stop that never finishes
+        exit_when_orphaned(grace_s=0.5)
+        print("ready", flush=True)
+        time.sleep(600)
+    """)
+    starter = textwrap.dedent(f"""
+        import os, subprocess, sys
+        from deploy.embedded.ports import PARENT_PID_ENV, die_with_parent
+        env = dict(os.environ)
+        if sys.argv[1] == "stack":
+            env[PARENT_PID_ENV] = str(os.getpid())
+        child = subprocess.Popen([sys.executable, "-c", {service!r}], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())
+        assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        print(child.pid, flush=True)
+        os._exit(0)  # the starter dies without stopping it
+    """)
+    pids = {}
+    for mode in ("stack", "alone"):
+        env = {k: v for k, v in os.environ.items() if k != "ENGRAM_PARENT_PID"}
+        out = subprocess.run([sys.executable, "-c", starter, mode], capture_output=True, timeout=60, check=True, env=env,
+                             cwd=Path(__file__).resolve().parents[2])
+        pids[mode] = int(out.stdout.split()[-1])
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while _stat(pids["stack"]) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _stat(pids["stack"]) is None, "the orphaned service is still running"
+        assert _stat(pids["alone"]) is not None, "a service not started by a stack is left to its own runtime"
+    finally:
+        for pid in pids.values():
+            if _stat(pid) is not None:
+                os.kill(pid, signal.SIGKILL)
