@@ -303,6 +303,10 @@ class SaveMemoryResult(BaseModel):
                                    description="memories this save superseded (a changed fact: they leave recall)")
     flagged: list[UUID] = Field(default_factory=list,
                                 description="memories this one may contradict: listed by list_conflicts to settle")
+    reinstated: list[UUID] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="an update only: memories this one had superseded that its new content no longer changes, "
+        "current again")
 
 
 def _moment(value: object) -> object:

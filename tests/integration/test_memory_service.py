@@ -337,6 +337,30 @@ async def test_recall_never_names_a_forgotten_memory_under_the_one_that_supersed
     assert [h.relations for h in after.hits] == [[]], after.hits
 
 
+async def test_an_edit_that_takes_a_change_back_brings_back_what_it_had_superseded(app: MemoryApp) -> None:
+    """"I moved to Porto last month" superseded "I live in Lisbon". Edited to say something else (the
+    person meant port wine), it no longer changes where they live: Lisbon is current again, and the
+    edited memory no longer names it. An edit that still says the move keeps Lisbon superseded."""
+    for kept, words in ((False, "I like port wine from the Douro valley"),
+                        (True, "I moved to Porto last month, to a flat by the river")):
+        user = "editor-" + uuid.uuid4().hex[:8]
+        run = partial(done_ok, app, user)
+        lisbon = await run("save_memory", {"content": "I live in Lisbon"})
+        porto = await run("save_memory", {"content": "I moved to Porto last month"})
+        assert porto["supersedes"] == [lisbon["memory_id"]], porto
+        edited = await run("update_memory", {"id": porto["memory_id"], "content": words})
+        assert edited["updated"] and edited.get("reinstated", []) == ([] if kept else [lisbon["memory_id"]]), edited
+
+        async def get(memory_id: str, who: str = user) -> dict:  # type: ignore[type-arg]
+            found = await app.service.handle_query(QueryEnvelope(type="get_memory", tenant=who,
+                                                                 payload={"memory_id": memory_id}))
+            return found.result  # type: ignore[no-any-return]
+
+        old, new = await get(lisbon["memory_id"]), await get(porto["memory_id"])
+        assert old["status"] == ("superseded" if kept else "active"), old
+        assert [w["memory_id"] for w in new.get("supersedes", [])] == ([lisbon["memory_id"]] if kept else []), new
+
+
 async def test_projects_and_profile(app: MemoryApp) -> None:
     await app.service.handle_command(cmd("save_memory", {"content": "Sprint ends Friday", "project": "work"}))
     await app.service.handle_command(

@@ -382,6 +382,15 @@ class MemoryStore(ReadModel):
             f"SELECT {_COLUMNS} FROM {self.s}.memories WHERE tenant = $1 AND id = ANY($2::uuid[])", tenant, list(ids))
         return {r["id"]: _view(r) for r in rows}
 
+    async def superseded_by(self, tenant: str, memory_id: UUID) -> list[MemoryView]:
+        """The tenant's memories superseded by ``memory_id`` now (a scan of the tenant's superseded
+        rows: asked by an update that changes a memory's content, rare)."""
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND status = 'superseded' AND truth -> 'superseded_by' ->> 'memory_id' = $2""",
+            tenant, str(memory_id))
+        return [_view(r) for r in rows]
+
     async def conflicted(self, tenant: str, project: str | None, limit: int) -> list[MemoryState]:
         """The tenant's active memories carrying an open flag (within ``project``) against a memory
         that is not forgotten, newest first (a flag against a forgotten memory is moot)."""

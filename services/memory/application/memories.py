@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
+import numpy as np
 from pydantic import BaseModel
 
 from contracts.envelope import EventEnvelope, utcnow
@@ -427,6 +428,7 @@ class Memories:
 
         when = truth.said_at(cmd.provenance, self.clock())
         p = await self._judged_update(call, found, cmd, when)
+        withdrawn = await self._withdrawn(call, found, cmd.content, when) if found is not None else []
         added: list[Supersession] = []
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
@@ -439,13 +441,44 @@ class Memories:
                 added[:] = current.supersedes  # (a retry whose first attempt stopped half-way: idempotent)
                 return Answer(_unchanged(current))
             new_state, added[:] = _judged_version(current, truth.new_content(current, new_state, when), p)
+            new_state = new_state.model_copy(update={"supersedes": [w for w in new_state.supersedes
+                                                                    if w.memory_id not in withdrawn]})
             return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
-        reply = await self._write(call, memory_id, decide, outcome=not p.supersede)
+        # with memories to supersede or bring back, the outcome is recorded once they are (kit's runtime)
+        reply = await self._write(call, memory_id, decide, outcome=not p.supersede and not withdrawn)
         assert reply is not None
         if added:
             await self._carry_out(call, reply.memory_id, added)
+        if withdrawn:
+            updated = await self.store.get(call.tenant, reply.memory_id)
+            if updated is not None and updated.status is MemoryStatus.ACTIVE:
+                back = await self._reinstate(call, updated, withdrawn)
+                reply = reply.model_copy(update={"reinstated": [m.id for m in back]})
         return reply
+
+    async def _withdrawn(self, call: CommandCall, base: MemoryState, content: str | None,
+                         when: datetime) -> list[UUID]:
+        """The memories ``base`` supersedes that its new ``content`` no longer changes: the rules, as
+        for a save, on each of them (an edit that takes a change back, "I moved to Porto" made "I like
+        port wine", brings back what the change had hidden). None when the content is kept."""
+        text = model.normalize_content(content) if content is not None else base.content
+        if text == base.content:
+            return []
+        held = await self.store.superseded_by(call.tenant, base.id)
+        if not held:
+            return []
+        dense = np.asarray(await asyncio.to_thread(content_vector, self.encoders.embedder, text))
+        candidates = []
+        for v in held:  # compared with each as a save's judgement compares it with a hit
+            stored = await self.index.stored_dense(str(v.id), ())
+            if stored is not None:
+                candidates.append(truth.candidate(v, float(dense @ np.asarray(stored[0]))))
+        candidates.sort(key=lambda c: -c.similarity)
+        statement = truth.statement(base.model_copy(update={"content": text}), when)
+        decisions = await asyncio.to_thread(decide_all, statement, candidates)
+        still = {d.candidate.ref for d in decisions if d.new_supersedes}
+        return [c.ref for c in candidates if c.ref not in still]  # type: ignore[misc]  # (one not indexed stays)
 
     @staticmethod
     def _decided(call: CommandCall, state: MemoryState, event_type: MemoryEventType, *,
@@ -763,12 +796,14 @@ class Memories:
             "message": f"{reply.message} It had superseded {len(back)} memor{'y' if len(back) == 1 else 'ies'}, "
                        f"current again: {said}. Forget {'it' if len(back) == 1 else 'them'} too if not true either."})
 
-    async def _reinstate(self, call: CommandCall, gone: MemoryState) -> list[MemoryState]:
-        """The memories ``gone`` (just forgotten) superseded, current again (:func:`truth.reinstated`),
-        each its own aggregate's write (``MemoryReinstated``; nothing when it is no longer superseded by
+    async def _reinstate(self, call: CommandCall, gone: MemoryState,
+                         ids: Sequence[UUID] | None = None) -> list[MemoryState]:
+        """The memories ``gone`` (just forgotten, or changed so that it no longer says what changed
+        them) superseded, current again (:func:`truth.reinstated`; all it names, or ``ids``), each its
+        own aggregate's write (``MemoryReinstated``; nothing when it is no longer superseded by
         ``gone``, so a retried command appends nothing); one the caller may not see is left alone."""
         back: list[MemoryState] = []
-        for why in gone.supersedes:
+        for memory_id in [w.memory_id for w in gone.supersedes] if ids is None else ids:
             def decide(loaded: Loaded) -> Write[MemoryState | None] | Answer[MemoryState | None]:
                 if loaded is None:
                     return Answer(None)
@@ -780,8 +815,8 @@ class Memories:
                                              correlation_id=call.correlation_id, now=state.updated_at),
                              model.state_of)
 
-            done = await self.writes.write(call, memory_subject(self.names, call.tenant, why.memory_id), decide,
-                                           outcome=False, what=f"memory {why.memory_id}")
+            done = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), decide,
+                                           outcome=False, what=f"memory {memory_id}")
             if done is not None:
                 back.append(done)
         return back

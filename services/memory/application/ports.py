@@ -132,6 +132,10 @@ class ReadModel(RecallReads, Protocol):
 
     async def views(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, MemoryView]: ...
 
+    async def superseded_by(self, tenant: str, memory_id: UUID) -> list[MemoryView]:
+        """The tenant's memories superseded by ``memory_id`` now (status superseded, naming it)."""
+        ...
+
     async def get(self, tenant: str, memory_id: UUID) -> MemoryState | None: ...
 
     async def list_active(
