@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
@@ -281,22 +281,31 @@ class Memories:
                 return
             state = loaded
         new = state
-        for why in state.supersedes if whys is None else whys:
-            old_id = why.memory_id
+        why = {w.memory_id: w for w in (state.supersedes if whys is None else whys)}
+        await self._on_each(call, why, lambda old: truth.superseded(old, new.id, truth.valid_from(new), why[old.id],
+                                                                    self.clock()), MemoryEventType.SUPERSEDED)
 
-            def decide(loaded: Loaded, why: Supersession = why) -> Write[None] | Answer[None]:
-                if loaded is None:
+    async def _on_each(self, call: CommandCall, ids: Iterable[UUID],
+                       change: Callable[[MemoryState], MemoryState | None],
+                       event_type: MemoryEventType) -> list[MemoryState]:
+        """``change`` carried out on each memory of ``ids`` (its state now), each its own aggregate's
+        write (``event_type``; nothing where it gives None: done already, so a retried command
+        appends nothing); the command's outcome is recorded after all of them (kit's runtime), so a
+        command stopped half-way is run again. The states written."""
+        written: list[MemoryState] = []
+        for memory_id in ids:
+            def decide(loaded: Loaded) -> Write[MemoryState | None] | Answer[MemoryState | None]:
+                state = change(model.state_of(loaded[0])) if loaded is not None else None
+                if state is None:
                     return Answer(None)
-                old = model.state_of(loaded[0])
-                marked = truth.superseded(old, new.id, truth.valid_from(new), why, self.clock())
-                if marked is None:
-                    return Answer(None)
-                event = model.event_for(marked, MemoryEventType.SUPERSEDED, command_id=call.command_id,
-                                        correlation_id=call.correlation_id, now=marked.updated_at)
-                return Write(event, lambda _: None)
+                return Write(model.event_for(state, event_type, command_id=call.command_id,
+                                             correlation_id=call.correlation_id, now=state.updated_at), model.state_of)
 
-            await self.writes.write(call, memory_subject(self.names, call.tenant, old_id), decide, outcome=False,
-                                    what=f"memory {old_id}")
+            done = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), decide,
+                                           outcome=False, what=f"memory {memory_id}")
+            if done is not None:
+                written.append(done)
+        return written
 
     async def _save_new_content(self, call: CommandCall, cmd: SaveMemory, digest: str, p: truth.Plan,
                                 when: datetime) -> SaveMemoryResult:
@@ -430,6 +439,7 @@ class Memories:
         p = await self._judged_update(call, found, cmd, when)
         withdrawn = await self._withdrawn(call, found, cmd.content, when) if found is not None else []
         added: list[Supersession] = []
+        written: list[MemoryState] = []  # the new version (what the memories withdrawn are checked against)
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
@@ -443,6 +453,7 @@ class Memories:
             new_state, added[:] = _judged_version(current, truth.new_content(current, new_state, when), p)
             new_state = new_state.model_copy(update={"supersedes": [w for w in new_state.supersedes
                                                                     if w.memory_id not in withdrawn]})
+            written[:] = [new_state]
             return self._decided(call, new_state, MemoryEventType.UPDATED, created=False)
 
         # with memories to supersede or bring back, the outcome is recorded once they are (kit's runtime)
@@ -450,11 +461,9 @@ class Memories:
         assert reply is not None
         if added:
             await self._carry_out(call, reply.memory_id, added)
-        if withdrawn:
-            updated = await self.store.get(call.tenant, reply.memory_id)
-            if updated is not None and updated.status is MemoryStatus.ACTIVE:
-                back = await self._reinstate(call, updated, withdrawn)
-                reply = reply.model_copy(update={"reinstated": [m.id for m in back]})
+        if withdrawn and written and written[0].status is MemoryStatus.ACTIVE:
+            back = await self._reinstate(call, written[0], withdrawn)
+            reply = reply.model_copy(update={"reinstated": [m.id for m in back]})
         return reply
 
     async def _withdrawn(self, call: CommandCall, base: MemoryState, content: str | None,
@@ -674,20 +683,9 @@ class Memories:
 
     async def _repoint(self, call: CommandCall, dup: MemoryState, into: UUID) -> None:
         """The memories ``dup`` superseded, superseded by ``into`` now that ``dup`` is merged into it
-        (:func:`truth.repointed`; ``MemorySuperseded``): each its own aggregate's write, nothing when
-        already done."""
-        for why in dup.supersedes:
-            def decide(loaded: Loaded) -> Write[None] | Answer[None]:
-                if loaded is None:
-                    return Answer(None)
-                state = truth.repointed(model.state_of(loaded[0]), dup.id, into, self.clock())
-                if state is None:
-                    return Answer(None)
-                return Write(model.event_for(state, MemoryEventType.SUPERSEDED, command_id=call.command_id,
-                                             correlation_id=call.correlation_id, now=state.updated_at), lambda _: None)
-
-            await self.writes.write(call, memory_subject(self.names, call.tenant, why.memory_id), decide,
-                                    outcome=False, what=f"memory {why.memory_id}")
+        (:func:`truth.repointed`)."""
+        await self._on_each(call, [w.memory_id for w in dup.supersedes],
+                            lambda old: truth.repointed(old, dup.id, into, self.clock()), MemoryEventType.SUPERSEDED)
 
     async def _left_behind(self, call: CommandCall, memory_id: UUID, reason: str, client: str | None) -> bool:
         """The memory a merge or a move leaves behind, forgotten with ``reason`` (naming where it went);
@@ -799,27 +797,12 @@ class Memories:
     async def _reinstate(self, call: CommandCall, gone: MemoryState,
                          ids: Sequence[UUID] | None = None) -> list[MemoryState]:
         """The memories ``gone`` (just forgotten, or changed so that it no longer says what changed
-        them) superseded, current again (:func:`truth.reinstated`; all it names, or ``ids``), each its
-        own aggregate's write (``MemoryReinstated``; nothing when it is no longer superseded by
-        ``gone``, so a retried command appends nothing); one the caller may not see is left alone."""
-        back: list[MemoryState] = []
-        for memory_id in [w.memory_id for w in gone.supersedes] if ids is None else ids:
-            def decide(loaded: Loaded) -> Write[MemoryState | None] | Answer[MemoryState | None]:
-                if loaded is None:
-                    return Answer(None)
-                old = model.state_of(loaded[0])
-                state = truth.reinstated(old, gone, self.clock()) if call.sees(old.project) else None
-                if state is None:
-                    return Answer(None)
-                return Write(model.event_for(state, MemoryEventType.REINSTATED, command_id=call.command_id,
-                                             correlation_id=call.correlation_id, now=state.updated_at),
-                             model.state_of)
-
-            done = await self.writes.write(call, memory_subject(self.names, call.tenant, memory_id), decide,
-                                           outcome=False, what=f"memory {memory_id}")
-            if done is not None:
-                back.append(done)
-        return back
+        them) superseded, current again (:func:`truth.reinstated`; all it names, or ``ids``:
+        ``MemoryReinstated``); one the caller may not see is left alone."""
+        return await self._on_each(
+            call, [w.memory_id for w in gone.supersedes] if ids is None else ids,
+            lambda old: truth.reinstated(old, gone, self.clock()) if call.sees(old.project) else None,
+            MemoryEventType.REINSTATED)
 
     async def _find_to_forget(
         self, call: CommandCall, cmd: ForgetMemory
@@ -1017,11 +1000,11 @@ class MemoryReads:
         """The open flags of the caller's memories (within its project), most confident first."""
         project = call.search_project(q.project)
         flagged = await self.store.conflicted(call.tenant, project, q.limit)
-        others = await self.store.views(call.tenant, list({c.memory_id for st in flagged for c in st.conflicts}))
+        # (a flag against a forgotten memory is moot)
+        others = nameable(await self.store.views(call.tenant, list({c.memory_id for st in flagged for c in st.conflicts})))
         out = [ConflictView(memory=abridged(MemoryView.model_validate(st.model_dump())), other=abridged(others[c.memory_id]),
                             reason=c.reason, confidence=c.confidence)
-               for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)
-               and others[c.memory_id].status is not MemoryStatus.FORGOTTEN]  # (moot once the other is forgotten)
+               for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)]
         out.sort(key=lambda v: -v.confidence)
         return ConflictList(conflicts=out[: q.limit])
 

@@ -221,14 +221,19 @@ def superseded(old: MemoryState, by: UUID, at: datetime, why: Supersession, now:
     })
 
 
+def superseded_now_by(old: MemoryState | MemoryView, memory_id: UUID) -> bool:
+    """Whether ``old`` stands superseded by memory ``memory_id``."""
+    return old.status is MemoryStatus.SUPERSEDED and old.superseded_by is not None \
+        and old.superseded_by.memory_id == memory_id
+
+
 def reinstated(old: MemoryState, gone: MemoryState, now: datetime) -> MemoryState | None:
     """``old`` once ``gone``, the memory that superseded it, was forgotten: a fact is hidden only by
     the statement that changed it, so when that statement is withdrawn, ``old`` is current again
     (from when it was said; nothing stood in its place). None when ``old`` is not superseded by
     ``gone`` (a retry, or superseded by another since), or when ``gone`` had itself been superseded
     before it was forgotten: what superseded that is current and says later what ``gone`` said."""
-    if (old.status is not MemoryStatus.SUPERSEDED or old.superseded_by is None
-            or old.superseded_by.memory_id != gone.id or gone.superseded_by is not None):
+    if not superseded_now_by(old, gone.id) or gone.superseded_by is not None:
         return None
     return old.model_copy(update={
         "status": MemoryStatus.ACTIVE, "valid_until": None, "superseded_by": None,
@@ -294,7 +299,7 @@ def repointed(old: MemoryState, gone: UUID, to: UUID, now: datetime) -> MemorySt
     """``old``, superseded by memory ``gone``, now superseded by ``to`` (``gone`` was merged into it:
     the statement that changed ``old`` lives on there), with the same reason. None when ``old`` is
     not superseded by ``gone`` (a retry, or changed since)."""
-    if old.status is not MemoryStatus.SUPERSEDED or old.superseded_by is None or old.superseded_by.memory_id != gone:
+    if not superseded_now_by(old, gone) or old.superseded_by is None:
         return None
     return old.model_copy(update={"superseded_by": old.superseded_by.model_copy(update={"memory_id": to}),
                                   "version": old.version + 1, "updated_at": now})
