@@ -44,6 +44,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import time
 import uuid
@@ -140,18 +141,21 @@ async def publish(bus: Bus, events: list[EventEnvelope], window: int = 512) -> f
 
 
 class TimedNeighbours:
-    """The similar-edge worker's port, timed: one memory-service round trip per memory."""
+    """The similar-edge worker's port, timed: one memory-service round trip per batch of memories
+    (``ms`` per round trip, ``sizes`` how many memories each asked for)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.ms: list[float] = []
+        self.sizes: list[int] = []
 
-    async def similar(self, task: Any, limit: int, min_score: float) -> SimilarMemoryList:
+    async def similar(self, tasks: Any, limit: int, min_score: float) -> list[SimilarMemoryList]:
         t0 = time.perf_counter()
         try:
-            return await self.inner.similar(task, limit, min_score)  # type: ignore[no-any-return]
+            return await self.inner.similar(tasks, limit, min_score)  # type: ignore[no-any-return]
         finally:
             self.ms.append((time.perf_counter() - t0) * 1000)
+            self.sizes.append(len(tasks))
 
 
 async def page_latencies(client: Client, tenant: str, repeats: int) -> tuple[list[float], list[float], int, int]:
@@ -523,9 +527,11 @@ async def similar_edges(args: argparse.Namespace, state: dict[str, Any], client:
     edges = await graph.pool.fetchval(
         f"SELECT count(*) FROM {graph_settings.graph_schema}.edges WHERE type = 'similar'")
     return (f"'similar' edges: {len(texts):,} real saves (LoCoMo turns, 16 at a time) through the bus in "
-            f"{saved_s:.0f} s; the worker was done {drained_s - saved_s:.1f} s after the last save. Per saved "
-            f"memory one SimilarMemories round trip to the memory service: {fmt(percentiles(timed.ms))} "
-            f"(its vector from the embedding cache, one dense search top-6 within the project, at "
+            f"{saved_s:.0f} s; the worker was done {drained_s - saved_s:.1f} s after the last save. "
+            f"{len(timed.ms):,} SimilarMemoriesMany round trips to the memory service for "
+            f"{sum(timed.sizes):,} memories (median {statistics.median(timed.sizes or [0]):.0f} a trip): "
+            f"{fmt(percentiles(timed.ms))} (the memories' vectors from their points, one batch of dense "
+            f"searches top-6 within the project, at "
             f"{vectors:,} vectors); {edges:,} edges ({edges / max(1, vectors):.1f} per memory, cosine ≥ "
             f"{graph_settings.graph_similar_min_score}, at most {graph_settings.graph_similar_limit})")
 

@@ -30,6 +30,8 @@ from contracts.graph import (
     RelatedMemories,
     RelatedMemoryList,
     SimilarMemories,
+    SimilarMemoriesMany,
+    SimilarMemoriesManyList,
 )
 from contracts.memory import Category, ForgetMemory, Provenance, SaveMemory, UpdateMemory
 from kit.client import Client, ServiceFailure
@@ -276,6 +278,28 @@ def test_similar_edges_come_from_the_memory_service_and_go_with_a_forget(stack: 
     stack.run(case())
 
 
+def test_a_burst_of_saves_over_projects_and_users_gets_edges_within_each(stack: Stack) -> None:
+    """The worker asks for a burst of saves together, a user's project at a time: near-identical
+    texts saved at once in two projects of one user and in another user's account are each linked
+    to their own project's texts only."""
+    alice, bob = tenant(), tenant()
+    texts = ["I drink green tea every morning", "Green tea is what I drink each morning",
+             "Every morning I have a cup of green tea"]
+
+    async def case() -> None:
+        saved = await asyncio.gather(*(stack.save(user, text, project=project)
+                                       for user, project in ((alice, "home"), (alice, "work"), (bob, "home"))
+                                       for text in texts))
+        groups = {alice: [set(saved[0:3]), set(saved[3:6])], bob: [set(saved[6:9])]}
+        for user, projects in groups.items():
+            want = {(a, b) for ids in projects for a in ids for b in ids if a != b}
+            edges = await until(lambda u=user, w=want: _having_similar(lambda: _similar_edges(stack, u), w),
+                                "each text linked to the others of its project")
+            assert set(edges) == want, "no edge leaves its user's project"
+
+    stack.run(case())
+
+
 def test_an_older_memory_gains_a_closer_neighbour_saved_after_it(stack: Stack) -> None:
     """Similarity is symmetric: a memory saved later is offered to its neighbours' lists, so the
     older memory gets the edge too; with a list of one, the closer newcomer replaces a weaker edge."""
@@ -390,7 +414,7 @@ def test_the_neighbours_query_answers_from_the_memorys_point_as_from_its_row(sta
         assert from_point.found and from_point.version == 1 and len(from_point.similar) == 3
         assert tea not in {str(s.memory_id) for s in from_point.similar}
         await index.delete([tea])  # as if its projection had not reached the index yet
-        assert await index.stored_dense(tea, ["tenant"]) is None
+        assert await index.stored_dense([tea], ["tenant"]) == {}
         from_row = await stack.client.ask(user, ask)
         assert from_row.found and from_row.version == 1
         assert [s.memory_id for s in from_row.similar] == [s.memory_id for s in from_point.similar]
@@ -398,6 +422,21 @@ def test_the_neighbours_query_answers_from_the_memorys_point_as_from_its_row(sta
         # the other tenant's and another project's callers learn nothing of it either way
         assert not (await stack.client.ask(tenant(), ask)).found
         assert not (await stack.client.ask(user, ask, project_scope="elsewhere")).found
+
+        # several at once (the graph's worker): each answered as alone, in the order asked — one from
+        # the read model (tea), one from its point, one unknown, one in another project
+        near = str(from_point.similar[0].memory_id)
+        away = await stack.save(user, "I drink black tea in the evening", project="q")
+        unknown = uuid.uuid4()
+        many = SimilarMemoriesMany(memory_ids=[uuid.UUID(tea), uuid.UUID(near), unknown, uuid.UUID(away)],
+                                   limit=3, min_score=-1.0)
+        both: SimilarMemoriesManyList = await stack.client.ask(user, many, project_scope="p")
+        assert [m.memory_id for m in both.memories] == many.memory_ids
+        alone = [await stack.client.ask(user, SimilarMemories(memory_id=i, limit=3, min_score=-1.0),
+                                        project_scope="p") for i in many.memory_ids]
+        assert [m.model_dump(exclude={"memory_id"}) for m in both.memories] == [a.model_dump() for a in alone]
+        assert [m.found for m in both.memories] == [True, True, False, False]
+        assert not any(m.found for m in (await stack.client.ask(tenant(), many)).memories)
 
         drinks = str(from_point.similar[0].memory_id)
         await stack.client.send(user, UpdateMemory(project="p", id=uuid.UUID(drinks),
@@ -527,6 +566,13 @@ def test_tenant_and_project_isolation_of_every_graph_query(stack: Stack) -> None
         found = await stack.client.ask(alice, SimilarMemories(memory_id=uuid.UUID(home), min_score=-1.0),
                                        project_scope="home")
         assert found.found and found.version == 1 and work not in {str(s.memory_id) for s in found.similar}
+        many = SimilarMemoriesMany(memory_ids=[uuid.UUID(home), uuid.UUID(work)], min_score=-1.0)
+        for asker, scope, sees in ((bob, None, None), (alice, "work", work), (alice, "home", home)):
+            answer: SimilarMemoriesManyList = await stack.client.ask(asker, many, project_scope=scope)
+            assert [str(m.memory_id) for m in answer.memories if m.found] == ([sees] if sees else [])
+            assert all(not m.similar for m in answer.memories if not m.found)
+            near = {str(s.memory_id) for m in answer.memories for s in m.similar}
+            assert not near & ({home, work} - {sees}), (asker, scope)  # nothing of the other project
 
         # a cursor of an unscoped walk does not open the other project to a scoped caller
         first = await stack.page(alice, limit=1)

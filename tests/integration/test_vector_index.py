@@ -719,22 +719,36 @@ asyncio.run(main())
     await idx.close()
 
 
-async def test_a_points_stored_dense_vector_and_fields_and_a_search_without_payloads(
+async def test_points_stored_dense_vectors_and_fields_and_searches_without_payloads(
     index: VectorIndex, corpus_points: list[VectorPoint]
 ) -> None:
-    """``stored_dense`` gives back the vector a point was written with and the payload fields asked
-    for (what the neighbours query reads instead of the read model); a dense search asked without
-    payloads finds the same ids with the same scores."""
+    """``stored_dense`` gives back the vectors points were written with and the payload fields asked
+    for (what the neighbours query reads instead of the read model), leaving out ids it does not
+    hold; a dense search asked without payloads finds the same ids with the same scores, and
+    ``nearest`` runs several such searches in one batch, each within its own filter."""
     tea = next(p for p in corpus_points if p.id == BY_KEY["tea"].id)
-    stored = await index.stored_dense(tea.id, ["tenant", "project"])
-    assert stored is not None
-    vector, fields = stored
+    other = next(p for p in corpus_points if p.payload["tenant"] != "alice")
+    unknown = str(uuid.uuid4())
+    stored = await index.stored_dense([tea.id, unknown, other.id], ["tenant", "project"])
+    assert set(stored) == {tea.id, other.id}
+    vector, fields = stored[tea.id]
     assert fields == {"tenant": "alice", "project": "home"}
     assert np.allclose(vector, np.asarray(tea.dense) / np.linalg.norm(tea.dense), atol=1e-5)
-    assert await index.stored_dense(str(uuid.uuid4()), ["tenant"]) is None
+    assert stored[other.id][1]["tenant"] == other.payload["tenant"]
+    assert await index.stored_dense([unknown], ["tenant"]) == {} and await index.stored_dense([], ["tenant"]) == {}
     flt = SearchFilter(tenant="alice", project="home")
     full = await index.search(dense=vector, sparse=None, filter=flt, limit=5, mode="dense")
     bare = await index.search(dense=vector, sparse=None, filter=flt, limit=5, mode="dense", with_payload=False)
     assert [h.id for h in bare] == [h.id for h in full] and full[0].id == tea.id
     assert [round(h.score, 5) for h in bare] == [round(h.score, 5) for h in full]
     assert all(h.payload == {} for h in bare) and all(h.payload for h in full)
+
+    other_flt = SearchFilter(tenant=str(other.payload["tenant"]))
+    alone = await index.search(dense=stored[other.id][0], sparse=None, filter=other_flt, limit=3, mode="dense")
+    batch = await index.nearest([(vector, flt), (stored[other.id][0], other_flt), (vector, other_flt)], 5)
+    assert [[h.id for h in hits] for hits in batch[:1]] == [[h.id for h in full]]
+    assert [round(h.score, 5) for h in batch[0]] == [round(h.score, 5) for h in full]
+    assert [h.id for h in batch[1][:3]] == [h.id for h in alone] and batch[1][0].id == other.id
+    assert tea.id not in {h.id for h in batch[2]}  # each query keeps to its own filter (tenant)
+    assert all(h.payload == {} for hits in batch for h in hits)
+    assert await index.nearest([], 5) == []

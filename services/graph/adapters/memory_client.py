@@ -1,11 +1,12 @@
-"""The memory service's nearest neighbours over the bus (:class:`contracts.graph.SimilarMemories`)."""
+"""The memory service's nearest neighbours over the bus (:class:`contracts.graph.SimilarMemoriesMany`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 from contracts.errors import ErrorCode
-from contracts.graph import SimilarMemories, SimilarMemoryList
+from contracts.graph import SimilarMemoriesMany, SimilarMemoriesManyList, SimilarMemoryList
 from kit.client import Client, ServiceFailure
 from services.graph.application.ports import NeighboursUnavailable, SimilarTask
 
@@ -14,15 +15,19 @@ class ClientNeighbours:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def similar(self, task: SimilarTask, limit: int, min_score: float) -> SimilarMemoryList:
-        """Asked with the memory's project as the scope: neighbours are found within its project."""
+    async def similar(self, tasks: Sequence[SimilarTask], limit: int, min_score: float) -> list[SimilarMemoryList]:
+        """Asked with the memories' project as the scope: neighbours are found within their project."""
+        tenant, project = tasks[0].tenant, tasks[0].project
+        if any(t.tenant != tenant or t.project != project for t in tasks):
+            raise ValueError("one ask is for one tenant's project")
         try:
-            found: SimilarMemoryList = await self.client.ask(
-                task.tenant, SimilarMemories(memory_id=UUID(task.memory_id), limit=limit, min_score=min_score),
-                project_scope=task.project,
+            found: SimilarMemoriesManyList = await self.client.ask(
+                tenant, SimilarMemoriesMany(memory_ids=[UUID(t.memory_id) for t in tasks], limit=limit,
+                                            min_score=min_score),
+                project_scope=project,
             )
         except ServiceFailure as exc:
             if exc.error.code is ErrorCode.NOT_FOUND:
-                return SimilarMemoryList(found=False, similar=[])
+                return [SimilarMemoryList(found=False, similar=[]) for _ in tasks]
             raise NeighboursUnavailable(str(exc)) from exc
-        return found
+        return [SimilarMemoryList.model_validate(m.model_dump(exclude={"memory_id"})) for m in found.memories]

@@ -137,6 +137,8 @@ class NeighboursUnavailable(Exception):
 
 
 class Neighbours(Protocol):
-    """The memory service's nearest neighbours of a memory (its vector index)."""
+    """The memory service's nearest neighbours of memories (its vector index)."""
 
-    async def similar(self, task: SimilarTask, limit: int, min_score: float) -> SimilarMemoryList: ...
+    async def similar(self, tasks: Sequence[SimilarTask], limit: int, min_score: float) -> list[SimilarMemoryList]:
+        """The neighbours of each of ``tasks`` (one tenant and project), in their order: one ask."""
+        ...

@@ -507,12 +507,28 @@ class EdgeVectorIndex(VectorIndex):
         """Exact number of points matching ``filter``."""
         return int(self._require().count(qe.CountRequest(exact=True, filter=self._filter(filter))))
 
-    async def stored_dense(self, id: str, fields: Sequence[str]) -> tuple[list[float], dict[str, Any]] | None:
-        """The point's stored dense vector and payload ``fields`` (one retrieve)."""
-        records = self._require().retrieve([_point_id(id)], list(fields), [DENSE_VECTOR])
-        if not records or not isinstance(records[0].vector, dict) or DENSE_VECTOR not in records[0].vector:
-            return None
-        return list(records[0].vector[DENSE_VECTOR]), dict(records[0].payload or {})
+    async def stored_dense(self, ids: Sequence[str], fields: Sequence[str]) -> dict[str, tuple[list[float], dict[str, Any]]]:
+        """Each point's stored dense vector and payload ``fields`` (one retrieve)."""
+        if not ids:
+            return {}
+        records = self._require().retrieve([_point_id(i) for i in ids], list(fields), [DENSE_VECTOR])
+        return {_point_id(r.id): (list(r.vector[DENSE_VECTOR]), dict(r.payload or {}))
+                for r in records if isinstance(r.vector, dict) and DENSE_VECTOR in r.vector}
+
+    async def nearest(self, queries: Sequence[tuple[Sequence[float], SearchFilter]], limit: int) -> list[list[SearchHit]]:
+        """Dense searches without payloads as one ``query_batch`` (see the port docs)."""
+        if not queries:
+            return []
+        for dense, flt in queries:
+            validate_search(dense=dense, sparse=None, filter=flt, limit=limit, mode="dense", dim=self.dim)
+        exact = qe.SearchParams(exact=True) if self.exact_search else None
+        batch = qe.QueryBatchRequest([
+            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(as_float_list(dense), using=DENSE_VECTOR),
+                            filter=self._filter(flt), with_payload=False, params=exact)
+            for dense, flt in queries
+        ])
+        return [[SearchHit(id=_point_id(p.id), score=float(p.score), payload={}) for p in points]
+                for points in self._require().query_batch(batch)]
 
     async def fingerprints(self, ids: Sequence[str]) -> dict[str, str | None]:
         """The stored fingerprint of each of ``ids`` the shard holds (one retrieve, ~5 µs a point)."""

@@ -310,14 +310,33 @@ class QdrantServerVectorIndex(VectorIndex):
         result = await self.client.count(self.collection, count_filter=self._filter(filter), exact=True)
         return int(result.count)
 
-    async def stored_dense(self, id: str, fields: Sequence[str]) -> tuple[list[float], dict[str, Any]] | None:
-        """The point's stored dense vector and payload ``fields`` (one retrieve)."""
-        found = await self.client.retrieve(self.collection, ids=[id], with_payload=list(fields),
+    async def stored_dense(self, ids: Sequence[str], fields: Sequence[str]) -> dict[str, tuple[list[float], dict[str, Any]]]:
+        """Each point's stored dense vector and payload ``fields`` (one retrieve)."""
+        if not ids:
+            return {}
+        found = await self.client.retrieve(self.collection, ids=list(ids), with_payload=list(fields),
                                            with_vectors=[DENSE_VECTOR])
-        vectors = found[0].vector if found else None
-        if not isinstance(vectors, dict) or not isinstance(vectors.get(DENSE_VECTOR), list):
-            return None
-        return [float(x) for x in vectors[DENSE_VECTOR]], dict(found[0].payload or {})
+        out: dict[str, tuple[list[float], dict[str, Any]]] = {}
+        for record in found:
+            vectors = record.vector
+            if isinstance(vectors, dict) and isinstance(vectors.get(DENSE_VECTOR), list):
+                out[str(uuid.UUID(str(record.id)))] = ([float(x) for x in vectors[DENSE_VECTOR]],
+                                                       dict(record.payload or {}))
+        return out
+
+    async def nearest(self, queries: Sequence[tuple[Sequence[float], SearchFilter]], limit: int) -> list[list[SearchHit]]:
+        """Dense searches without payloads as one ``query_batch_points`` (see the port docs)."""
+        if not queries:
+            return []
+        for dense, flt in queries:
+            validate_search(dense=dense, sparse=None, filter=flt, limit=limit, mode="dense", dim=self.dim)
+        responses = await self.client.query_batch_points(self.collection, requests=[
+            qm.QueryRequest(query=as_float_list(dense), using=DENSE_VECTOR, filter=self._filter(flt), limit=limit,
+                            with_payload=False)
+            for dense, flt in queries
+        ])
+        return [[SearchHit(id=str(uuid.UUID(str(p.id))), score=float(p.score), payload={}) for p in r.points]
+                for r in responses]
 
     async def fingerprints(self, ids: Sequence[str]) -> dict[str, str | None]:
         """The stored fingerprint of each of ``ids`` the collection holds (one retrieve)."""

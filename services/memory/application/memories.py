@@ -478,11 +478,9 @@ class Memories:
         if not held:
             return []
         dense = np.asarray(await asyncio.to_thread(content_vector, self.encoders.embedder, text))
-        candidates = []
-        for v in held:  # compared with each as a save's judgement compares it with a hit
-            stored = await self.index.stored_dense(str(v.id), ())
-            if stored is not None:
-                candidates.append(truth.candidate(v, float(dense @ np.asarray(stored[0]))))
+        stored = await self.index.stored_dense([str(v.id) for v in held], ())
+        candidates = [truth.candidate(v, float(dense @ np.asarray(stored[str(v.id)][0])))  # as a save's judgement
+                      for v in held if str(v.id) in stored]                              # compares with a hit
         candidates.sort(key=lambda c: -c.similarity)
         statement = truth.statement(base.model_copy(update={"content": text}), when)
         decisions = await asyncio.to_thread(decide_all, statement, candidates)

@@ -7,15 +7,24 @@ does not hold yet (its projection is behind) is read from the read model, and it
 way the projection indexes it (:meth:`MemoryProjection.memory_vector`: its sentence vectors come from
 the embedder's primed vectors or the embedding cache, so a memory saved a moment ago costs no model
 run). Then one dense search within the memory's project, tenant-filtered like every search, that
-returns ids and scores only. Scope: a memory outside the caller's project scope, or of another
+returns ids and scores only; several memories (:class:`contracts.graph.SimilarMemoriesMany`) take one
+read of their points and one batch of searches. Scope: a memory outside the caller's project scope, or of another
 tenant, is answered as unknown (``found`` false), exactly like one that does not exist.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
-from contracts.graph import SimilarMemories, SimilarMemory, SimilarMemoryList
+from contracts.graph import (
+    SimilarMemories,
+    SimilarMemoriesMany,
+    SimilarMemoriesManyList,
+    SimilarMemory,
+    SimilarMemoryList,
+    SimilarOf,
+)
 from contracts.memory import MemoryStatus
 from kit.service import Call
 from services.memory.application.ports import ReadModel
@@ -33,25 +42,43 @@ class SimilarSearch:
     async def similar(self, call: Call, q: SimilarMemories) -> SimilarMemoryList:
         """The memory's nearest active neighbours in its project with cosine similarity at least
         ``min_score``, best first (at most ``limit``); none for a forgotten or superseded memory."""
-        stored = await self.index.stored_dense(str(q.memory_id), _ROUTING)
-        if stored is not None and _routed(stored[1], call.tenant):
-            vector, point = stored
-            project, status, version = str(point["project"]), str(point["status"]), int(point["version"])
-        else:  # not indexed yet (or not this tenant's): the read model says
-            state = await self.store.get(call.tenant, q.memory_id)
-            if state is None:
-                return SimilarMemoryList(found=False, similar=[])
-            project, status, version = state.project, state.status.value, state.version
-            vector = None if state.status is not MemoryStatus.ACTIVE else await self.projection.encoders.memory_vector(state)
-        if not call.sees(project):
-            return SimilarMemoryList(found=False, similar=[])
-        if status != MemoryStatus.ACTIVE.value or vector is None:
-            return SimilarMemoryList(found=True, similar=[], version=version)
-        hits = await self.index.search(dense=vector, sparse=None, filter=active_filter(call.tenant, project),
-                                       limit=q.limit + 1, mode="dense", with_payload=False)
-        own = str(q.memory_id)
-        similar = [SimilarMemory(memory_id=h.id, score=h.score) for h in hits if h.id != own and h.score >= q.min_score]
-        return SimilarMemoryList(found=True, similar=similar[: q.limit], version=version)
+        (found,) = await self._of(call, [q.memory_id], q.limit, q.min_score)
+        return SimilarMemoryList.model_validate(found.model_dump(exclude={"memory_id"}))
+
+    async def similar_many(self, call: Call, q: SimilarMemoriesMany) -> SimilarMemoriesManyList:
+        """:meth:`similar` for each of several memories: one read of their points, one batch of searches."""
+        return SimilarMemoriesManyList(memories=await self._of(call, q.memory_ids, q.limit, q.min_score))
+
+    async def _of(self, call: Call, ids: list[UUID], limit: int, min_score: float) -> list[SimilarOf]:
+        stored = await self.index.stored_dense(list(dict.fromkeys(str(i) for i in ids)), _ROUTING)
+        answers: list[SimilarOf] = []
+        asks: list[tuple[int, list[float], str]] = []  # (answer's position, vector, project)
+        for memory_id in ids:
+            point = stored.get(str(memory_id))
+            if point is not None and _routed(point[1], call.tenant):
+                vector: list[float] | None = point[0]
+                project, status, version = (str(point[1]["project"]), str(point[1]["status"]),
+                                            int(point[1]["version"]))
+            else:  # not indexed yet (or not this tenant's): the read model says
+                state = await self.store.get(call.tenant, memory_id)
+                if state is None:
+                    answers.append(SimilarOf(memory_id=memory_id, found=False, similar=[]))
+                    continue
+                project, status, version = state.project, state.status.value, state.version
+                vector = (None if state.status is not MemoryStatus.ACTIVE
+                          else await self.projection.encoders.memory_vector(state))
+            if not call.sees(project):
+                answers.append(SimilarOf(memory_id=memory_id, found=False, similar=[]))
+                continue
+            answers.append(SimilarOf(memory_id=memory_id, found=True, similar=[], version=version))
+            if status == MemoryStatus.ACTIVE.value and vector is not None:
+                asks.append((len(answers) - 1, vector, project))
+        found = await self.index.nearest([(v, active_filter(call.tenant, p)) for _, v, p in asks], limit + 1)
+        for (at, _, _), hits in zip(asks, found, strict=True):
+            own = str(answers[at].memory_id)
+            answers[at].similar = [SimilarMemory(memory_id=h.id, score=h.score) for h in hits
+                                   if h.id != own and h.score >= min_score][:limit]
+        return answers
 
 
 #: what a memory's point says of it that answers a SimilarMemories (besides its vector)

@@ -158,9 +158,15 @@ class VectorIndex(Protocol):
         with_payload: bool = True,
     ) -> list[SearchHit]: ...
 
-    async def stored_dense(self, id: str, fields: Sequence[str]) -> tuple[list[float], dict[str, Any]] | None:
-        """The dense vector stored with point ``id`` and its payload's ``fields`` (None when the index
-        does not hold it). Not tenant-filtered: the caller checks the payload's ``tenant``."""
+    async def stored_dense(self, ids: Sequence[str], fields: Sequence[str]) -> dict[str, tuple[list[float], dict[str, Any]]]:
+        """The dense vector stored with each of points ``ids`` and its payload's ``fields`` (one read);
+        ids the index does not hold are left out. Not tenant-filtered: the caller checks the payload's
+        ``tenant``."""
+        ...
+
+    async def nearest(self, queries: Sequence[tuple[Sequence[float], SearchFilter]], limit: int) -> list[list[SearchHit]]:
+        """Several dense searches, each within its filter, planned as one batch; hits carry ids and
+        scores only (no payload). One list of at most ``limit`` hits per query, in the order asked."""
         ...
 
     async def count(self, filter: SearchFilter) -> int: ...
