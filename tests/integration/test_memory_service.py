@@ -361,6 +361,51 @@ async def test_an_edit_that_takes_a_change_back_brings_back_what_it_had_supersed
         assert [w["memory_id"] for w in new.get("supersedes", [])] == ([lisbon["memory_id"]] if kept else []), new
 
 
+async def test_an_edit_stopped_before_it_brought_back_what_it_withdrew_is_finished_by_its_retry(
+    app: MemoryApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edit of "I moved to Porto last month" into "I like port wine…" wrote its new version, then
+    the service stopped before Lisbon was current again. The command comes again (the bus redelivers
+    it, or the client retries with its key): Lisbon is brought back, and the answer is the edit's
+    (updated, the new version), not "unchanged"."""
+    user = "resumed-" + uuid.uuid4().hex[:8]
+    run = partial(done_ok, app, user)
+    lisbon = await run("save_memory", {"content": "I live in Lisbon"})
+    porto = await run("save_memory", {"content": "I moved to Porto last month"})
+    assert porto["supersedes"] == [lisbon["memory_id"]], porto
+    memories = app.service.memories
+    reinstate = memories._reinstate
+
+    async def stops(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(memories, "_reinstate", stops)
+    edit = cmd("update_memory", {"id": porto["memory_id"], "content": "I like port wine from the Douro valley"},
+               tenant=user)
+    with pytest.raises(RuntimeError):
+        await app.service.handle_command(edit)
+
+    async def get(memory_id: str) -> dict:  # type: ignore[type-arg]
+        found = await app.service.handle_query(QueryEnvelope(type="get_memory", tenant=user,
+                                                             payload={"memory_id": memory_id}))
+        return found.result  # type: ignore[no-any-return]
+
+    assert (await get(lisbon["memory_id"]))["status"] == "superseded"  # half-way: Lisbon still hidden
+    assert (await get(porto["memory_id"]))["version"] == 2
+    monkeypatch.setattr(memories, "_reinstate", reinstate)
+    again = await app.service.handle_command(edit)
+    assert again.ok, again.error
+    assert again.result["updated"] and again.result["version"] == 2, again.result
+    assert again.result.get("reinstated") == [lisbon["memory_id"]], again.result
+    assert (await get(lisbon["memory_id"]))["status"] == "active"
+    assert not (await get(porto["memory_id"])).get("supersedes")
+    third = await app.service.handle_command(edit)  # its outcome is kept now: the same answer
+    assert third.result == again.result
+    other_key = await app.service.handle_command(cmd("update_memory", {
+        "id": porto["memory_id"], "content": "I like port wine from the Douro valley"}, tenant=user))
+    assert other_key.ok and not other_key.result["updated"]  # the same edit under a new key changes nothing
+
+
 async def test_projects_and_profile(app: MemoryApp) -> None:
     await app.service.handle_command(cmd("save_memory", {"content": "Sprint ends Friday", "project": "work"}))
     await app.service.handle_command(

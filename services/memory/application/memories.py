@@ -440,6 +440,7 @@ class Memories:
         withdrawn = await self._withdrawn(call, found, cmd.content, when) if found is not None else []
         added: list[Supersession] = []
         written: list[MemoryState] = []  # the new version (what the memories withdrawn are checked against)
+        resumed: list[MemoryState] = []  # the version a first attempt of this command wrote
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
@@ -449,6 +450,9 @@ class Memories:
             new_state = model.update(current, cmd, now)
             if new_state is None:
                 added[:] = current.supersedes  # (a retry whose first attempt stopped half-way: idempotent)
+                if loaded[0].causation_id == call.command_id and loaded[0].type == MemoryEventType.UPDATED.value:
+                    resumed[:] = [current]  # ... which answers as that attempt did
+                    return Answer(_saved(current, created=False))
                 return Answer(_unchanged(current))
             new_state, added[:] = _judged_version(current, truth.new_content(current, new_state, when), p)
             new_state = new_state.model_copy(update={"supersedes": [w for w in new_state.supersedes
@@ -459,6 +463,12 @@ class Memories:
         # with memories to supersede or bring back, the outcome is recorded once they are (kit's runtime)
         reply = await self._write(call, memory_id, decide, outcome=not p.supersede and not withdrawn)
         assert reply is not None
+        if resumed and found is not None:  # a retry: what its first attempt withdrew may not be back yet
+            states = [model.state_of(e) for e, _ in await self.events.history(
+                memory_subject(self.names, call.tenant, memory_id))]
+            before = next((v for v in reversed(states) if v.version < resumed[0].version), None)
+            withdrawn = await self._withdrawn(call, before, cmd.content, when) if before is not None else []
+            written[:] = resumed
         if added:
             await self._carry_out(call, reply.memory_id, added)
         if withdrawn and written and written[0].status is MemoryStatus.ACTIVE:
