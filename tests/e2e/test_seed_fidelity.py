@@ -101,18 +101,21 @@ async def test_recall_shows_the_previous_version_similar_memories_and_the_log_ov
     assert lines[1].startswith("Legend:") and "← vN" in lines[1] and "~ a similar memory" in lines[1]
     first = next(i for i, line in enumerate(lines) if updated["memory_id"] in line)
     assert "↻v2 · from log 2026-11-28 (turns 0)" in lines[first]
-    related = lines[first + 1]
-    assert related.startswith("    ← v1 “The user drinks black coffee every morning”"), text
-    assert "~ [" in related, text  # the other tea memory is a hit of the same recall, named by its rank
+    # the hit's relations, on the line under it (the built-in extractor's memory of the log, when it
+    # lands before the update, may add a ⇐ before them: the update supersedes it)
+    related = lines[first + 1].strip().split(" · ")
+    assert "← v1 “The user drinks black coffee every morning”" in related, text
+    assert all(r[0] in "←~⇐" for r in related), text
+    assert any(r.startswith("~ [") for r in related), text  # the other tea memory is a hit of the same recall
 
     async with httpx.AsyncClient(timeout=30) as http:
         r = await http.post(running.base_url + "/v1/recall", headers={"Authorization": f"Bearer {running.key}"},
                             json={"query": "what does the user drink every morning?", "project": tag})
     assert r.status_code == 200, r.text
     hit = next(h for h in r.json()["hits"] if h["memory"]["id"] == updated["memory_id"])
-    assert hit["relations"][0] == {"kind": "previous_version", "memory_id": updated["memory_id"], "version": 1,
-                                   "score": None, "rank": None,
-                                   "excerpt": "The user drinks black coffee every morning"}
+    assert [r for r in hit["relations"] if r["kind"] == "previous_version"] == [{
+        "kind": "previous_version", "memory_id": updated["memory_id"], "version": 1, "score": None, "rank": None,
+        "excerpt": "The user drinks black coffee every morning"}]
     similar = [r for r in hit["relations"] if r["kind"] == "similar"]
     assert similar and similar[0]["score"] >= 0.6 and similar[0]["rank"] is not None
     assert len(hit["relations"]) <= 4 and len(hit["documents"]) <= 3
