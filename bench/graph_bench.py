@@ -528,7 +528,7 @@ async def similar_edges(args: argparse.Namespace, state: dict[str, Any], client:
         f"SELECT count(*) FROM {graph_settings.graph_schema}.edges WHERE type = 'similar'")
     return (f"'similar' edges: {len(texts):,} real saves (LoCoMo turns, 16 at a time) through the bus in "
             f"{saved_s:.0f} s; the worker was done {drained_s - saved_s:.1f} s after the last save. "
-            f"{len(timed.ms):,} SimilarMemoriesMany round trips to the memory service for "
+            f"{len(timed.ms):,} SimilarMemories round trips to the memory service for "
             f"{sum(timed.sizes):,} memories (median {statistics.median(timed.sizes or [0]):.0f} a trip): "
             f"{fmt(percentiles(timed.ms))} (the memories' vectors from their points, one batch of dense "
             f"searches top-6 within the project, at "

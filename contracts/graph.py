@@ -105,12 +105,17 @@ class GraphPage(BaseModel):
     total: int = Field(description="nodes matching the filters, over all pages")
 
 
+MAX_SIMILAR_MEMORIES = 64
+
+
 class SimilarMemories(BaseModel):
-    """A memory's nearest neighbours in the vector index (memory service; used by the graph)."""
+    """Memories' nearest neighbours in the vector index, one read of their vectors and one batch of
+    searches (memory service: the graph's similar-edge worker asks for a burst of saves, a recall's
+    ``~`` markers for the hits the graph has not caught up with)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_id: UUID
+    memory_ids: list[UUID] = Field(min_length=1, max_length=MAX_SIMILAR_MEMORIES)
     limit: int = Field(5, ge=1, le=MAX_SIMILAR)
     min_score: float = Field(0.6, ge=-1.0, le=1.0)
 
@@ -127,25 +132,11 @@ class SimilarMemoryList(BaseModel):
                                 "current one in the memory service's read model)")
 
 
-MAX_SIMILAR_MANY = 64
-
-
-class SimilarMemoriesMany(BaseModel):
-    """Several memories' nearest neighbours in one ask: one read of their vectors and one batch of
-    searches (memory service; the graph's similar-edge worker asks for what it has queued)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    memory_ids: list[UUID] = Field(min_length=1, max_length=MAX_SIMILAR_MANY)
-    limit: int = Field(5, ge=1, le=MAX_SIMILAR)
-    min_score: float = Field(0.6, ge=-1.0, le=1.0)
-
-
 class SimilarOf(SimilarMemoryList):
     memory_id: UUID
 
 
-class SimilarMemoriesManyList(BaseModel):
+class SimilarMemoriesResult(BaseModel):
     memories: list[SimilarOf] = Field(description="one per asked memory, in the order asked")
 
 
@@ -179,5 +170,4 @@ class RelatedMemoryList(BaseModel):
 
 query(GRAPH, "graph_page", result=GraphPage)(GraphPageQuery)
 query(GRAPH, "related_memories", result=RelatedMemoryList)(RelatedMemories)
-query(MEMORY, "similar_memories", result=SimilarMemoryList)(SimilarMemories)
-query(MEMORY, "similar_memories_many", result=SimilarMemoriesManyList)(SimilarMemoriesMany)
+query(MEMORY, "similar_memories", result=SimilarMemoriesResult)(SimilarMemories)

@@ -114,7 +114,7 @@ class Operations:
         (:class:`RelatedMemories`: the neighbours found once, when each memory was saved), together
         with the revised hits' histories; only a hit the graph has not caught up with (just saved or
         changed, or a graph that does not answer) is asked of the memory service's vector index
-        (:class:`SimilarMemories`, one search each)."""
+        (:class:`SimilarMemories`, one ask for all of them: a batch of searches)."""
         deadline = time.monotonic() + budget_s
         revised, best = relations.wanted(hits)
         asks: dict[tuple[str, Any], asyncio.Task[Any]] = {
@@ -133,10 +133,10 @@ class Operations:
                 self._graph_off_until = time.monotonic() + SIMILAR_RETRY_S
                 log.info("graph related memories unavailable (%s); recall asks the memory service for %.0f s",
                          error, SIMILAR_RETRY_S)
-        if time.monotonic() >= self._similar_off_until:
-            asks.update({("similar", i): asyncio.ensure_future(self._ask(c, SimilarMemories(
-                memory_id=i, limit=relations.SIMILAR_PER_HIT + 1, min_score=relations.SIMILAR_MIN_SCORE)))
-                for i in best if i not in similar})
+        behind = [i for i in best if i not in similar]
+        if behind and time.monotonic() >= self._similar_off_until:
+            asks[("similar", None)] = asyncio.ensure_future(self._ask(c, SimilarMemories(
+                memory_ids=behind, limit=relations.SIMILAR_PER_HIT + 1, min_score=relations.SIMILAR_MIN_SCORE)))
         if asks:
             await asyncio.wait(asks.values(), timeout=max(deadline - time.monotonic(), 0.001))
         histories: dict[Any, MemoryHistory] = {}
@@ -145,8 +145,10 @@ class Operations:
                 task.cancel()
                 continue
             error = task.exception()
-            if error is None:
-                (histories if kind == "history" else similar)[i] = task.result()
+            if error is None and kind == "history":
+                histories[i] = task.result()
+            elif error is None:
+                similar.update({m.memory_id: m for m in task.result().memories})
             elif kind == "similar" and isinstance(error, ServiceFailure) and error.error.code in _NOT_ANSWERED:
                 # a memory service without SimilarMemories ("unknown query"), or none: not asked again for a while
                 self._similar_off_until = time.monotonic() + SIMILAR_RETRY_S

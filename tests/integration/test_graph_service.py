@@ -30,8 +30,8 @@ from contracts.graph import (
     RelatedMemories,
     RelatedMemoryList,
     SimilarMemories,
-    SimilarMemoriesMany,
-    SimilarMemoriesManyList,
+    SimilarMemoriesResult,
+    SimilarOf,
 )
 from contracts.memory import Category, ForgetMemory, Provenance, SaveMemory, UpdateMemory
 from kit.client import Client, ServiceFailure
@@ -409,45 +409,52 @@ def test_the_neighbours_query_answers_from_the_memorys_point_as_from_its_row(sta
         for text in ("Green tea is what I have at breakfast", "I brew a pot of herbal tea after lunch",
                      "The quarterly tax report is due in April", "My morning drink is a cup of tea"):
             await stack.save(user, text, project="p")
-        ask = SimilarMemories(memory_id=uuid.UUID(tea), limit=3, min_score=-1.0)
-        from_point = await stack.client.ask(user, ask)
+        ask = partial(similar_of, stack, user, tea, limit=3, min_score=-1.0)
+        from_point = await ask()
         assert from_point.found and from_point.version == 1 and len(from_point.similar) == 3
         assert tea not in {str(s.memory_id) for s in from_point.similar}
         await index.delete([tea])  # as if its projection had not reached the index yet
         assert await index.stored_dense([tea], ["tenant"]) == {}
-        from_row = await stack.client.ask(user, ask)
+        from_row = await ask()
         assert from_row.found and from_row.version == 1
         assert [s.memory_id for s in from_row.similar] == [s.memory_id for s in from_point.similar]
         assert [round(s.score, 5) for s in from_row.similar] == [round(s.score, 5) for s in from_point.similar]
         # the other tenant's and another project's callers learn nothing of it either way
-        assert not (await stack.client.ask(tenant(), ask)).found
-        assert not (await stack.client.ask(user, ask, project_scope="elsewhere")).found
+        assert not (await similar_of(stack, tenant(), tea, limit=3, min_score=-1.0)).found
+        assert not (await ask(scope="elsewhere")).found
 
         # several at once (the graph's worker): each answered as alone, in the order asked — one from
         # the read model (tea), one from its point, one unknown, one in another project
         near = str(from_point.similar[0].memory_id)
         away = await stack.save(user, "I drink black tea in the evening", project="q")
         unknown = uuid.uuid4()
-        many = SimilarMemoriesMany(memory_ids=[uuid.UUID(tea), uuid.UUID(near), unknown, uuid.UUID(away)],
+        many = SimilarMemories(memory_ids=[uuid.UUID(tea), uuid.UUID(near), unknown, uuid.UUID(away)],
                                    limit=3, min_score=-1.0)
-        both: SimilarMemoriesManyList = await stack.client.ask(user, many, project_scope="p")
+        both: SimilarMemoriesResult = await stack.client.ask(user, many, project_scope="p")
         assert [m.memory_id for m in both.memories] == many.memory_ids
-        alone = [await stack.client.ask(user, SimilarMemories(memory_id=i, limit=3, min_score=-1.0),
-                                        project_scope="p") for i in many.memory_ids]
-        assert [m.model_dump(exclude={"memory_id"}) for m in both.memories] == [a.model_dump() for a in alone]
+        alone = [await similar_of(stack, user, str(i), scope="p", limit=3, min_score=-1.0) for i in many.memory_ids]
+        assert both.memories == alone
         assert [m.found for m in both.memories] == [True, True, False, False]
         assert not any(m.found for m in (await stack.client.ask(tenant(), many)).memories)
 
         drinks = str(from_point.similar[0].memory_id)
         await stack.client.send(user, UpdateMemory(project="p", id=uuid.UUID(drinks),
                                                    content="Coffee is what I have at breakfast"))
-        updated = await stack.client.ask(user, SimilarMemories(memory_id=uuid.UUID(drinks), limit=3, min_score=-1.0))
+        updated = await similar_of(stack, user, drinks, limit=3, min_score=-1.0)
         assert updated.found and updated.version == 2  # the point's version is the memory's current one
         await stack.client.send(user, ForgetMemory(memory_id=uuid.UUID(drinks)))
-        gone = await stack.client.ask(user, SimilarMemories(memory_id=uuid.UUID(drinks), limit=3, min_score=-1.0))
+        gone = await similar_of(stack, user, drinks, limit=3, min_score=-1.0)
         assert gone.found and gone.similar == [] and gone.version == 3
 
     stack.run(case())
+
+
+async def similar_of(stack: Stack, user: str, memory_id: str, *, scope: str | None = None, **kw: Any) -> SimilarOf:
+    """The memory service's neighbours of one memory (``SimilarMemories`` asked for it alone)."""
+    found: SimilarMemoriesResult = await stack.client.ask(
+        user, SimilarMemories(memory_ids=[uuid.UUID(memory_id)], **kw), project_scope=scope)
+    (one,) = found.memories
+    return one
 
 
 async def _similar_edges(stack: Stack, user: str) -> dict[tuple[str, str], float]:
@@ -485,7 +492,7 @@ def test_related_memories_serve_a_recalls_markers_from_the_similar_edges(stack: 
         other = await stack.save(user, "Green tea is my favourite drink at work", project="work")
         await until(lambda: _settled(stack), "the similar queue drained", timeout=60)
         await until(lambda: _having_similar(partial(_similar_edges, stack, user), {(tea, drinks)}), "tea's edges")
-        index = await stack.client.ask(user, SimilarMemories(memory_id=uuid.UUID(tea), limit=4))
+        index = await similar_of(stack, user, tea, limit=4)
         nearest = [str(s.memory_id) for s in index.similar if str(s.memory_id) != tea][:3]
 
         async def caught_up() -> bool:  # the last save's round can still be queued behind the first ones'
@@ -560,15 +567,13 @@ def test_tenant_and_project_isolation_of_every_graph_query(stack: Stack) -> None
 
         # the memory service's neighbours query (behind 'similar' edges) keeps the same walls
         for asker, scope in ((bob, None), (alice, "work")):
-            found = await stack.client.ask(asker, SimilarMemories(memory_id=uuid.UUID(home), min_score=-1.0),
-                                           project_scope=scope)
+            found = await similar_of(stack, asker, home, scope=scope, min_score=-1.0)
             assert not found.found and found.similar == []
-        found = await stack.client.ask(alice, SimilarMemories(memory_id=uuid.UUID(home), min_score=-1.0),
-                                       project_scope="home")
+        found = await similar_of(stack, alice, home, scope="home", min_score=-1.0)
         assert found.found and found.version == 1 and work not in {str(s.memory_id) for s in found.similar}
-        many = SimilarMemoriesMany(memory_ids=[uuid.UUID(home), uuid.UUID(work)], min_score=-1.0)
+        many = SimilarMemories(memory_ids=[uuid.UUID(home), uuid.UUID(work)], min_score=-1.0)
         for asker, scope, sees in ((bob, None, None), (alice, "work", work), (alice, "home", home)):
-            answer: SimilarMemoriesManyList = await stack.client.ask(asker, many, project_scope=scope)
+            answer: SimilarMemoriesResult = await stack.client.ask(asker, many, project_scope=scope)
             assert [str(m.memory_id) for m in answer.memories if m.found] == ([sees] if sees else [])
             assert all(not m.similar for m in answer.memories if not m.found)
             near = {str(s.memory_id) for m in answer.memories for s in m.similar}

@@ -18,8 +18,9 @@ from contracts.graph import (
     RelatedMemory,
     RelatedMemoryList,
     SimilarMemories,
+    SimilarMemoriesResult,
     SimilarMemory,
-    SimilarMemoryList,
+    SimilarOf,
 )
 from contracts.memory import MemoryHistoryQuery, ProjectInfo, ProjectList, RecallHit, RecallResult
 from kit.client import ServiceFailure
@@ -139,7 +140,9 @@ class SlowClient:
             raise ServiceFailure(ErrorBody(code=self.similar_error, message="unknown query 'similar_memories'"))
         if isinstance(query, SimilarMemories | MemoryHistoryQuery):
             await asyncio.sleep(self.delay_s)
-            return SimilarMemoryList(found=True, similar=[]) if isinstance(query, SimilarMemories) else None
+            return SimilarMemoriesResult(memories=[SimilarOf(memory_id=i, found=True, similar=[])
+                                                   for i in query.memory_ids]) \
+                if isinstance(query, SimilarMemories) else None
         return RecallResult(hits=[RecallHit.model_validate(HIT)])
 
 

@@ -1,4 +1,4 @@
-"""The memory service's nearest neighbours over the bus (:class:`contracts.graph.SimilarMemoriesMany`)."""
+"""The memory service's nearest neighbours over the bus (:class:`contracts.graph.SimilarMemories`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from contracts.errors import ErrorCode
-from contracts.graph import SimilarMemoriesMany, SimilarMemoriesManyList, SimilarMemoryList
+from contracts.graph import SimilarMemories, SimilarMemoriesResult, SimilarMemoryList
 from kit.client import Client, ServiceFailure
 from services.graph.application.ports import NeighboursUnavailable, SimilarTask
 
@@ -21,9 +21,9 @@ class ClientNeighbours:
         if any(t.tenant != tenant or t.project != project for t in tasks):
             raise ValueError("one ask is for one tenant's project")
         try:
-            found: SimilarMemoriesManyList = await self.client.ask(
-                tenant, SimilarMemoriesMany(memory_ids=[UUID(t.memory_id) for t in tasks], limit=limit,
-                                            min_score=min_score),
+            found: SimilarMemoriesResult = await self.client.ask(
+                tenant, SimilarMemories(memory_ids=[UUID(t.memory_id) for t in tasks], limit=limit,
+                                        min_score=min_score),
                 project_scope=project,
             )
         except ServiceFailure as exc:

@@ -4,7 +4,7 @@ projection, off the projection's path.
 The projection queues a memory (tenant, id, version) in the transaction that writes its node (a new
 memory, a new version, a memory saved again after being forgotten); this worker drains the queue:
 it asks the memory service for the neighbours of what is due, a tenant's project at a time
-(:class:`contracts.graph.SimilarMemoriesMany`: one read and one batch of searches in its vector
+(:class:`contracts.graph.SimilarMemories`: one read and one batch of searches in its vector
 index, within the project; a burst of saves is gathered for ``linger_s`` first) and replaces each
 memory's ``similar`` edges — only if the queue still holds that version, so a late answer never
 overwrites a newer one, and a second worker or a retry writes the same edges again (idempotent). Similarity is symmetric, so the memory is offered
@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 
-from contracts.graph import MAX_SIMILAR_MANY
+from contracts.graph import MAX_SIMILAR_MEMORIES
 from services.graph.application.ports import GraphStore, Neighbours, NeighboursUnavailable, SimilarTask
 
 log = logging.getLogger("engram.graph.similar")
@@ -35,7 +35,7 @@ class SimilarEdges:
         self.neighbours = neighbours
         self.limit = limit
         self.min_score = min_score
-        self.batch = min(batch, MAX_SIMILAR_MANY)
+        self.batch = min(batch, MAX_SIMILAR_MEMORIES)
         self.retry_delay_s = retry_delay_s
         self.max_attempts = max_attempts
         self.linger_s = linger_s

@@ -47,7 +47,7 @@ from contracts.daily_logs import (
     UpdateLogStatus,
 )
 from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply, utcnow
-from contracts.graph import SimilarMemories, SimilarMemoriesMany
+from contracts.graph import SimilarMemories
 from contracts.memory import (
     ForgetMemory,
     GetMemory,
@@ -154,7 +154,6 @@ class MemoryService:
                 GetProfile: self.reads.profile, GetUnprocessedLogs: self.daily_logs.unprocessed,
                 GetDailyLog: self.daily_logs.get, ListDailyLogs: self.daily_logs.list_logs, GetExtractionTasks: self.extraction.list_tasks,
                 GetExtractionResults: self.extraction.list_results, SimilarMemories: self.similar.similar,
-                SimilarMemoriesMany: self.similar.similar_many,
                 **({ExportPage: self.portability.export_page} if self.portability else {})}
 
     def forget_caches(self, tenant: str) -> None:

@@ -7,8 +7,7 @@ does not hold yet (its projection is behind) is read from the read model, and it
 way the projection indexes it (:meth:`MemoryProjection.memory_vector`: its sentence vectors come from
 the embedder's primed vectors or the embedding cache, so a memory saved a moment ago costs no model
 run). Then one dense search within the memory's project, tenant-filtered like every search, that
-returns ids and scores only; several memories (:class:`contracts.graph.SimilarMemoriesMany`) take one
-read of their points and one batch of searches. Scope: a memory outside the caller's project scope, or of another
+returns ids and scores only (one read of the asked memories' points, one batch of searches). Scope: a memory outside the caller's project scope, or of another
 tenant, is answered as unknown (``found`` false), exactly like one that does not exist.
 """
 
@@ -17,14 +16,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from contracts.graph import (
-    SimilarMemories,
-    SimilarMemoriesMany,
-    SimilarMemoriesManyList,
-    SimilarMemory,
-    SimilarMemoryList,
-    SimilarOf,
-)
+from contracts.graph import SimilarMemories, SimilarMemoriesResult, SimilarMemory, SimilarOf
 from contracts.memory import MemoryStatus
 from kit.service import Call
 from services.memory.application.ports import ReadModel
@@ -39,15 +31,11 @@ class SimilarSearch:
         self.index = index
         self.projection = projection
 
-    async def similar(self, call: Call, q: SimilarMemories) -> SimilarMemoryList:
-        """The memory's nearest active neighbours in its project with cosine similarity at least
-        ``min_score``, best first (at most ``limit``); none for a forgotten or superseded memory."""
-        (found,) = await self._of(call, [q.memory_id], q.limit, q.min_score)
-        return SimilarMemoryList.model_validate(found.model_dump(exclude={"memory_id"}))
-
-    async def similar_many(self, call: Call, q: SimilarMemoriesMany) -> SimilarMemoriesManyList:
-        """:meth:`similar` for each of several memories: one read of their points, one batch of searches."""
-        return SimilarMemoriesManyList(memories=await self._of(call, q.memory_ids, q.limit, q.min_score))
+    async def similar(self, call: Call, q: SimilarMemories) -> SimilarMemoriesResult:
+        """Each memory's nearest active neighbours in its project with cosine similarity at least
+        ``min_score``, best first (at most ``limit``); none for a forgotten or superseded memory. One
+        read of the memories' points, one batch of searches."""
+        return SimilarMemoriesResult(memories=await self._of(call, q.memory_ids, q.limit, q.min_score))
 
     async def _of(self, call: Call, ids: list[UUID], limit: int, min_score: float) -> list[SimilarOf]:
         stored = await self.index.stored_dense(list(dict.fromkeys(str(i) for i in ids)), _ROUTING)
