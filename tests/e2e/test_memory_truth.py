@@ -531,3 +531,33 @@ def test_a_flag_against_a_forgotten_memory_is_moot_and_a_forgotten_memory_is_nev
         assert both["settled"], both
         hits = h.post("/recall", json={"query": "What are my pets called?", "project": project}).json()["hits"]
         assert {x["memory"]["content"] for x in hits} == {"My dog is called Bruno", "My cat is called Tom"}, hits
+
+
+def test_a_flag_against_a_superseded_memory_is_moot(running: Any) -> None:
+    """"My horse is called Star", then "My horse is called Comet" and "My horse is called Blaze", each
+    flagged against what came before it. Settling Blaze over Star supersedes Star: the pairs naming
+    Star leave the conflicts list (only one of each is current), and what stays is between current
+    memories."""
+    project = "moot-" + uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        star = h.post("/memories", json={"content": "My horse is called Star", "project": project}).json()
+        comet = h.post("/memories", json={"content": "My horse is called Comet", "project": project}).json()
+        blaze = h.post("/memories", json={"content": "My horse is called Blaze", "project": project}).json()
+        assert comet["flagged"] == [star["memory_id"]], comet
+        assert star["memory_id"] in blaze["flagged"], blaze
+
+        def conflicts() -> set[tuple[str, str]]:
+            listed = h.get("/memories/conflicts", params={"project": project}).json()["conflicts"]
+            return {(c["memory"]["id"], c["other"]["id"]) for c in listed}
+
+        assert (comet["memory_id"], star["memory_id"]) in conflicts()
+        settled = h.post("/memories/conflicts/settle", json={"memory_id": blaze["memory_id"],
+                                                               "other_id": star["memory_id"], "keep": "memory"})
+        assert settled.status_code == 200 and settled.json()["superseded"] == star["memory_id"], settled.text
+        assert h.get(f"/memories/{star['memory_id']}").json()["status"] == "superseded"
+        left = conflicts()
+        assert not any(star["memory_id"] in pair for pair in left), left
+        assert left <= {(blaze["memory_id"], comet["memory_id"])}, left
+        refused = h.post("/memories/conflicts/settle", json={"memory_id": comet["memory_id"],
+                                                              "other_id": star["memory_id"], "keep": "other"})
+        assert refused.status_code == 409 and refused.json()["error"]["field"] == "keep", refused.text

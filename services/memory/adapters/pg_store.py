@@ -392,14 +392,15 @@ class MemoryStore(ReadModel):
         return [_view(r) for r in rows]
 
     async def conflicted(self, tenant: str, project: str | None, limit: int) -> list[MemoryState]:
-        """The tenant's active memories carrying an open flag (within ``project``) against a memory
-        that is not forgotten, newest first (a flag against a forgotten memory is moot)."""
+        """The tenant's active memories carrying an open flag (within ``project``) against another
+        active memory, newest first (a flag against a forgotten or superseded memory is moot: only one
+        of the two is current)."""
         rows = await self.pool.fetch(
             f"""SELECT {_COLUMNS} FROM {self.s}.memories m
                 WHERE tenant = $1 AND truth ? 'conflicts' AND status = 'active' AND ($2::text IS NULL OR project = $2)
                   AND EXISTS (SELECT 1 FROM jsonb_array_elements(m.truth -> 'conflicts') AS c
                               JOIN {self.s}.memories o ON o.tenant = m.tenant AND o.id = (c ->> 'memory_id')::uuid
-                              WHERE o.status <> 'forgotten')
+                              WHERE o.status = 'active')
                 ORDER BY updated_at DESC LIMIT $3""", tenant, project, limit)
         return [_state(r) for r in rows]
 

@@ -1008,8 +1008,10 @@ class MemoryReads:
         """The open flags of the caller's memories (within its project), most confident first."""
         project = call.search_project(q.project)
         flagged = await self.store.conflicted(call.tenant, project, q.limit)
-        # (a flag against a forgotten memory is moot)
-        others = nameable(await self.store.views(call.tenant, list({c.memory_id for st in flagged for c in st.conflicts})))
+        # (a flag against a forgotten or superseded memory is moot)
+        others = {i: v for i, v in (await self.store.views(call.tenant, list({c.memory_id for st in flagged
+                                                                              for c in st.conflicts}))).items()
+                  if v.status is MemoryStatus.ACTIVE}
         out = [ConflictView(memory=abridged(MemoryView.model_validate(st.model_dump())), other=abridged(others[c.memory_id]),
                             reason=c.reason, confidence=c.confidence)
                for st in flagged for c in st.conflicts if c.memory_id in others and call.sees(others[c.memory_id].project)]
