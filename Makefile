@@ -13,8 +13,13 @@ CONFORMANCE := tools/conformance/node_modules/.installed
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer")'
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet --retries 10 --upgrade pip
+	@# a download that breaks off half-way (IncompleteRead) is not among pip's own retries: twice more
+	@for i in 1 2 3; do \
+		$(BIN)/pip install --quiet --retries 10 -e ".[test]" && break; \
+		if [ $$i = 3 ]; then echo "pip install failed 3 times: check the network or the package index, then run make again"; exit 1; fi; \
+		echo "pip install failed (attempt $$i of 3; a download may have broken off): trying again in 5 s"; sleep 5; \
+	done
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 $(INSPECTOR): tools/inspector/package.json tools/inspector/package-lock.json
