@@ -274,6 +274,18 @@ class RestoreItem(BaseModel):
     error: ErrorBody | None = None
 
 
+class NamedKey(BaseModel):
+    """A keyed memory of the file being imported, by its project and key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(pattern=PROJECT_PATTERN)
+    memory_key: str = Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)
+
+
+MAX_NAMED_KEYS = 4096
+
+
 class RestoreRecords(BaseModel):
     """Put exported records back: ids, versions and timestamps as exported (re-derived from the
     user's own when ``source_user`` is another user). A record already there is a duplicate."""
@@ -283,6 +295,11 @@ class RestoreRecords(BaseModel):
     records: list[Record] = Field(min_length=1, max_length=MAX_RESTORE_RECORDS)
     source_user: str | None = Field(None, max_length=256,
                                     description="the user the records were exported from (the header's)")
+    named_keys: list[NamedKey] = Field(
+        default_factory=list, max_length=MAX_NAMED_KEYS,
+        description="into another user: the keyed memories of the file that these records name (what a memory "
+        "superseded, what superseded it, what it is flagged against) but that come in a later batch, so that "
+        "their ids in the new user are derived from their keys as their own records' will be")
 
 
 class RestoreResult(BaseModel):

@@ -8,8 +8,10 @@ the CLI's library for tables): one line per record kind on export, a bar over th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -35,8 +37,10 @@ from rich.table import Table
 from contracts.daily_logs import SaveDailyLogResult
 from contracts.memory import PROJECT_PATTERN, SaveMemoryResult
 from contracts.portability import (
+    MAX_NAMED_KEYS,
     MAX_RESTORE_RECORDS,
     RESTORE_BATCH_BYTES,
+    NamedKey,
     Record,
     RestoreAuthUser,
     RestoreRecords,
@@ -146,11 +150,54 @@ async def import_file(bus: Bus, path: Path, *, user: str | None, fmt: str | None
     return report
 
 
+#: a memory line of an export that carries a key
+_KEYED = re.compile(r'"memory_key":\s*"')
+
+
+def _survey(path: Path, user: str | None) -> tuple[int, dict[str, NamedKey]]:
+    """One pass over an Engram export before it is imported: how many records it holds, and, into
+    another user than the one it was exported from, its keyed memories by id (a memory's record
+    may name one that comes in a later batch: the new user's id is derived from the key)."""
+    records, keyed = -1, {}  # (the header is no record)
+    source: str | None = None
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            records += 1
+            if records == 0:  # the header (engram_lines checks it when the file is read for real)
+                with contextlib.suppress(ValueError, AttributeError):
+                    source = json.loads(line).get("user")
+                continue
+            if user is not None and user != source and _KEYED.search(line):
+                with contextlib.suppress(ValueError, AttributeError, KeyError, IndexError, ValidationError):
+                    value = json.loads(line)
+                    if value.get("type") == "memory":
+                        state = value["versions"][-1]["state"]
+                        keyed[str(value["id"])] = NamedKey(project=state["project"], memory_key=state["memory_key"])
+    return max(records, 0), keyed
+
+
+def _named_keys(batch: list[tuple[int, dict[str, Any]]], keyed: dict[str, NamedKey]) -> list[NamedKey]:
+    """The keyed memories of the file that the batch's memories name (what they superseded, what
+    superseded them, what they are flagged against) but do not carry."""
+    carried = {str(r.get("id")) for _, r in batch if r.get("type") == "memory"}
+    named: dict[str, NamedKey] = {}
+    for _, record in batch:
+        for version in record.get("versions", ()) if record.get("type") == "memory" else ():
+            state = version.get("state") or {}
+            for link in [*(state.get("supersedes") or ()), *(state.get("conflicts") or ()), state.get("superseded_by")]:
+                memory_id = str(link.get("memory_id")) if isinstance(link, dict) else None
+                if memory_id in keyed and memory_id not in carried:
+                    named[memory_id] = keyed[memory_id]
+    return list(named.values())[:MAX_NAMED_KEYS]
+
+
 async def _import_engram(client: Client, path: Path, user: str | None, advance: Callable[[int], None],
                          set_total: Callable[[int], None] | None) -> ImportReport:
+    total, keyed = await asyncio.to_thread(_survey, path, user)
     if set_total:
-        with path.open(encoding="utf-8") as f:
-            set_total(max(0, sum(1 for line in f if line.strip()) - 1))
+        set_total(total)
     gate = asyncio.Semaphore(RESTORE_CONCURRENCY)
     pending: set[asyncio.Task[None]] = set()
     report: ImportReport | None = None
@@ -166,7 +213,8 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
     async def restore(batch: list[tuple[int, dict[str, Any]]]) -> None:
         assert report is not None
         try:
-            cmd = RestoreRecords.model_validate({"records": [r for _, r in batch], "source_user": source})
+            cmd = RestoreRecords.model_validate({"records": [r for _, r in batch], "source_user": source,
+                                                 "named_keys": _named_keys(batch, keyed)})
         except ValidationError as exc:
             report.counts["error"] += len(batch)
             report.errors.append(f"lines {batch[0][0]}-{batch[-1][0]}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")

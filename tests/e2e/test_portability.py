@@ -278,6 +278,49 @@ def test_an_import_into_another_user_keeps_what_its_memories_superseded_and_are_
         assert [r["memory_id"] for r in hit["relations"] if r["kind"] == "supersedes"] == [ids["I live in Lisbon."]]
 
 
+def test_an_import_into_another_user_keeps_a_link_to_a_keyed_memory_that_comes_in_a_later_batch(
+        running, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A memory that superseded a keyed one, restored into another user in a batch before the keyed
+    memory's own: the importer names the keyed memory's key (it read the file once before), so the
+    link holds the new user's id of that key, not one derived from nothing (found 2026-12-05, left
+    until 2026-12-06: the new user's recall named nothing under the memory that superseded it)."""
+    source, source_key = new_user(running, "keyedgiver")
+    target, target_key = new_user(running, "keyedtaker")
+    with rest(running, source_key) as http:
+        lisbon = http.post("/memories", json={"content": "I live in Lisbon.", "category": "user_profile",
+                                              "memory_key": "profile.city"}).json()
+        porto = http.post("/memories", json={"content": "I moved to Porto last month, I live in Porto now."}).json()
+        assert porto["supersedes"] == [lisbon["memory_id"]], porto
+        fillers = http.post("/memories/bulk", json={"memories": [
+            {"content": f"Filler note {i}: the {i}th jar on the shelf holds {['rice', 'beans', 'lentils'][i % 3]}."}
+            for i in range(70)]}).json()
+        assert fillers["saved"] == 70, fillers
+    export = tmp_path / "keyed.jsonl"
+    engram(running, tmp_path, "export", "--user", source, "-o", str(export))
+    header, *records = export.read_text(encoding="utf-8").splitlines()
+    keyed = [r for r in records if json.loads(r).get("id") == lisbon["memory_id"]]
+    rest_of = [r for r in records if json.loads(r).get("id") != lisbon["memory_id"]]
+    first = [r for r in rest_of if json.loads(r).get("id") == porto["memory_id"]]
+    ordered = tmp_path / "keyed-last.jsonl"  # the memory that superseded it first, the keyed one after 70 others
+    ordered.write_text("\n".join([header, *first, *[r for r in rest_of if r not in first], *keyed]) + "\n",
+                       encoding="utf-8")
+    from deploy import export_import
+    monkeypatch.setattr(export_import, "RESTORE_CONCURRENCY", 1)  # the first batch done before the next is sent
+    done = engram(running, tmp_path, "import", str(ordered), "--user", target)
+    assert "error" not in done.stderr, done.stderr
+    with rest(running, target_key) as http:
+        ids = {m["content"]: m["id"] for m in http.get("/memories", params={"limit": 100, "status": "all",
+                                                                          "keyword": "live"}).json()["memories"]}
+        new_porto, new_lisbon = ids["I moved to Porto last month, I live in Porto now."], ids["I live in Lisbon."]
+        city = http.get(f"/memories/{new_lisbon}").json()
+        assert city["memory_key"] == "profile.city" and city["status"] == "superseded", city
+        assert city["superseded_by"]["memory_id"] == new_porto
+        assert [w["memory_id"] for w in http.get(f"/memories/{new_porto}").json()["supersedes"]] == [new_lisbon]
+        hit = next(h for h in http.post("/recall", json={"query": "where do I live?"}).json()["hits"]
+                   if h["memory"]["id"] == new_porto)
+        assert [r["memory_id"] for r in hit["relations"] if r["kind"] == "supersedes"] == [new_lisbon]
+
+
 def _memories(running: Any, key: str) -> list[str]:
     with rest(running, key) as http:
         return sorted(m["id"] for m in http.get("/memories", params={"limit": 100}).json()["memories"])

@@ -269,10 +269,11 @@ class UserRecords:
         """Before results and memories that name memories are restored: into the same user, which
         of the named memories were restored beside another (:meth:`Remap.beside`); into another user,
         the keys and titles their memory ids and shared memory ids need (:class:`Remap`). The
-        batch's own records first (``_prime`` read its memories); an id still unknown may name a
-        record restored by an earlier batch, so the user's keyed memories and shared titles are
-        read (once, only then). An id known from neither is a free-form memory's (``uuid5``), or
-        names a record not restored yet."""
+        batch's own records first (``_prime`` read its memories), then the keys the importer names
+        for keyed memories of the file that come in a later batch (``named_keys``); an id still
+        unknown may name a record restored by an earlier batch, so the user's keyed memories and
+        shared titles are read (once, only then). An id known from none of them is a free-form
+        memory's (``uuid5``)."""
         results = [r for r in cmd.records if isinstance(r, ExtractionResultRecord)]
         # the memories named by results, and by memories (what one superseded or is flagged against)
         named = {i for r in results for i in r.state.memory_ids} | {
@@ -288,6 +289,8 @@ class UserRecords:
         for record in cmd.records:
             if isinstance(record, SharedMemoryRecord):
                 remap.shared_state(record)
+        for named_key in cmd.named_keys:  # keyed memories of the file restored by a later batch
+            remap.know_keyed(named_key.project, named_key.memory_key)
         if any(i not in remap.memories for i in named):
             for project, key in await self.port.keyed_memories(tenant):
                 remap.know_keyed(project, key)
