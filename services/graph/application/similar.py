@@ -7,9 +7,10 @@ it asks the memory service for the neighbours of what is due, a tenant's project
 (:class:`contracts.graph.SimilarMemories`: one read and one batch of searches in its vector
 index, within the project; a burst of saves is gathered for ``linger_s`` first) and replaces each
 memory's ``similar`` edges — only if the queue still holds that version, so a late answer never
-overwrites a newer one, and a second worker or a retry writes the same edges again (idempotent). Similarity is symmetric, so the memory is offered
-to each neighbour's list too (:mod:`services.graph.domain.similar`): a neighbour saved earlier gains
-a closer memory that arrived after it. A memory the memory service does not know yet (its
+overwrites a newer one, and a second worker or a retry writes the same edges again (idempotent).
+Similarity is symmetric, so the memory is offered to each neighbour's list too
+(:mod:`services.graph.domain.similar`): a neighbour saved earlier gains a closer memory that
+arrived after it. A memory the memory service does not know yet (its
 read model is behind the event log), or an older version of it, is asked again a little later; an
 unreachable memory service leaves the queue for later.
 """

@@ -7,14 +7,14 @@ does not hold yet (its projection is behind) is read from the read model, and it
 way the projection indexes it (:meth:`MemoryProjection.memory_vector`: its sentence vectors come from
 the embedder's primed vectors or the embedding cache, so a memory saved a moment ago costs no model
 run). Then one dense search within the memory's project, tenant-filtered like every search, that
-returns ids and scores only (one read of the asked memories' points, one batch of searches). Scope: a memory outside the caller's project scope, or of another
-tenant, is answered as unknown (``found`` false), exactly like one that does not exist.
+returns ids and scores only (one read of the asked memories' points, one batch of searches).
+Scope: a memory outside the caller's project scope, or of another tenant, is answered as unknown
+(``found`` false), exactly like one that does not exist.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
 
 from contracts.graph import SimilarMemories, SimilarMemoriesResult, SimilarMemory, SimilarOf
 from contracts.memory import MemoryStatus
@@ -35,13 +35,10 @@ class SimilarSearch:
         """Each memory's nearest active neighbours in its project with cosine similarity at least
         ``min_score``, best first (at most ``limit``); none for a forgotten or superseded memory. One
         read of the memories' points, one batch of searches."""
-        return SimilarMemoriesResult(memories=await self._of(call, q.memory_ids, q.limit, q.min_score))
-
-    async def _of(self, call: Call, ids: list[UUID], limit: int, min_score: float) -> list[SimilarOf]:
-        stored = await self.index.stored_dense(list(dict.fromkeys(str(i) for i in ids)), _ROUTING)
+        stored = await self.index.stored_dense(list(dict.fromkeys(str(i) for i in q.memory_ids)), _ROUTING)
         answers: list[SimilarOf] = []
         asks: list[tuple[int, list[float], str]] = []  # (answer's position, vector, project)
-        for memory_id in ids:
+        for memory_id in q.memory_ids:
             point = stored.get(str(memory_id))
             if point is not None and _routed(point[1], call.tenant):
                 vector: list[float] | None = point[0]
@@ -61,12 +58,12 @@ class SimilarSearch:
             answers.append(SimilarOf(memory_id=memory_id, found=True, similar=[], version=version))
             if status == MemoryStatus.ACTIVE.value and vector is not None:
                 asks.append((len(answers) - 1, vector, project))
-        found = await self.index.nearest([(v, active_filter(call.tenant, p)) for _, v, p in asks], limit + 1)
+        found = await self.index.nearest([(v, active_filter(call.tenant, p)) for _, v, p in asks], q.limit + 1)
         for (at, _, _), hits in zip(asks, found, strict=True):
             own = str(answers[at].memory_id)
             answers[at].similar = [SimilarMemory(memory_id=h.id, score=h.score) for h in hits
-                                   if h.id != own and h.score >= min_score][:limit]
-        return answers
+                                   if h.id != own and h.score >= q.min_score][: q.limit]
+        return SimilarMemoriesResult(memories=answers)
 
 
 #: what a memory's point says of it that answers a SimilarMemories (besides its vector)
