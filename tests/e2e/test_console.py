@@ -597,6 +597,20 @@ async def test_conflicts_settled_and_memories_pinned(running, truth_key: str, tm
         await _go(page, f"#/memory/{project}/{rex_id}")
         assert await page.locator("#truth-badges .badge.superseded").count() == 0
 
+        # an edit that takes a change back ("I moved to Porto…" meant port wine): Lisbon is current again, and the
+        # notice says so (POST /v1/memories/update answers reinstated)
+        lisbon = h.post("/v1/memories", json={"content": "I live in Lisbon", "project": project}).json()["memory_id"]
+        porto = h.post("/v1/memories", json={"content": "I moved to Porto last month", "project": project}).json()
+        assert porto["supersedes"] == [lisbon], porto
+        await _go(page, f"#/memory/{project}/{porto['memory_id']}")
+        await page.fill("#edit textarea", "I like port wine from the Douro valley")
+        before = await _rendered(page)
+        await page.click("#edit button[type=submit]")
+        await page.wait_for_function(f"() => engramConsole.rendered > {before} && engramConsole.busy === 0")
+        assert "The memory it had replaced is current again: the new words no longer change it." in await page.inner_text("#notice")
+        assert _memory(h, lisbon)["status"] == "active"
+        await page.screenshot(path=str(shots / "console-edit-reinstated-narrow-dark.png"))
+
         assert not errors, errors
         await context.close()
     h.close()

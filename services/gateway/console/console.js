@@ -666,7 +666,9 @@ function editForm(id, project, last) {
     try {
       const saved = await api('POST', '/v1/memories/update', { body, key: idem() });
       await route();
-      notice(`Saved version ${saved.version}.`, 'ok');
+      // an edit that no longer says what changed the memories it had replaced brings them back
+      const back = (saved.reinstated || []).length;
+      notice(`Saved version ${saved.version}.${back ? ` The ${back === 1 ? 'memory' : `${back} memories`} it had replaced ${back === 1 ? 'is' : 'are'} current again: the new words no longer change ${back === 1 ? 'it' : 'them'}.` : ''}`, 'ok');
     } catch (err) { failed(err, out); form.querySelector('button[type=submit]').disabled = false; }
   } }, h('h2', { id: 'edit-title' }, 'Edit (writes a new version)'), field('Content', content), field('Context', context, 'a note on when it holds'),
     h('div', { class: 'row' }, field('Category', category), field('Importance (1-5)', importance)),
