@@ -160,3 +160,39 @@ def test_the_memories_a_memory_names_are_named_by_their_ids_in_the_new_user() ->
     assert same.memory_states(later)[-1][2].conflicts[0].memory_id == free.id
     same.memories[free.id] = same.beside_id(free.id)
     assert same.memory_states(later)[-1][2].conflicts[0].memory_id == same.beside_id(free.id)
+
+
+def test_the_importer_names_the_keys_of_keyed_memories_a_batch_names_but_does_not_carry(tmp_path: Any) -> None:
+    """``engram import`` reads the file once first: into another user it keeps each keyed memory's
+    project and key, and a batch whose memories name one it does not carry sends that key along
+    (``RestoreRecords.named_keys``); the memory service's ``Remap.know_keyed`` then maps the link
+    to the new user's id of that key, as the keyed memory's own record will be."""
+    import json
+
+    from deploy.export_import import _named_keys, _survey
+
+    lisbon = memory("giver", "profile.city", "I live in Lisbon")
+    porto = memory("giver", None, "I moved to Porto")
+    link = {"memory_id": str(lisbon.id), "reason": "a change", "confidence": 0.9, "decided_by": "rules"}
+    porto_line = json.loads(porto.model_dump_json())
+    porto_line["type"] = "memory"
+    porto_line["versions"][-1]["state"]["supersedes"] = [link]
+    lisbon_line = json.loads(lisbon.model_dump_json()) | {"type": "memory"}
+    export = tmp_path / "giver.jsonl"
+    header = {"type": "header", "format": "engram-export", "format_version": 1, "user": "giver"}
+    export.write_text("\n".join([json.dumps(header), json.dumps(porto_line), '{"memory_key": "broken',
+                                 json.dumps(lisbon_line)]) + "\n", encoding="utf-8")  # (a broken line: skipped here)
+
+    total, keyed = _survey(export, "taker")
+    assert total == 3 and {i: (k.project, k.memory_key) for i, k in keyed.items()} == {
+        str(lisbon.id): ("p", "profile.city")}
+    assert _survey(export, "giver") == (3, {}) and _survey(export, None) == (3, {})  # same user: ids kept
+    named = _named_keys([(2, porto_line)], keyed)
+    assert [(k.project, k.memory_key) for k in named] == [("p", "profile.city")]
+    assert _named_keys([(2, porto_line), (4, lisbon_line)], keyed) == []  # carried by the batch itself
+
+    remap = Remap("giver", "taker")
+    for k in named:
+        remap.know_keyed(k.project, k.memory_key)
+    moved = remap.memory_states(MemoryRecord.model_validate({k: v for k, v in porto_line.items() if k != "type"}))
+    assert [s.memory_id for s in moved[-1][2].supersedes] == [keyed_memory_id("taker", "p", "profile.city")]
