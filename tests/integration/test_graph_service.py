@@ -500,7 +500,11 @@ def test_related_memories_serve_a_recalls_markers_from_the_similar_edges(stack: 
 
         await until(caught_up, "tea's similar edges are the index's nearest", timeout=60)
 
-        answer = await related([tea, tax, other, drinks])
+        async def held() -> RelatedMemoryList | None:  # the graph follows the log: a node may still be on its way
+            found = await related([tea, tax, other, drinks])
+            return found if all(r.found for r in found.memories) else None
+
+        answer = await until(held, "every memory's node in the graph")
         assert [str(r.memory_id) for r in answer.memories] == [tea, tax, other, drinks]  # the order asked
         first, lone = answer.memories[0], answer.memories[1]
         assert first.found and first.version == 1 and lone.found and lone.similar == []
