@@ -30,4 +30,5 @@ class ClientNeighbours:
             if exc.error.code is ErrorCode.NOT_FOUND:
                 return [SimilarMemoryList(found=False, similar=[]) for _ in tasks]
             raise NeighboursUnavailable(str(exc)) from exc
-        return [SimilarMemoryList.model_validate(m.model_dump(exclude={"memory_id"})) for m in found.memories]
+        answers: list[SimilarMemoryList] = [*found.memories]  # (each a SimilarOf: the list plus its memory's id)
+        return answers
