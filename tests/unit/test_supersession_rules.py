@@ -328,3 +328,18 @@ def test_two_long_texts_are_one_memory_only_when_they_are_the_same_text(embedder
 def test_texts_that_differ_in_an_emoji_are_not_the_same_sentence() -> None:
     assert template_of("I love 🍣") != template_of("I love 🏔")
     assert template_of("🍣" * 10) != template_of("🏔" * 10)
+
+
+def test_a_purge_leaves_no_text_in_the_rules_caches() -> None:
+    """The rules keep what they read of each text (keyed by the text, whoever wrote it); a purge
+    (forget_texts) empties every one of those caches, however many there are."""
+    from services.memory.domain import supersession
+
+    now = datetime(2024, 5, 1)
+    decide_all(Statement(content="I moved to Porto now, not Lisbon", created_at=now),
+               [Candidate(content="I live in Lisbon today", created_at=now, similarity=0.8, ref=1),
+                Candidate(content="I live in Lisbon", created_at=now, similarity=0.95, ref=2)])
+    caches = [f for f in vars(supersession).values() if callable(getattr(f, "cache_info", None))]
+    assert len(caches) >= 10 and any(f.cache_info().currsize for f in caches)
+    supersession.forget_texts()
+    assert {f.__name__: f.cache_info().currsize for f in caches} == dict.fromkeys((f.__name__ for f in caches), 0)

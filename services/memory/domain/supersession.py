@@ -578,6 +578,41 @@ def template_of(text: str) -> str:
     return " ".join(words)
 
 
+# What decide() asks of each text, once per text: a save's statement is compared with up to
+# truth.CANDIDATES memories, and the memories recur from save to save (forget_texts clears these).
+@lru_cache(maxsize=8192)
+def _change_marker(text: str) -> str | None:
+    """The first word of ``text`` saying that a fact changed (:data:`CHANGE_MARKERS`), as written."""
+    found = CHANGE_MARKERS.search(text)
+    return found.group(0) if found else None
+
+
+@lru_cache(maxsize=8192)
+def _negated(text: str) -> bool:
+    return _NEGATION.search(text) is not None
+
+
+@lru_cache(maxsize=8192)
+def _at_a_moment(text: str) -> bool:
+    return _MOMENT.search(text) is not None
+
+
+@lru_cache(maxsize=8192)
+def _all_words(text: str) -> frozenset[str]:
+    """Every word of ``text``, stop words included, casefolded."""
+    return frozenset(_WORD.findall(text.casefold()))
+
+
+@lru_cache(maxsize=8192)
+def _length_in_words(text: str) -> int:
+    return len(text.split())
+
+
+@lru_cache(maxsize=8192)
+def _folded(text: str) -> str:
+    return normalize(text).casefold()
+
+
 @lru_cache(maxsize=8192)
 def content_words(text: str) -> frozenset[str]:
     return frozenset(w for w in _WORD.findall(normalize(text).casefold()) if w not in _STOP)
@@ -738,11 +773,11 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
 
     if new.project != candidate.project:
         return Decision(Verdict.UNRELATED, "another project", 1.0, candidate)
-    if (_MOMENT.search(new.content) and _MOMENT.search(candidate.content)
+    if (_at_a_moment(new.content) and _at_a_moment(candidate.content)
             and new.created_at.date() != candidate.created_at.date()):
         # "I ran 5 km today" on Monday and "I ran 8 km today" on Friday: two events, not a change
         return Decision(Verdict.UNRELATED, "events of different days", 0.8, candidate)
-    a, b = normalize(new.content).casefold(), normalize(candidate.content).casefold()
+    a, b = _folded(new.content), _folded(candidate.content)
     if a == b:
         return Decision(Verdict.DUPLICATE, "the same text", 1.0, candidate)
     if max(len(a), len(b)) > RULES_READ_CHARS:
@@ -754,8 +789,8 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
     numbers_new, numbers_old = numbers_of(new.content), numbers_of(candidate.content)
     template_same = template_of(new.content) == template_of(candidate.content)
     if template_same and numbers_new != numbers_old:
-        changed_word = any(CHANGE_MARKERS.search(t) for t in (new.content, candidate.content))
-        same_moment = bool(_MOMENT.search(new.content) and _MOMENT.search(candidate.content))  # (and day: above)
+        changed_word = any(_change_marker(t) for t in (new.content, candidate.content))
+        same_moment = _at_a_moment(new.content) and _at_a_moment(candidate.content)  # (and day: above)
         if not changed_word and not same_moment and _EVENT.search(new.content):
             # "I visited museum number 1" / "… number 2": two events, not a changed number
             return Decision(Verdict.UNRELATED, f"two events: {numbers_old} / {numbers_new}", 0.6, candidate)
@@ -773,7 +808,7 @@ def decide(new: Statement, candidate: Candidate, thresholds: Thresholds = DEFAUL
             return out(Verdict.DUPLICATE, f"same key {new.memory_key}, same content words", 0.9)
         return out(Verdict.SUPERSEDES, f"same key {new.memory_key}, another content", 0.95)
     facts_new, facts_old = read_facts(new.content), read_facts(candidate.content)
-    changed = bool(CHANGE_MARKERS.search(new.content) or CHANGE_MARKERS.search(candidate.content))
+    changed = bool(_change_marker(new.content) or _change_marker(candidate.content))
     verdicts: list[tuple[Verdict, str, float, Fact, Fact]] = []
     for fn in facts_new:
         for fo in facts_old:
@@ -838,15 +873,15 @@ def _by_similarity(
     readable = _readable(new.content) and _readable(candidate.content)
     words_new, words_old = content_words(new.content), content_words(candidate.content)
     overlap = len(words_new & words_old) / max(len(words_new), len(words_old), 1)
-    negation_differs = bool(_NEGATION.search(new.content)) != bool(_NEGATION.search(candidate.content))
+    negation_differs = _negated(new.content) != _negated(candidate.content)
     apart = len(words_new ^ words_old)
-    turned = _TURNING_WORDS & (set(_WORD.findall(new.content.casefold())) ^ set(_WORD.findall(candidate.content.casefold())))
+    turned = _TURNING_WORDS & (_all_words(new.content) ^ _all_words(candidate.content))
     if (sim >= thresholds.duplicate and overlap >= SAME_WORDS and apart <= MAX_WORDS_APART
             and numbers_new == numbers_old and not turned
             and not negation_differs and readable and not (facts_new or facts_old)):
         return Decision(Verdict.DUPLICATE, f"the same words and meaning (similarity {sim:.2f})", round(sim * 0.9, 2),
                         candidate)
-    if len(new.content.split()) > FLAG_MAX_WORDS or len(candidate.content.split()) > FLAG_MAX_WORDS:
+    if _length_in_words(new.content) > FLAG_MAX_WORDS or _length_in_words(candidate.content) > FLAG_MAX_WORDS:
         return Decision(Verdict.UNRELATED, f"no fact the rules can read in texts this long (similarity {sim:.2f})",
                         0.5, candidate)
     if not readable:
@@ -855,15 +890,15 @@ def _by_similarity(
             return Decision(Verdict.UNCERTAIN, f"close (similarity {sim:.2f}, {shared:.0%} of the words shared) in "
                             "words the rules cannot read", 0.5, candidate)
     elif sim >= thresholds.uncertain:
-        marks = CHANGE_MARKERS.search(new.content), CHANGE_MARKERS.search(candidate.content)
+        marks = _change_marker(new.content), _change_marker(candidate.content)
         marker = marks[0] or marks[1]
-        if marks[0] and marks[1] and marks[0].group(0).casefold() == marks[1].group(0).casefold():
+        if marks[0] and marks[1] and marks[0].casefold() == marks[1].casefold():
             marker = None  # both say "quit": that word changes nothing between them
         if overlap < FLAG_SHARED_WORDS:
             marker = None  # a change word in texts that share few words: about something else
         negation_differs = negation_differs and overlap >= SAME_WORDS  # the same words, one of them negated
         if marker or negation_differs or sim >= thresholds.duplicate:
-            why = f"'{marker.group(0)}'" if marker else ("a negation" if negation_differs else "nearly the same")
+            why = f"'{marker}'" if marker else ("a negation" if negation_differs else "nearly the same")
             return Decision(Verdict.UNCERTAIN, f"close in meaning (similarity {sim:.2f}) and {why}, but no "
                             "attribute the rules can compare", 0.5, candidate)
     return Decision(Verdict.UNRELATED, f"nothing in common the rules can read (similarity {sim:.2f})", 0.6,
@@ -873,7 +908,8 @@ def _by_similarity(
 def forget_texts() -> None:
     """Drop the texts the rules' caches hold (a purge: they are keyed by text, not by user, so all
     of them; they are refilled as memories are judged again)."""
-    for cached in (template_of, _facts_in, _numbers_in, content_words, _readable):
+    for cached in (template_of, _facts_in, _numbers_in, content_words, _readable, _change_marker, _negated,
+                   _at_a_moment, _all_words, _length_in_words, _folded):
         cached.cache_clear()
 
 
