@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -196,6 +197,11 @@ def _named_keys(batch: list[tuple[int, dict[str, Any]]], keyed: dict[str, NamedK
 async def _import_engram(client: Client, path: Path, user: str | None, advance: Callable[[int], None],
                          set_total: Callable[[int], None] | None) -> ImportReport:
     total, keyed = await asyncio.to_thread(_survey, path, user)
+    # each run's commands are its own: a restore is idempotent record by record (the versions a
+    # memory already holds are left alone), so a file imported again is decided again and reported
+    # as what it is now ("duplicate"), not as the recorded answer of the first run ("restored");
+    # within the run the key stays one per batch, so a resent command is still run once
+    run = uuid.uuid4().hex
     if set_total:
         set_total(total)
     gate = asyncio.Semaphore(RESTORE_CONCURRENCY)
@@ -219,7 +225,7 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
             report.counts["error"] += len(batch)
             report.errors.append(f"lines {batch[0][0]}-{batch[-1][0]}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
             return
-        key = key_for("restore", report.user, *(json.dumps(r, sort_keys=True) for _, r in batch))
+        key = key_for("restore", run, report.user, *(json.dumps(r, sort_keys=True) for _, r in batch))
         try:
             result: RestoreResult = await client.send(report.user, cmd, key=key)
         except ServiceFailure as exc:

@@ -262,7 +262,12 @@ def test_an_import_into_another_user_keeps_what_its_memories_superseded_and_are_
         assert len(flags) == 1
     export = tmp_path / "flags.jsonl"
     engram(running, tmp_path, "export", "--user", source, "-o", str(export))
-    engram(running, tmp_path, "import", str(export), "--user", target)
+    done = engram(running, tmp_path, "import", str(export), "--user", target)
+    assert ": 4 restored." in done.stderr, done.stderr
+    # found from outside (2026-12-06): the same file imported again said "4 restored", the first run's
+    # recorded answer; nothing is written again, and the report says so
+    again = engram(running, tmp_path, "import", str(export), "--user", target)
+    assert ": 4 duplicate." in again.stderr, again.stderr
     with rest(running, target_key) as http:
         ids = {m["content"]: m["id"] for m in http.get("/memories", params={"limit": 100, "status": "all"}).json()["memories"]}
         assert set(ids.values()).isdisjoint({first["memory_id"], second["memory_id"], moved["memory_id"], now["memory_id"]})
