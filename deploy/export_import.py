@@ -258,7 +258,7 @@ async def _import_engram(client: Client, path: Path, user: str | None, advance: 
                 source = value.user
                 report = ImportReport("engram", user or value.user)
                 await client.send(ADMIN_TENANT, RestoreAuthUser(user_id=report.user),
-                                  key=key_for("restore-user", report.user))
+                                  key=key_for("restore-user", run, report.user))
                 continue
             if value.get("type") == "extraction_result" and not results_started:
                 # a result names memories by id, remapped from their keys and titles in the target

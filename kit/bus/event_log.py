@@ -3,6 +3,8 @@ event recognised by its id), and reads of an aggregate's events by direct get.""
 
 from __future__ import annotations
 
+import uuid
+
 from nats.js.errors import APIError, NotFoundError
 
 from contracts.envelope import EventEnvelope
@@ -48,20 +50,32 @@ class Events(Connection):
         headers = tracing.inject({HEADER_MSG_ID: str(event.event_id)})  # its consumers continue the trace
         if expected_last_seq is not None:
             headers[HEADER_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_seq)
-        try:
-            ack = await self._publish(subject, dumps(event), headers, self.names.events_stream)
-        except APIError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
-                raise
-            last = await self.last_event(subject)
-            if last is not None and last[0].event_id == event.event_id:
-                return last[1], last[0]
-            raise ConcurrencyConflict(f"{subject}: expected last sequence {expected_last_seq}") from exc
-        if ack.duplicate:  # the same event id within the stream's duplicate window: the first one's
-            raw = await self.js.get_msg(self.names.events_stream, seq=int(ack.seq))
+        for attempt in range(2):
+            try:
+                ack = await self._publish(subject, dumps(event), headers, self.names.events_stream)
+            except APIError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
+                last = await self.last_event(subject)
+                if last is not None and last[0].event_id == event.event_id:
+                    return last[1], last[0]
+                raise ConcurrencyConflict(f"{subject}: expected last sequence {expected_last_seq}") from exc
+            if not ack.duplicate:
+                return int(ack.seq), None
+            try:  # the same event id within the stream's duplicate window: the first one's
+                raw = await self.js.get_msg(self.names.events_stream, seq=int(ack.seq))
+            except NotFoundError:
+                # ... purged since (a user's purge removes their events; the window still knows the
+                # id): the log does not hold this event, so it is appended once more under a message
+                # id of its own. The subject's expected last sequence keeps a retry of that append
+                # from landing twice (it finds its event last, above); without one it is not tried
+                if expected_last_seq is None or attempt:
+                    raise
+                headers[HEADER_MSG_ID] = f"{event.event_id}:{uuid.uuid4().hex}"
+                continue
             assert raw.data is not None
             return int(ack.seq), EventEnvelope.model_validate_json(raw.data)
-        return int(ack.seq), None
+        raise AssertionError("unreachable")
 
     async def last_event(self, subject: str) -> tuple[EventEnvelope, int] | None:
         """The newest event on one aggregate subject (its current state), with its sequence."""

@@ -283,6 +283,28 @@ def test_an_import_into_another_user_keeps_what_its_memories_superseded_and_are_
         assert [r["memory_id"] for r in hit["relations"] if r["kind"] == "supersedes"] == [ids["I live in Lisbon."]]
 
 
+def test_a_user_purged_right_after_an_import_can_be_imported_again_at_once(running, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Found from outside (2026-12-06): an import, a purge of the user, then the same import again
+    within two minutes waited two minutes and failed ("idempotency key still being handled"),
+    restoring nothing: the bus still remembered the first run's command keys, whose outcomes the
+    purge had deleted. Each import run's commands now carry keys of their own."""
+    source, source_key = new_user(running, "backup")
+    target, _ = new_user(running, "restarted")
+    with rest(running, source_key) as http:
+        for content in ("I keep bees on the roof", "I moved to Porto last month", "My sister Ana lives in Madrid"):
+            assert http.post("/memories", json={"content": content}).status_code == 201
+    export = tmp_path / "backup.jsonl"
+    engram(running, tmp_path, "export", "--user", source, "-o", str(export))
+    assert ": 3 restored." in engram(running, tmp_path, "import", str(export), "--user", target).stderr
+    engram(running, tmp_path, "purge", "--user", target, "--yes")
+    assert body_of(engram(running, tmp_path, "export", "--user", target).stdout) == []
+    again = engram(running, tmp_path, "import", str(export), "--user", target)
+    assert ": 3 restored." in again.stderr, again.stderr
+    restored = [json.loads(r) for r in body_of(engram(running, tmp_path, "export", "--user", target).stdout)]
+    assert sorted(r["versions"][-1]["state"]["content"] for r in restored) == [
+        "I keep bees on the roof", "I moved to Porto last month", "My sister Ana lives in Madrid"]
+
+
 def test_an_import_into_another_user_keeps_a_link_to_a_keyed_memory_that_comes_in_a_later_batch(
         running, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A memory that superseded a keyed one, restored into another user in a batch before the keyed

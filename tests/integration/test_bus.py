@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from contracts.envelope import CommandEnvelope, EventEnvelope, utcnow
 from contracts.subjects import HEADER_ERROR, HEADER_MSG_ID
@@ -103,6 +104,25 @@ async def test_a_retried_append_gets_the_event_the_log_holds(bus: Bus) -> None:
     assert (again, held.data) == (seq, first.data)
     info = await bus.js.stream_info(bus.names.events_stream)
     assert info.state.messages == 1
+
+
+async def test_an_event_purged_within_the_duplicate_window_is_appended_again(bus: Bus) -> None:
+    """A user's purge removes their events while the stream's duplicate window still knows the ids;
+    an import run again at once writes the same events (ids derived from what they restore). They
+    are appended again, once: a retry of that append finds its event last and appends nothing."""
+    subject = bus.names.event("alice", "thing", "a4")
+    e = event("a4")
+    await bus.append_event(subject, e, expected_last_seq=0)
+    await bus.js.purge_stream(bus.names.events_stream, subject=subject)
+    assert await bus.last_event(subject) is None
+    seq, stored = await bus.append_event_once(subject, e, expected_last_seq=0)
+    assert stored is e
+    again, held = await bus.append_event_once(subject, e, expected_last_seq=0)  # the retry
+    assert (again, held.event_id) == (seq, e.event_id)
+    assert [found.event_id for found, _ in await bus.history(subject)] == [e.event_id]
+    with pytest.raises(NotFoundError):  # (without an expected sequence nothing would keep a retry single)
+        await bus.js.purge_stream(bus.names.events_stream, subject=subject)
+        await bus.append_event(subject, e, expected_last_seq=None)
 
 
 async def test_redelivery_after_crash_mid_handling(bus: Bus) -> None:
