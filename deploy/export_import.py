@@ -129,7 +129,7 @@ async def import_file(bus: Bus, path: Path, *, user: str | None, fmt: str | None
     if set_total:
         set_total(len(listed))
     report = ImportReport(chosen, user)
-    await client.send(ADMIN_TENANT, RestoreAuthUser(user_id=user), key=key_for("restore-user", user))
+    await client.send(ADMIN_TENANT, RestoreAuthUser(user_id=user), key=key_for("restore-user", uuid.uuid4().hex, user))
     gate = asyncio.Semaphore(SAVE_CONCURRENCY)
 
     async def one(item: ImportItem) -> None:
