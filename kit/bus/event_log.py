@@ -3,8 +3,6 @@ event recognised by its id), and reads of an aggregate's events by direct get.""
 
 from __future__ import annotations
 
-import uuid
-
 from nats.js.errors import APIError, NotFoundError
 
 from contracts.envelope import EventEnvelope
@@ -15,6 +13,9 @@ from kit.bus.connection import Connection, dumps
 __all__ = ["ConcurrencyConflict", "Events"]
 
 WRONG_LAST_SEQUENCE = 10071
+#: the message id of an event appended again because its first copy was purged within the
+#: stream's duplicate window: the event id and this
+REAPPENDED = ":appended-again"
 
 
 class ConcurrencyConflict(Exception):
@@ -66,12 +67,12 @@ class Events(Connection):
                 raw = await self.js.get_msg(self.names.events_stream, seq=int(ack.seq))
             except NotFoundError:
                 # ... purged since (a user's purge removes their events; the window still knows the
-                # id): the log does not hold this event, so it is appended once more under a message
-                # id of its own. The subject's expected last sequence keeps a retry of that append
-                # from landing twice (it finds its event last, above); without one it is not tried
-                if expected_last_seq is None or attempt:
+                # id): the log does not hold this event, so it is appended once more under a second
+                # message id, derived from the first, so that a retry of this append is recognised
+                # as it is (purged twice within one window: the error stands)
+                if attempt:
                     raise
-                headers[HEADER_MSG_ID] = f"{event.event_id}:{uuid.uuid4().hex}"
+                headers[HEADER_MSG_ID] = f"{event.event_id}{REAPPENDED}"
                 continue
             assert raw.data is not None
             return int(ack.seq), EventEnvelope.model_validate_json(raw.data)
