@@ -323,6 +323,12 @@ def _moment(value: object) -> object:
         raise ValueError("must be an ISO 8601 date (2026-05-01) or date-time (2026-05-01T12:00:00Z) string")
     if isinstance(value, datetime) and value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
+    if isinstance(value, datetime):
+        try:
+            value.astimezone(UTC)
+        except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC, which no date-time
+            # holds: the first moment there is (before anything was said), or the last one
+            return (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
     return value
 
 

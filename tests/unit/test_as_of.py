@@ -8,7 +8,9 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
-from contracts.memory import MemoryState, MemoryStatus, MemoryView, RelationKind, Supersession
+import pytest
+
+from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallMemory, RelationKind, Supersession
 from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -66,3 +68,14 @@ def test_what_superseded_a_memory_since_is_marked() -> None:
     assert marked[0].changed_since is not None and marked[0].changed_since.kind is RelationKind.SUPERSEDED_BY
     assert marked[0].changed_since.memory_id == newer.id and marked[0].changed_since.excerpt == "I work at Stripe"
     assert mark_superseded([old], T0 + DAY, {})[0].changed_since is None  # the newer one is not known here
+
+
+@pytest.mark.parametrize(("moment", "held"), [("0001-01-01T00:00:11+11:33", datetime.min),
+                                              ("9999-12-31T23:59:59-05:00", datetime.max)])
+def test_a_moment_beyond_the_years_utc_holds_is_the_first_or_last_there_is(moment: str, held: datetime) -> None:
+    """Found by the REST fuzzer (CI, 2026-12-06, seed 1870199107): as_of 0001-01-01T00:00:11+11:33 is
+    in the year 0 in UTC; the memory service failed on it (500). The schema calls it a valid
+    date-time, so it is answered: as the first moment there is (nothing said yet), or the last."""
+    assert RecallMemory(as_of=moment).as_of == held.replace(tzinfo=UTC)
+    inside = RecallMemory(as_of="0001-01-02T00:00:00+11:33").as_of
+    assert inside is not None and inside.utcoffset() == timedelta(hours=11, minutes=33)  # (kept as given)
