@@ -615,7 +615,7 @@ def _folded(text: str) -> str:
 
 @lru_cache(maxsize=8192)
 def content_words(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(normalize(text).casefold()) if w not in _STOP)
+    return frozenset(w for w in _WORD.findall(_folded(text)) if w not in _STOP)
 
 
 @lru_cache(maxsize=8192)
