@@ -61,6 +61,7 @@ from services.memory.search.indexing import (
 from services.memory.search.late import (
     document_matrix,
     late_document,
+    late_order,
     late_prefetch_limit,
     maxsim_packed,
     pack,
@@ -293,7 +294,8 @@ async def run(
                 )
                 ids = [h.id for h in found]
                 late = maxsim_packed(late_encoder.encode_query(text), [stored_tokens[i] for i in ids], late_encoder.dim)
-                return [ids[i] for i, _ in rerank_order(late.tolist(), [h.score for h in found])]
+                order = late_order(text, [memory_of[i] for i in ids], [h.score for h in found], late.tolist())
+                return [ids[i] for i, _ in order]
 
             for q, qvec in zip(questions, qvecs, strict=True):
                 for mode in modes:
@@ -315,7 +317,7 @@ async def run(
                     if late_encoder is not None and late_mode:
                         tokens = late_encoder.encode_query(q.question)
                         late = maxsim_packed(tokens, [stored_tokens[i] for i in ids], late_encoder.dim)
-                        fused = rerank_order(late.tolist(), scores_)
+                        fused = late_order(q.question, [memory_of[i] for i in ids], scores_, late.tolist())
                         ids, scores_ = [ids[i] for i, _ in fused], [f for _, f in fused]
                     if mode == "deep" and late_encoder is not None:
                         # what hops.deep_hops does: each part of a joined question recalled alone, then the fusion

@@ -12,13 +12,13 @@ from uuid import UUID
 import pytest
 
 from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope
-from contracts.memory import Recall
+from contracts.memory import Recall, RecallHit
 from kit.bus import Bus
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
 from services.memory.main import MemoryApp, memory_app
-from services.memory.search.indexing import point_for, reranked
-from services.memory.search.late import maxsim, unpack
+from services.memory.search.indexing import point_for
+from services.memory.search.late import late_order, maxsim, unpack
 
 pytestmark = pytest.mark.integration
 
@@ -601,7 +601,8 @@ async def test_hybrid_recall_reorders_its_candidates_by_late_interaction(app: Me
     ranked = await app.service.recall("alice", Recall(query=question, limit=2))
     assert ranked.hits[0].memory.content == "Nate: I've had my turtles for 3 years now, they are so calm."
     assert 0 < ranked.hits[1].score < ranked.hits[0].score <= 1  # fused rank scores, not RRF sums
-    # exactly: the hybrid search's candidates, fused with MaxSim over the tokens stored at save
+    # exactly: the hybrid search's candidates, fused with MaxSim over the tokens stored at save, in
+    # the learned order (services/memory/domain/candidate_order.py)
     app.service.encoders.late_encoder = None
     try:
         plain = await app.service.recall("alice", Recall(query=question, limit=50))
@@ -610,7 +611,9 @@ async def test_hybrid_recall_reorders_its_candidates_by_late_interaction(app: Me
     stored = await app.store.late_tokens("alice", [h.memory.id for h in plain.hits])
     matrices = [unpack(stored[h.memory.id], encoder.dim) for h in plain.hits]
     assert all(m is not None and len(m) for m in matrices)
-    expected = reranked(plain.hits, maxsim(encoder.encode_query(question), matrices).tolist())[:2]  # type: ignore[arg-type]
+    late = maxsim(encoder.encode_query(question), matrices).tolist()  # type: ignore[arg-type]
+    order = late_order(question, [h.memory for h in plain.hits], [h.score for h in plain.hits], late)[:2]
+    expected = [RecallHit(memory=plain.hits[i].memory, score=round(score, 6)) for i, score in order]
     assert ranked.hits == expected
     assert await app.service.recall("alice", Recall(query=question, limit=2)) == ranked  # deterministic
     # keyword and dense recall stay literal: scores are the engine's

@@ -18,7 +18,7 @@ import re
 from collections.abc import Hashable, Iterable
 from typing import TypeVar
 
-__all__ = ["entity_ranking", "memory_subjects", "question_entities"]
+__all__ = ["entity_ranking", "memory_body", "memory_subjects", "names_in", "question_entities"]
 
 _NAME = re.compile(r"\b([A-Z][a-z]+)(?:['’]s)?\b")
 _LABEL = re.compile(r"^\s*([^:\n]{1,40}):\s")
@@ -31,7 +31,18 @@ _K = TypeVar("_K", bound=Hashable)
 
 
 def _names(text: str) -> set[str]:
-    return {m.group(1).casefold() for m in _NAME.finditer(text)}
+    return {name.casefold() for name in _NAME.findall(text)}
+
+
+def names_in(text: str) -> frozenset[str]:
+    """The names ``text`` mentions (case-folded), question words and the like left out."""
+    return frozenset(_names(text) - _NOT_NAMES)
+
+
+def memory_body(content: str) -> str:
+    """A memory's words without its leading label (``"Caroline: I went …"`` → ``"I went …"``)."""
+    label = _LABEL.match(content)
+    return content[label.end():] if label is not None else content
 
 
 def question_entities(question: str) -> frozenset[str]:
@@ -44,7 +55,7 @@ def memory_subjects(content: str) -> frozenset[str]:
     label = _LABEL.match(content)
     if label is not None:
         return frozenset(label.group(1).casefold().split()) - _NOT_NAMES
-    return frozenset(_names(content) - _NOT_NAMES)
+    return names_in(content)
 
 
 def entity_ranking(question: str, ranked: Iterable[tuple[_K, str]]) -> list[_K]:

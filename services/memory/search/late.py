@@ -27,7 +27,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from contracts.memory import MemoryState, MemoryView
-from services.memory.search.indexing import embedded_content
+from services.memory.domain.candidate_order import Candidate, learned_order
+from services.memory.domain.truth import valid_from
+from services.memory.search.indexing import embedded_content, rerank_order
 from services.memory.search.ports import DocumentTokens
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "LATE_CANDIDATES",
     "document_matrix",
     "late_document",
+    "late_order",
     "late_prefetch_limit",
     "maxsim",
     "maxsim_packed",
@@ -145,3 +148,20 @@ def maxsim(query: np.ndarray, documents: Sequence[np.ndarray]) -> np.ndarray:
     products = stacked @ query.astype(np.float32).T  # (all document rows, query rows)
     scores[present] = _best_per_document(products, [len(documents[i]) for i in present])
     return scores
+
+
+def late_order(
+    question: str, memories: Sequence[MemoryState | MemoryView], search_scores: Sequence[float],
+    late_scores: Sequence[float],
+) -> list[tuple[int, float]]:
+    """``(position, score)`` of each candidate, best first: the search's and late interaction's
+    orders fused by rank (:func:`~services.memory.search.indexing.rerank_order`), then ordered by
+    :func:`~services.memory.domain.candidate_order.learned_order` over that fused order (their
+    scores, words and neighbours among the candidates). Scores are rank scores in (0, 1]."""
+    fused = rerank_order(late_scores, search_scores)
+    candidates = [
+        Candidate(content=memories[i].content, context=memories[i].context, said_at=valid_from(memories[i]),
+                  search_score=search_scores[i], late_score=late_scores[i])
+        for i, _ in fused
+    ]
+    return [(fused[j][0], score) for j, score in learned_order(question, candidates)]

@@ -55,6 +55,7 @@ from services.memory.search.late import (
     LATE_CANDIDATES,
     document_matrix,
     late_document,
+    late_order,
     late_prefetch_limit,
     maxsim,
     maxsim_packed,
@@ -207,7 +208,9 @@ class RecallPipeline:
                 tokens, stored = await asyncio.gather(
                     query_tokens, self.store.late_tokens(tenant, [h.memory.id for h in found])
                 )
-                found = reranked(found, await self._late_scores(tokens, found, stored))
+                late_scores = await self._late_scores(tokens, found, stored)
+                order = late_order(query.query, [h.memory for h in found], [h.score for h in found], late_scores)
+                found = [RecallHit(memory=found[i].memory, score=round(score, 6)) for i, score in order]
             else:
                 await query_tokens
         if query.mode is RecallMode.DEEP and len(found) > 1:
