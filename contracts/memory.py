@@ -531,9 +531,10 @@ class RecallMode(StrEnum):
 
 class Recall(BaseModel):
     """Find the memories most relevant to a query: hybrid dense + keyword search (RRF fusion) whose best
-    candidates are re-ordered by token-level late interaction, fused with the search's order (hit scores
-    are then fused rank scores in (0, 1], 1 = first for both; RRF sums where the server has late
-    interaction off). ``dense`` and ``keyword`` modes return the engine's own order and scores. ``deep`` is
+    candidates are scored by token-level late interaction and put in order by a ranker fitted on
+    conversations (both scores, whom each memory is about, what it says, the conversation it was said in;
+    hit scores are then rank scores in (0, 1], 1 = first; RRF sums where the server has late interaction
+    off). ``dense`` and ``keyword`` modes return the engine's own order and scores. ``deep`` is
     ``hybrid`` followed by a second pass, for questions that need several memories put together: the
     candidates about the people the question names are ranked up, a question joining two things ("X and
     Y", "before/after X") is also searched part by part, and the lists are fused (scores are fused rank

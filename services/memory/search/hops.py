@@ -40,13 +40,15 @@ __all__ = [
     "fuse_rankings",
 ]
 
-#: Each sub-question's list in the fusion. Fitted on LoCoMo conversations 0–4 (deep R@5 / R@10
-#: 0.754 / 0.814 without, 0.753 / 0.815 at 0.25, 0.751 / 0.813 at 0.5): within the noise, kept for
-#: the questions it is for (multi-hop R@10 0.599 → 0.604).
+#: Each sub-question's list in the fusion. Fitted on LoCoMo conversations 0–4 over the learned
+#: first hop (services/memory/domain/candidate_order.py), with ENTITY_WEIGHT 0.35: R@5 / R@10
+#: 0.780 / 0.839 without, 0.782 / 0.840 at 0.25, 0.779 / 0.838 at 0.5.
 SUBQUESTION_WEIGHT = 0.25
 #: The list of first-hop hits about what the question names, in the fusion. Fitted on LoCoMo
-#: conversations 0–4: R@5 0.747 / 0.750 / 0.754 / 0.744 at 0.15 / 0.25 / 0.35 / 0.5 (default recall
-#: 0.740); category 5 (adversarial, questions naming the wrong person) falls as it rises.
+#: conversations 0–4 over the learned first hop (sub-questions at 0.25), by R@5 over categories
+#: 1–4: 0.776 / 0.781 / 0.781 / 0.782 at 0 / 0.1 / 0.2 / 0.35 (multi-hop 0.480 / 0.493 / 0.497 /
+#: 0.505), while category 5 (adversarial: questions naming the wrong person) falls 0.854 / 0.838 /
+#: 0.804 / 0.732 — the price of asking for deep recall, which is for questions about whom they name.
 ENTITY_WEIGHT = 0.35
 #: The rank offset of the fusion: ``weight / (HOP_FUSION_K + rank)``, ranks from 1.
 HOP_FUSION_K = 10
