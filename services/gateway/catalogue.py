@@ -334,7 +334,8 @@ OPERATIONS += (
         Recall, "recall", "Recall memories", READ, Scope.MEMORY_READ, ASSISTANT,
         """Hybrid recall (the MCP tool recall).""", ProjectRule.SEARCH, mcp=False, relations=True,
         rest=Rest("POST", "/recall", "recall", "Recall memories",
-                  "Hybrid search (dense + keyword, RRF; its best candidates re-ordered by late interaction) over the "
+                  "Hybrid search (dense + keyword, RRF; its best candidates scored by late interaction, then put in "
+                  "a learned order) over the "
                   "caller's memories.", tags=()),
     ),
     Operation(
