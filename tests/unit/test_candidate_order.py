@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.memory.domain.candidate_order import (
+    FEATURE_CHARS,
     FEATURES,
     ORDER_RANK_K,
     WEIGHTS,
@@ -126,3 +127,15 @@ def test_a_clear_first_place_stays_first() -> None:
         *[cand(f'Ana: "Song {i}" last week with Ben, {i} times?', search=0.2, late=5.0 + i / 10) for i in range(10)],
     ])
     assert order[0][0] == 0
+
+
+def test_a_long_document_is_read_as_far_as_its_first_characters() -> None:
+    """The features read a memory's first FEATURE_CHARS characters (and its context's last), so a
+    200,000-character document costs what a chat turn does and reads the same as its start."""
+    start = 'Ana: We saw "Dune" last week with Ben. ' * (FEATURE_CHARS // 40 + 1)
+    tail = " Zed? 42 " * 20_000
+    long_ = cand(start + tail, context=tail + "Ben: what did you see?", late=9.0)
+    short = cand(start[:FEATURE_CHARS], context="Ben: what did you see?", late=9.0)
+    other = cand("Ben: I stayed home.", late=7.0, search=0.2)
+    q = "What did Ana see with Ben?"
+    assert candidate_features(q, [long_, other]) == candidate_features(q, [short, other])
