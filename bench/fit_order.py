@@ -1,13 +1,13 @@
 """Fit the weights of recall's learned order on LoCoMo conversations 0–4; report them on 5–9.
 
-    python bench/fit_order.py            # candidates (~3 min on 2 cores, then cached), fit, report
+    python bench/fit_order.py            # candidates (~2.5 min on 2 cores, then cached), fit, report
     python bench/fit_order.py --show     # also print the fitted weights as Python, for the module
 
 Recall's candidates are what the default recall finds before it orders them: the hybrid search's
 best 50 in each question's conversation, with late interaction's MaxSim — exactly what
 ``RecallPipeline.recall`` computes (production functions: ``embed_memories``, ``point_for``, the
 embedded index, ``recall.search``, ``maxsim_packed``, ``rerank_order``). They are built once and
-kept in ``--cache`` (a pickle; delete it after changing the search). Each candidate's features come
+kept in ``--cache`` (JSON, gzipped, in the user's cache folder; delete it after changing the search). Each candidate's features come
 from ``services.memory.domain.candidate_order.candidate_features``, as recall computes them.
 
 The fit: pairwise logistic regression (RankNet): for every question of conversations 0–4
@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import pickle
+import gzip
+import json
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +120,23 @@ async def build_candidates() -> list[Asked]:
     return asked
 
 
+def save_candidates(asked: list[Asked], path: Path) -> None:
+    """``asked`` as gzipped JSON (data only: reading it back runs no code, unlike a pickle)."""
+    rows = [asdict(a) | {"evidence": sorted(a.evidence),
+                         "candidates": [[asdict(c) | {"said_at": c.said_at.isoformat()}, mid, dia]
+                                        for c, mid, dia in a.candidates]} for a in asked]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(json.dumps(rows).encode()))
+
+
+def load_candidates(path: Path) -> list[Asked]:
+    rows = json.loads(gzip.decompress(path.read_bytes()))
+    return [Asked(r["conv"], r["question"], r["category"], frozenset(r["evidence"]),
+                  [(Candidate(**(c | {"said_at": datetime.fromisoformat(c["said_at"])})), mid, dia)
+                   for c, mid, dia in r["candidates"]],
+                  [[(mid, dia) for mid, dia in part] for part in r["parts"]]) for r in rows]
+
+
 def fit(asked: list[Asked], features: list[np.ndarray], *, l2: float = 1.0, iterations: int = 300,
         step: float = 0.5) -> dict[str, float]:
     """Pairwise logistic regression over each question's candidates (see the module's text)."""
@@ -161,19 +180,19 @@ def report(rows: dict[str, list[list[str]]], asked: list[Asked]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "engram-fit-order.pkl",
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "engram" / "fit-order.json.gz",
                         help="where the candidates are kept between runs (default: %(default)s)")
     parser.add_argument("--show", action="store_true", help="print the fitted weights as Python")
     args = parser.parse_args()
     if not lc.LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {lc.LOCOMO} (set ENGRAM_LOCOMO)")
     if args.cache.exists():
-        asked = pickle.loads(args.cache.read_bytes())
+        asked = load_candidates(args.cache)
         print(f"candidates read from {args.cache} (delete it after changing the search)")
     else:
         t = time.perf_counter()
         asked = asyncio.run(build_candidates())
-        args.cache.write_bytes(pickle.dumps(asked))
+        save_candidates(asked, args.cache)
         print(f"candidates built in {time.perf_counter() - t:.0f} s, kept in {args.cache}")
     features = [np.array(candidate_features(a.question, [c for c, _, _ in a.candidates])) for a in asked]
     cpu = []  # what the order costs a recall: features and weighted sums of its 50 candidates
