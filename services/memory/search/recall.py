@@ -9,7 +9,8 @@
    nothing can be added, the first round's top ``limit`` is the answer. On LoCoMo hybrid R@10 rose
    from 0.711 to 0.725 (docs/recall-quality.md); keyword searches stay literal;
 3. **late interaction** (hybrid mode, when an encoder is configured): the best
-   ``max(limit, late_candidates)`` re-ordered by MaxSim over their stored token vectors;
+   ``max(limit, late_candidates)`` scored by MaxSim over their stored token vectors, then put in
+   the learned order (:func:`~services.memory.search.late.late_order`);
 4. **deep** (``mode="deep"``): the candidates about whom the question names, and each part of a
    question joining two things recalled alone, fused with the above (:mod:`services.memory.search.hops`);
 5. **rerank** (on request): the best ``max(limit, rerank_candidates)`` re-ordered by the
