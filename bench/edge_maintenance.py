@@ -12,21 +12,34 @@ reopen time (the WAL replay). Policies:
   memory service optimised only after 5 s without commands, which steady writes never give: one
   optimisation at the end, over every point;
 * ``after``: the adapter's flush schedule (every :data:`FLUSH_EVERY_POINTS` points) and the
-  maintenance loop's steady rule: optimise once :data:`STEADY_OPTIMIZE_POINTS` points wait.
+  maintenance loop's steady rule: optimise once :data:`STEADY_OPTIMIZE_POINTS` points wait;
+* ``compacted``: ``after``, and, as the maintenance loop does, a compaction beside the writes
+  whenever the shard has too many segments (``EdgeVectorIndex.compact``: a child process merges a
+  copy; no optimisation meanwhile).
+
+``--write-rate`` paces the writes (points a second; default: as fast as they go). A compaction
+gives up if more than 50,000 points are written while it runs, which unpaced writes (~8,000 a
+second) reach; the service's saves come at ~50 a second.
+
+After the writes (and any compaction running then), 300 searches measure what one costs at rest
+(CPU and wall), with the segments the policy left.
 
 Every optimisation runs as the service runs it (``await index.optimize()``, a worker thread) while
 a task on the event loop issues a search every 50 ms: each search's latency, counted from when it
 was due, is what a recall arriving during the optimisation waits.
 
     nice -n 15 python bench/edge_maintenance.py --memories 100000
+    python bench/edge_maintenance.py --memories 100000 --policies after,compacted --write-rate 2000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -109,15 +122,44 @@ async def one_search(index: EdgeVectorIndex, base: np.ndarray, templates: list[A
                        mode="hybrid", prefetch_limit=late_prefetch_limit(LATE_CANDIDATES))
 
 
-async def child(policy: str, path: Path, memories: int) -> None:
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def at_rest(index: EdgeVectorIndex, base: np.ndarray, templates: list[Any], n: int = 300) -> dict[str, float]:
+    """What a search costs once the writes stopped and the service's idle rule optimised what
+    waited: CPU ms a search (this process) and wall p50."""
+    if index.needs_optimize():
+        await index.optimize()
+    rng = np.random.default_rng(3)
+    walls = []
+    cpu0 = cpu_s()
+    for _ in range(n):
+        t = time.perf_counter()
+        await one_search(index, base, templates, rng)
+        walls.append((time.perf_counter() - t) * 1000)
+    return {"cpu_ms": (cpu_s() - cpu0) / n * 1000, "wall_p50": float(np.percentile(walls, 50)),
+            "segments": index.segments(), "unindexed": index.unindexed_points()}
+
+
+async def child(policy: str, path: Path, memories: int, write_rate: float) -> None:
     base, templates = vectors_and_templates()
-    after = policy == "after"
+    after = policy in ("after", "compacted")
     index = EdgeVectorIndex(path, dim=base.shape[1], flush_every_points=FLUSH_EVERY_POINTS if after else NEVER,
                             flush_every_s=NEVER)
     await index.ensure()
     rng = np.random.default_rng(7)
     search_ms: list[float] = []
     optimisations: list[dict[str, Any]] = []
+    compaction: asyncio.Task[Any] | None = None
+    compactions: list[dict[str, Any]] = []
+    during_compaction: list[float] = []
+
+    def compaction_done(task: asyncio.Task[Any]) -> None:
+        error = task.exception()
+        compactions.append({"error": str(error)} if error else dict(task.result().__dict__))
+
     t_start, done = time.perf_counter(), 0
     while done < memories:
         n = min(CHUNK, memories - done)
@@ -130,17 +172,32 @@ async def child(policy: str, path: Path, memories: int) -> None:
         t = time.perf_counter()
         await one_search(index, base, templates, rng)
         search_ms.append((time.perf_counter() - t) * 1000)
-        if after and index.unindexed_points() >= STEADY_OPTIMIZE_POINTS:
+        if compaction is not None:
+            during_compaction.append(search_ms[-1])
+            if compaction.done():
+                compaction_done(compaction)
+                compaction = None
+        if compaction is None and after and index.unindexed_points() >= STEADY_OPTIMIZE_POINTS:
             waiting = index.unindexed_points()
             seconds, during = await optimise_under_searches(index, base, templates, rng, flush=True)
             optimisations.append({"points": waiting, "s": seconds, "during": during})
+        elif compaction is None and policy == "compacted" and index.needs_compaction():
+            compaction = asyncio.create_task(index.compact())
+        if write_rate:
+            await asyncio.sleep(max(0.0, t_start + done / write_rate - time.perf_counter()))
     stream_s = time.perf_counter() - t_start
+    if compaction is not None:
+        with contextlib.suppress(Exception):
+            await compaction
+        compaction_done(compaction)
     wal_open = disk_bytes(path / "wal")
     if not after:  # the writes stop: 5 s later the old loop optimises everything at once
         waiting = index.unindexed_points()
         seconds, during = await optimise_under_searches(index, base, templates, rng, flush=False)
         optimisations.append({"points": waiting, "s": seconds, "during": during})
+    rest = await at_rest(index, base, templates)
     print(json.dumps({"search_ms": search_ms, "optimisations": optimisations, "stream_s": stream_s,
+                      "compactions": compactions, "during_compaction": during_compaction, "at_rest": rest,
                       "wal_open": wal_open, "flushes": index.flushes, "unflushed": index.unflushed_points,
                       "disk": disk_bytes(path), "wal_at_crash": disk_bytes(path / "wal")}), flush=True)
     os._exit(0)  # a crash: no close, no flush
@@ -158,21 +215,25 @@ async def reopen(path: Path, dim: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=100_000)
-    parser.add_argument("--policies", default="before,after")
+    parser.add_argument("--policies", default="before,after", help="of before, after, compacted")
+    parser.add_argument("--write-rate", type=float, default=0.0, help="points written a second (0: unpaced)")
     parser.add_argument("--child", default="")
     parser.add_argument("--path", type=Path, default=None)
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     if args.child:
-        asyncio.run(child(args.child, args.path, args.memories))
+        asyncio.run(child(args.child, args.path, args.memories, args.write_rate))
         return
     lines = [f"{args.memories:,} points written in chunks of {CHUNK:,}, one hybrid search after each chunk, then a "
              f"crash; after: flush every {FLUSH_EVERY_POINTS:,} points, optimise once {STEADY_OPTIMIZE_POINTS:,} "
-             "wait; before: never flushed, optimised once at the end"]
+             "wait; before: never flushed, optimised once at the end; compacted: after, and segments merged in a "
+             "child process when there are too many"
+             + (f"; writes paced at {args.write_rate:,.0f} points/s" if args.write_rate else "")]
     for policy in args.policies.split(","):
         path = Path(tempfile.mkdtemp(prefix=f"engram-maint-{policy}-")) / "shard"
         out = subprocess.run([sys.executable, __file__, "--child", policy, "--path", str(path),
-                              "--memories", str(args.memories)], check=True, capture_output=True, text=True)
+                              "--memories", str(args.memories), "--write-rate", str(args.write_rate)],
+                             check=True, capture_output=True, text=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         reopen_s = asyncio.run(reopen(path, 384))
         shutil.rmtree(path.parent, ignore_errors=True)
@@ -188,8 +249,18 @@ def main() -> None:
             f"search after each chunk p50 {s['p50']:.1f} · p95 {s['p95']:.1f} · max {max(r['search_ms']):.1f} ms; "
             f"writes + searches {r['stream_s']:.0f} s; flushes {r['flushes']}; WAL at the crash "
             f"{r['wal_at_crash'] / 2**20:,.0f} MiB ({r['unflushed']:,} points not flushed), shard "
-            f"{r['disk'] / 2**20:,.0f} MiB; reopen after the crash {reopen_s:.2f} s")
+            f"{r['disk'] / 2**20:,.0f} MiB; reopen after the crash {reopen_s:.2f} s; at rest "
+            f"{r['at_rest']['segments']} segments ({r['at_rest']['unindexed']:,} points unindexed), a search "
+            f"{r['at_rest']['cpu_ms']:.2f} CPU-ms, wall p50 {r['at_rest']['wall_p50']:.2f} ms")
         print(lines[-1], flush=True)
+        for c in r["compactions"]:
+            lines.append(f"  compaction: {c}")
+            print(lines[-1], flush=True)
+        if r["during_compaction"]:
+            c = percentiles(r["during_compaction"])
+            lines.append(f"  searches during compactions: {len(r['during_compaction'])}, p50 {c['p50']:.1f} · "
+                         f"p95 {c['p95']:.1f} · max {max(r['during_compaction']):.1f} ms")
+            print(lines[-1], flush=True)
     if not args.no_record:
         record(f"The embedded shard under steady writes (bench/edge_maintenance.py), {args.memories:,} points", lines)
 

@@ -5,7 +5,7 @@ must never disturb a server that already listens there: :func:`pick_port` falls 
 the operating system hands out.
 
 The process helpers (:func:`stop_process_group`, :func:`pid_is_alive`, :func:`process_name`,
-:func:`die_with_parent`, :func:`stop_orphan`) are shared by the NATS and PostgreSQL launchers and
+`die_with_parent` from kit.process, :func:`stop_orphan`) are shared by the NATS and PostgreSQL launchers and
 by `engram up`'s services (deploy/stack.py).
 """
 
@@ -19,11 +19,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from deploy.embedded.errors import EmbeddedStartError
+from kit.process import die_with_parent
 
 __all__ = [
     "connect_host",
@@ -182,40 +182,6 @@ def process_parent(pid: int) -> int | None:
     except (OSError, IndexError):
         return None
     return None if fields[0] in ("Z", "X") else int(fields[1])
-
-
-_PR_SET_PDEATHSIG = 1
-_libc: object | None = None
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks Linux to send ``sig`` to the child when this process dies.
-
-    The servers and services run in sessions of their own (a Ctrl-C in the terminal reaches only
-    `engram up`, which stops them in order), so a parent killed without that chance (SIGKILL, an
-    out-of-memory kill, a second signal mid-shutdown) would otherwise leave them running, holding
-    ports, data folders and locks. The signal is set after ``Popen`` changed the child's user (a
-    change of user clears it) and survives ``exec``; a parent that died before it was set is
-    noticed (the child is then reparented) and the child exits at once. ``None`` off Linux.
-
-    Linux ties the signal to the *thread* that started the child: a child started from a thread
-    is signalled when that thread ends."""
-    global _libc
-    if not sys.platform.startswith("linux"):
-        return None
-    if _libc is None:
-        import ctypes
-
-        _libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only calls it
-    libc: Any = _libc
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request: no signal will come
-            os._exit(1)
-
-    return preexec
 
 
 #: set by `engram up` (and any :class:`deploy.stack.Stack`) in the services it starts: its own pid

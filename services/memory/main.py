@@ -153,7 +153,7 @@ async def maintain_index(
     app: MemoryApp, stop: asyncio.Event, *, tick_s: float = MAINTENANCE_TICK_S,
     idle_s: float = IDLE_BEFORE_OPTIMIZE_S, steady_points: int = STEADY_OPTIMIZE_POINTS,
 ) -> None:
-    """Keep the embedded vector index flushed and optimised while the service runs.
+    """Keep the embedded vector index flushed, optimised and compacted while the service runs.
 
     Every ``tick_s``: flush the shard if its schedule says so (``flush_if_due``: writes pending
     for a while; the WAL stays bounded), then build the index for new points when either
@@ -161,28 +161,54 @@ async def maintain_index(
     ``steady_points`` points wait whatever the traffic. The engine searches unindexed points by
     full scan and blocks the whole process while it builds an index (it holds the GIL), so the
     idle rule prefers quiet moments and the count rule bounds both the scan and each stall.
-    Reads do not postpone it.
+    Reads do not postpone it. Once the shard has many segments (``needs_compaction``), they are
+    merged in a process of its own (``compact``, a task beside this loop: no optimisation runs
+    meanwhile, the flushes go on); stopping the service stops it.
     """
     if app.index.optimizes_itself:
         return  # a Qdrant server optimises and persists in the background by itself
     loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=tick_s)
-            return
-        except TimeoutError:
-            pass
-        try:
-            await app.index.flush_if_due()
-            idle = loop.time() - app.service.last_activity >= idle_s
-            waiting = app.index.unindexed_points()
-            if (idle and app.index.needs_optimize()) or waiting >= steady_points:
-                started = loop.time()
-                await app.index.optimize()
-                log.info("vector index optimised in %.1fs (%d points were unindexed, %s)",
-                         loop.time() - started, waiting, "idle" if idle else "under writes")
-        except Exception:  # never let maintenance end the service; the next tick tries again
-            log.exception("vector index maintenance failed")
+    compaction: asyncio.Task[object | None] | None = None
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=tick_s)
+                return
+            except TimeoutError:
+                pass
+            try:
+                if compaction is not None and compaction.done():
+                    _log_compaction(compaction)
+                    compaction = None
+                await app.index.flush_if_due()
+                if compaction is not None:
+                    continue
+                idle = loop.time() - app.service.last_activity >= idle_s
+                waiting = app.index.unindexed_points()
+                if (idle and app.index.needs_optimize()) or waiting >= steady_points:
+                    started = loop.time()
+                    await app.index.optimize()
+                    log.info("vector index optimised in %.1fs (%d points were unindexed, %s)",
+                             loop.time() - started, waiting, "idle" if idle else "under writes")
+                elif app.index.needs_compaction():
+                    log.info("vector index: compacting its segments in a process of its own")
+                    compaction = asyncio.create_task(app.index.compact())
+            except Exception:  # never let maintenance end the service; the next tick tries again
+                log.exception("vector index maintenance failed")
+    finally:
+        if compaction is not None and not compaction.done():
+            compaction.cancel()
+            await asyncio.gather(compaction, return_exceptions=True)
+
+
+def _log_compaction(task: asyncio.Task[object | None]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        log.warning("vector index compaction did not finish (the shard is as it was): %s", error)
+    else:
+        log.info("vector index compacted: %s", task.result())
 
 
 async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> None:

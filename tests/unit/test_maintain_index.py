@@ -1,6 +1,6 @@
 """The memory service's index maintenance loop (services/memory/main.py, maintain_index): the
 embedded index is flushed on its schedule and optimised when idle, and also under steady writes
-once enough points wait for an index."""
+once enough points wait for an index; a shard of many segments is compacted beside the loop."""
 
 from __future__ import annotations
 
@@ -35,18 +35,51 @@ class FakeIndex:
         self.flush_checks += 1
         return False
 
+    def needs_compaction(self) -> bool:
+        return False
 
-async def run_ticks(index: Any, *, busy: bool, ticks: int = 5, steady_points: int = 1000) -> None:
-    """Run the loop for ``ticks`` ticks; ``busy``: a command was handled just now at every tick."""
+
+class SegmentedIndex(FakeIndex):
+    """Many segments: a compaction is due until one finishes; ``compact`` runs until released."""
+
+    def __init__(self, unindexed: int = 0, *, fails: bool = False) -> None:
+        super().__init__(unindexed)
+        self.segmented, self.fails = True, fails
+        self.started = 0
+        self.cancelled = 0
+        self.release = asyncio.Event()
+
+    def needs_compaction(self) -> bool:
+        return self.segmented
+
+    async def compact(self) -> object | None:
+        self.started += 1
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        if self.fails:
+            raise RuntimeError("no room for the copy")
+        self.segmented = False
+        return "merged"
+
+
+async def run_ticks(index: Any, *, busy: bool, ticks: int = 5, steady_points: int = 1000,
+                    during: Any = None) -> None:
+    """Run the loop for ``ticks`` ticks; ``busy``: a command was handled just now at every tick;
+    ``during(tick)``: called after each tick."""
     loop = asyncio.get_running_loop()
     service = SimpleNamespace(last_activity=loop.time() if busy else loop.time() - 3600)
     stop = asyncio.Event()
     task = asyncio.create_task(maintain_index(SimpleNamespace(index=index, service=service), stop,  # type: ignore[arg-type]
                                               tick_s=0.001, idle_s=5.0, steady_points=steady_points))
-    for _ in range(ticks):
+    for tick in range(ticks):
         if busy:
             service.last_activity = loop.time()
         await asyncio.sleep(0.01)
+        if during is not None:
+            during(tick)
     stop.set()
     await task
 
@@ -90,3 +123,33 @@ async def test_an_engine_that_optimises_itself_is_left_alone() -> None:
     index.optimizes_itself = True  # type: ignore[misc]
     await run_ticks(index, busy=True)
     assert index.optimised == 0 and index.flush_checks == 0
+
+
+async def test_a_segmented_shard_is_compacted_once_at_a_time_and_optimisation_waits_meanwhile() -> None:
+    index = SegmentedIndex()
+
+    def points_arrive(tick: int) -> None:
+        if tick == 1:  # while the compaction runs: enough new points for an optimisation
+            index.unindexed = 5000
+        if tick == 3:
+            assert index.started == 1 and index.optimised == 0  # one compaction; no optimisation beside it
+            index.release.set()
+
+    await run_ticks(index, busy=True, ticks=8, during=points_arrive)
+    assert index.started == 1 and index.cancelled == 0 and not index.segmented
+    assert index.optimised == 1  # once the compaction was done
+    assert index.flush_checks >= 8  # flushes went on all along
+
+
+async def test_stopping_the_service_cancels_a_running_compaction() -> None:
+    index = SegmentedIndex()
+    await run_ticks(index, busy=True, ticks=3)
+    assert index.started == 1 and index.cancelled == 1
+
+
+async def test_a_failed_compaction_is_logged_and_the_loop_goes_on(caplog: Any) -> None:
+    index = SegmentedIndex(fails=True)
+    index.release.set()
+    await run_ticks(index, busy=True, ticks=4)
+    assert index.started >= 2  # (the real index waits COMPACT_RETRY_S before it says so again)
+    assert "compaction did not finish" in caplog.text and index.flush_checks >= 4

@@ -38,22 +38,39 @@ Operational notes (qdrant-edge-py 0.9.0, measured on a 2-core machine):
   ``time.sleep`` in the main thread did not return during a 33 s
   optimisation), so nothing else in the process runs meanwhile; what bounds
   the stall is how many new points one optimisation covers.
+* **Compaction in a process of its own.** Bounded optimisations leave the shard in many small
+  segments (eight at 100,000 points), and each segment is an HNSW graph searched on its own:
+  recall's hybrid search at 100,000 points costs ~7 CPU-ms in eight segments and ~2.7 in two.
+  Merging them in-process would stall every recall for the whole merge (~14-24 s at 100,000
+  points, minutes at 1M). So :meth:`EdgeVectorIndex.compact` copies the flushed shard to
+  ``<path>.compacting``, merges the copy's segments into :data:`COMPACT_SEGMENTS` in a child
+  process (``services/memory/adapters/edge_compact.py``, niced, killed with its parent) while
+  this one keeps searching and writing the live shard, records every update made meanwhile,
+  applies those to the merged copy, and swaps the directories (``<path>`` becomes
+  ``<path>.retired``, then is deleted). The only stalls are two shard loads (~0.2 s each at
+  100,000 points). A crash at any point leaves a whole shard: ``ensure()`` puts
+  ``<path>.retired`` back if ``<path>`` is missing and deletes what a compaction left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import shutil
+import signal
+import sys
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import qdrant_edge as qe
 
+from kit.process import die_with_parent
 from services.memory.adapters.vectors import (
     DENSE_VECTOR,
     KEYWORD_FIELDS,
@@ -79,8 +96,8 @@ try:
 except ImportError:  # pragma: no cover - non-POSIX: rely on the engine's own WAL lock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["FLUSH_EVERY_POINTS", "FLUSH_EVERY_S", "THREAD_THRESHOLD", "UPSERT_CHUNK", "EdgeVectorIndex",
-           "ShardLockedError"]
+__all__ = ["COMPACT_ABOVE_SEGMENTS", "COMPACT_SEGMENTS", "FLUSH_EVERY_POINTS", "FLUSH_EVERY_S", "THREAD_THRESHOLD",
+           "UPSERT_CHUNK", "CompactionError", "Compaction", "EdgeVectorIndex", "ShardLockedError", "compaction_config"]
 
 #: Upserts larger than this run in a worker thread, chunked.
 THREAD_THRESHOLD = 64
@@ -99,15 +116,78 @@ FLUSH_EVERY_S = 60.0
 SEARCH_THREADS = 1
 
 
+#: A segment's dense vectors are indexed (HNSW) once they pass this many KB.
+INDEXING_THRESHOLD_KB = 10_000
+#: Compaction (see the module notes) merges the shard's segments into this many ...
+COMPACT_SEGMENTS = 2
+#: ... once it has more than this many segments ...
+COMPACT_ABOVE_SEGMENTS = 4
+#: ... and at least this many points (below it a search of every segment is cheap anyway).
+COMPACT_MIN_POINTS = 20_000
+#: A compaction is abandoned (the merged copy deleted, the live shard kept) if more points than
+#: this were written while it ran: re-applying them would hold writes back too long.
+COMPACT_MAX_REPLAYED_POINTS = 50_000
+#: The largest segment a compaction may build, in KB (the engine's unit): no bound in practice.
+COMPACT_MAX_SEGMENT_KB = 1_000_000_000
+#: Updates a compaction applies to its merged copy before holding writes back for the rest.
+COMPACT_CATCH_UP_UPDATES = 64
+#: Seconds to wait before trying again after a compaction failed or was abandoned.
+COMPACT_RETRY_S = 600.0
+
+
 class ShardLockedError(RuntimeError):
     """The shard directory is already open by another process or instance."""
 
 
+class CompactionError(RuntimeError):
+    """A compaction failed; the live shard is untouched."""
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What one :meth:`EdgeVectorIndex.compact` did."""
+
+    segments_before: int
+    segments_after: int
+    points: int
+    #: updates made while the copy was merged, applied to it before the swap
+    replayed_points: int
+    #: the child process's wall seconds (the merge)
+    merge_s: float
+    #: seconds writes waited at the end (applying the replayed updates, the swap)
+    swap_s: float
+
+
+#: Segments the service's own (in-process) optimisations aim at, and the size at which one stops
+#: growing, in KB: bounded, so each optimisation covers the new points, not the whole shard.
+SEGMENTS = 8
+MAX_SEGMENT_KB = 50_000
+
+
+def shard_config(dim: int, *, search_threads: int | None = SEARCH_THREADS, segments: int = SEGMENTS,
+                 max_segment_kb: int = MAX_SEGMENT_KB) -> qe.EdgeConfig:
+    """The shard's configuration: a cosine dense vector of ``dim``, an IDF keyword vector, and
+    the optimiser's targets. The embedded engine only optimises when asked, and holds the GIL
+    while it does: HNSW is built once a segment passes ~10 MB of vectors, and the service's
+    segments stop growing at ~50 MB (see the module notes for how they are merged)."""
+    return qe.EdgeConfig(
+        vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        optimizers=qe.EdgeOptimizersConfig(
+            default_segment_number=segments, indexing_threshold=INDEXING_THRESHOLD_KB, max_segment_size=max_segment_kb
+        ),
+        max_search_threads=search_threads,
+    )
+
+
+def compaction_config(dim: int, segments: int = COMPACT_SEGMENTS) -> qe.EdgeConfig:
+    """The configuration a compaction loads the shard's copy with: segments merged into
+    ``segments`` of any size."""
+    return shard_config(dim, search_threads=1, segments=segments, max_segment_kb=COMPACT_MAX_SEGMENT_KB)
+
+
 def _point_id(raw: Any) -> str:
     return str(raw) if isinstance(raw, uuid.UUID) else str(uuid.UUID(str(raw)))
-
-
-INDEXING_THRESHOLD_KB = 10_000
 
 
 class EdgeVectorIndex(VectorIndex):
@@ -162,24 +242,40 @@ class EdgeVectorIndex(VectorIndex):
         # Serialises writes and structural changes (open/drop/close): writes
         # apply in call order even when a big upsert runs in a thread.
         self._mutex = asyncio.Lock()
+        # While a compaction merges a copy: every update made to the live shard since the copy,
+        # in order, with the points it touched (None: no compaction is recording).
+        self._journal: list[qe.UpdateOperation] | None = None
+        self._journal_points = 0
+        self._journal_overflowed = False
+        self._generation = 0  # bumped by drop() and close(): a compaction begun before is void
+        self._compact_not_before = 0.0  # monotonic time before which no compaction is tried again
+        self._compacting = False
+        #: compactions swapped in since the shard was opened
+        self.compactions = 0
 
     # --- lifecycle ---------------------------------------------------------
 
     def _config(self) -> qe.EdgeConfig:
-        # The embedded engine only optimises when asked, and holds the GIL while it does. Bounded
-        # segments keep each optimisation short (the new points, not the whole shard): HNSW is
-        # built once a segment passes ~10 MB of vectors, segments stop growing at ~50 MB.
-        return qe.EdgeConfig(
-            vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=self.dim, distance=qe.Distance.Cosine)},
-            sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-            optimizers=qe.EdgeOptimizersConfig(
-                default_segment_number=8, indexing_threshold=INDEXING_THRESHOLD_KB, max_segment_size=50_000
-            ),
-            max_search_threads=self.search_threads,
-        )
+        return shard_config(self.dim, search_threads=self.search_threads)
 
     def _has_shard(self) -> bool:
         return (self.path / "edge_config.json").exists() or (self.path / "segments").exists()
+
+    def _sibling(self, suffix: str) -> Path:
+        return self.path.with_name(f"{self.path.name}.{suffix}")
+
+    def _recover_compaction(self) -> None:
+        """Holding the directory lock, before opening: undo what a compaction interrupted by a crash
+        left. Between its two renames the shard sits at ``<path>.retired`` (whole, with its WAL);
+        anything else it left is a copy and is deleted."""
+        retired = self._sibling("retired")
+        if retired.exists() and not self._has_shard():
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            os.rename(retired, self.path)
+        for leftover in (retired, self._sibling("compacting")):
+            if leftover.exists():
+                shutil.rmtree(leftover)
 
     def _acquire_lock(self) -> None:
         if self._lock_file is not None or fcntl is None:
@@ -213,6 +309,7 @@ class EdgeVectorIndex(VectorIndex):
     def _open(self) -> qe.EdgeShard:
         self._acquire_lock()
         try:
+            self._recover_compaction()
             if self._has_shard():
                 shard = qe.EdgeShard.load(str(self.path), self._config())
             else:
@@ -272,14 +369,19 @@ class EdgeVectorIndex(VectorIndex):
             if self._shard is not None:
                 self._shard.close()
                 self._shard = None
-            if self.path.exists():
-                shutil.rmtree(self.path)
+            self._generation += 1
+            self._journal = None
+            for directory in (self.path, self._sibling("retired"), self._sibling("compacting")):
+                if directory.exists():
+                    shutil.rmtree(directory)
             self._only_tenant, self._many_tenants = None, False
             self._unflushed = 0
 
     async def close(self) -> None:
         """Flush and close the shard, release the directory lock. Idempotent."""
         async with self._mutex:
+            self._generation += 1
+            self._journal = None
             if self._shard is not None:
                 shard, self._shard = self._shard, None
                 shard.flush()
@@ -309,6 +411,114 @@ class EdgeVectorIndex(VectorIndex):
     def needs_optimize(self) -> bool:
         """Enough unindexed points for an optimisation to build an index (past the threshold)."""
         return self.unindexed_points() * self.dim * 4 >= INDEXING_THRESHOLD_KB * 1024
+
+    def segments(self) -> int:
+        """How many segments the shard has (each is searched on its own)."""
+        return int(self._require().info().segments_count)
+
+    def needs_compaction(self) -> bool:
+        """Whether :meth:`compact` is worth running now: more than :data:`COMPACT_ABOVE_SEGMENTS`
+        segments, at least :data:`COMPACT_MIN_POINTS` points, and no failed or abandoned
+        compaction in the last :data:`COMPACT_RETRY_S` seconds."""
+        if self._shard is None or time.monotonic() < self._compact_not_before:
+            return False
+        info = self._shard.info()
+        return info.segments_count > COMPACT_ABOVE_SEGMENTS and info.points_count >= COMPACT_MIN_POINTS
+
+    async def compact(self, segments: int = COMPACT_SEGMENTS) -> Compaction | None:
+        """Merge the shard's segments into ``segments`` without stalling searches and writes for
+        the merge (see the module notes). Returns what it did, or ``None`` if the index was
+        dropped or closed meanwhile. Raises :class:`CompactionError` if the merge failed or too
+        much was written meanwhile; the live shard is untouched then. Cancelling it stops the
+        child process and deletes the copy. One at a time."""
+        if self._compacting:
+            raise CompactionError(f"vector shard {self.path} is already being compacted")
+        self._compacting, generation = True, self._generation
+        compacting = self._sibling("compacting")
+        replayed: qe.EdgeShard | None = None
+        try:
+            async with self._mutex:
+                if self._generation != generation:
+                    return None
+                before = self._require().info()
+                await self._flush_locked()
+                await asyncio.to_thread(self._make_copy, compacting)
+                self._journal, self._journal_points, self._journal_overflowed = [], 0, False
+            started = time.monotonic()
+            merged = await _merge_in_child(compacting, self.dim, segments)
+            merge_s = time.monotonic() - started
+            # Apply what the live shard took meanwhile, most of it without holding writes back,
+            # one update per thread hop (the engine holds the GIL for each).
+            replayed = await asyncio.to_thread(qe.EdgeShard.load, str(compacting), compaction_config(self.dim, segments))
+            applied = 0
+            while self._journal is not None and len(self._journal) - applied > COMPACT_CATCH_UP_UPDATES:
+                for operation in self._journal[applied:]:
+                    await asyncio.to_thread(replayed.update, operation)
+                    applied += 1
+            async with self._mutex:
+                if self._generation != generation or self._shard is None:
+                    return None
+                journal, replayed_points = self._journal, self._journal_points
+                if journal is None:
+                    raise CompactionError(
+                        f"more than {COMPACT_MAX_REPLAYED_POINTS} points were written while vector shard "
+                        f"{self.path} was compacted; it stays as it was and is compacted later"
+                    )
+                swap_started = time.monotonic()
+                for operation in journal[applied:]:
+                    await asyncio.to_thread(replayed.update, operation)
+                await asyncio.to_thread(replayed.flush)
+                self._journal = None
+                copy, replayed = replayed, None
+                self._swap_in(compacting, copy)
+                self.compactions += 1
+                swap_s = time.monotonic() - swap_started
+            await asyncio.to_thread(shutil.rmtree, self._sibling("retired"), True)
+            return Compaction(segments_before=before.segments_count, segments_after=merged,
+                              points=before.points_count, replayed_points=replayed_points, merge_s=merge_s,
+                              swap_s=swap_s)
+        except CompactionError:
+            self._compact_not_before = time.monotonic() + COMPACT_RETRY_S
+            raise
+        finally:
+            self._compacting = False
+            if self._generation == generation:
+                self._journal = None
+            if replayed is not None:
+                replayed.close()
+            if compacting.exists():
+                await asyncio.to_thread(shutil.rmtree, compacting, True)
+
+    def _make_copy(self, compacting: Path) -> None:
+        """Copy the flushed shard (holding the mutex: nothing writes it meanwhile) to ``compacting``."""
+        size = _disk_bytes(self.path)
+        free = shutil.disk_usage(self.path.parent).free
+        if free < 2 * size:
+            raise CompactionError(
+                f"not enough free disk to compact vector shard {self.path}: its copy needs {size >> 20} MiB "
+                f"and {free >> 20} MiB are free (keep twice the shard's size free)"
+            )
+        if compacting.exists():
+            shutil.rmtree(compacting)
+        shutil.copytree(self.path, compacting)
+
+    def _swap_in(self, compacting: Path, copy: qe.EdgeShard) -> None:
+        """Holding the mutex, with no await from the old shard's close to the new one's open (so no
+        search sees the index without a shard): the merged copy becomes the shard."""
+        copy.close()
+        retired = self._sibling("retired")
+        old, self._shard = self._require(), None
+        old.close()
+        os.rename(self.path, retired)
+        os.rename(compacting, self.path)
+        try:
+            self._shard = qe.EdgeShard.load(str(self.path), self._config())
+        except Exception:  # the copy does not open: put the shard back as it was
+            os.rename(self.path, compacting)
+            os.rename(retired, self.path)
+            self._shard = qe.EdgeShard.load(str(self.path), self._config())
+            raise
+        self._unflushed, self._flushed_at = 0, time.monotonic()
 
     async def flush(self) -> None:
         """Persist segments now and let the engine truncate its WAL (which already makes updates
@@ -366,9 +576,18 @@ class EdgeVectorIndex(VectorIndex):
             vector[SPARSE_VECTOR] = qe.SparseVector(list(point.sparse.indices), list(point.sparse.values))
         return qe.Point(point.id, vector, dict(point.payload))
 
-    @classmethod
-    def _apply_upsert(cls, shard: qe.EdgeShard, points: Sequence[VectorPoint]) -> None:
-        shard.update(qe.UpdateOperation.upsert_points([cls._to_point(p) for p in points]))
+    def _update(self, shard: qe.EdgeShard, operation: qe.UpdateOperation, points: int) -> None:
+        """Apply one update to the live shard (holding the mutex), and journal it while a
+        compaction runs (see :meth:`compact`)."""
+        shard.update(operation)
+        if self._journal is not None:
+            self._journal.append(operation)
+            self._journal_points += points
+            if self._journal_points > COMPACT_MAX_REPLAYED_POINTS:
+                self._journal, self._journal_overflowed = None, True
+
+    def _apply_upsert(self, shard: qe.EdgeShard, points: Sequence[VectorPoint]) -> None:
+        self._update(shard, qe.UpdateOperation.upsert_points([self._to_point(p) for p in points]), len(points))
 
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or replace points (same id -> replaced, vectors and payload).
@@ -396,7 +615,7 @@ class EdgeVectorIndex(VectorIndex):
             return
         point_ids: list[Any] = [str(uuid.UUID(i)) for i in ids]
         async with self._mutex:
-            self._require().update(qe.UpdateOperation.delete_points(point_ids))
+            self._update(self._require(), qe.UpdateOperation.delete_points(point_ids), len(point_ids))
             await self._wrote_locked(len(point_ids))
 
     async def set_payload(self, ids: Sequence[str], payload: dict[str, Any]) -> None:
@@ -407,7 +626,7 @@ class EdgeVectorIndex(VectorIndex):
             return
         point_ids: list[Any] = [str(uuid.UUID(i)) for i in ids]
         async with self._mutex:
-            self._require().update(qe.UpdateOperation.set_payload(point_ids, dict(payload)))
+            self._update(self._require(), qe.UpdateOperation.set_payload(point_ids, dict(payload)), len(point_ids))
             await self._wrote_locked(len(point_ids))
 
     # --- reads -------------------------------------------------------------
@@ -545,7 +764,7 @@ class EdgeVectorIndex(VectorIndex):
         """Delete every point of ``tenant`` (one filtered delete)."""
         flt = qe.Filter(must=[qe.FieldCondition(TENANT_FIELD, match=qe.MatchValue(tenant))])
         async with self._mutex:
-            self._require().update(qe.UpdateOperation.delete_points_by_filter(flt))
+            self._update(self._require(), qe.UpdateOperation.delete_points_by_filter(flt), 1)
             await self._wrote_locked(1)  # (a filtered delete: at least one WAL record)
 
     async def size(self) -> int:
@@ -562,3 +781,28 @@ class EdgeVectorIndex(VectorIndex):
             out += [_point_id(record.id) for record in page]
             if offset is None:
                 return out
+
+
+def _disk_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+async def _merge_in_child(compacting: Path, dim: int, segments: int) -> int:
+    """Run ``services.memory.adapters.edge_compact`` on the copy; the segments it ended with."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.memory.adapters.edge_compact", str(compacting), "--dim", str(dim),
+        "--segments", str(segments),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
+    )
+    try:
+        out, err = await process.communicate()
+    except BaseException:  # cancelled (the service stops): the child goes with it
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        raise
+    if process.returncode != 0:
+        tail = err.decode(errors="replace").strip()[-600:]
+        raise CompactionError(f"compacting vector shard copy {compacting} failed (exit {process.returncode}): {tail}")
+    return int(json.loads(out.decode().strip().splitlines()[-1])["segments"])

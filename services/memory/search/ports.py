@@ -210,6 +210,15 @@ class VectorIndex(Protocol):
         """Build search indexes now (blocking the engine); True if anything was optimised."""
         return False
 
+    def needs_compaction(self) -> bool:
+        """Whether the index is split into enough pieces that ``compact`` would make searches cheaper."""
+        return False
+
+    async def compact(self) -> object | None:
+        """Merge the index's pieces without blocking searches and writes meanwhile; what it did
+        (``None``: nothing). Engines that merge by themselves do nothing."""
+        return None
+
 
 # models ------------------------------------------------------------------------------------------
 @runtime_checkable
