@@ -13,6 +13,8 @@ import pytest
 from contracts.memory import MemoryState, MemoryStatus, MemoryView, RecallMemory, RelationKind, Supersession
 from services.memory.search.as_of import as_they_stood, mark_superseded, superseded_since
 
+pytestmark = pytest.mark.unit
+
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 DAY = timedelta(days=1)
 

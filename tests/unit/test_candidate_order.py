@@ -17,6 +17,8 @@ from services.memory.domain.candidate_order import (
     learned_order,
 )
 
+pytestmark = pytest.mark.unit
+
 T0 = datetime(2026, 5, 1, 18, 0, tzinfo=UTC)
 
 

@@ -19,6 +19,8 @@ from services.memory.domain.decay import (
     weight,
 )
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2026, 12, 4, 12, 0)
 
 

@@ -8,6 +8,8 @@ from services.memory.domain.entities import entity_ranking, memory_subjects, que
 from services.memory.domain.question_split import MAX_SUBQUESTIONS, split_question
 from services.memory.search.hops import ENTITY_WEIGHT, SUBQUESTION_WEIGHT, deep_fusion, fuse_rankings
 
+pytestmark = pytest.mark.unit
+
 
 # --- question splitting --------------------------------------------------------------------------
 @pytest.mark.parametrize(("question", "parts"), [

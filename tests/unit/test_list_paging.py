@@ -12,6 +12,8 @@ from contracts.memory import MemoryStatus, MemoryView, RecallMemory
 from services.memory.application.memories import page_after, page_cursor
 from services.memory.domain.errors import Conflict
 
+pytestmark = pytest.mark.unit
+
 
 def view(importance: int = 3) -> MemoryView:
     at = datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=UTC)

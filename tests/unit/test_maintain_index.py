@@ -8,7 +8,11 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from services.memory.main import maintain_index
+
+pytestmark = pytest.mark.unit
 
 
 class FakeIndex:

@@ -11,6 +11,8 @@ from contracts.memory import IMPORTED_SOURCES, MemoryState, Provenance
 from services.memory.domain.origin import origin_of
 from services.memory.search.indexing import point_for, view_of
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("restored", "source", "extracted", "expected"), [
     (False, "mcp", False, "saved"),

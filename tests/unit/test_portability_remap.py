@@ -8,11 +8,15 @@ from datetime import date
 from typing import Any
 from uuid import UUID, uuid4
 
+import pytest
+
 from contracts.daily_logs import daily_log_id, extraction_result_id
 from contracts.portability import ExtractionResultRecord, MemoryRecord, SharedMemoryRecord
 from services.memory.domain.model import keyed_memory_id
 from services.memory.domain.remap import Remap
 from services.memory.domain.shared import shared_id
+
+pytestmark = pytest.mark.unit
 
 NOW = "2025-01-01T00:00:00Z"
 DAY = date(2024, 12, 31)

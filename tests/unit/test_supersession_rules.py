@@ -28,6 +28,8 @@ from services.memory.domain.supersession import (
     template_of,
 )
 
+pytestmark = pytest.mark.unit
+
 EARLIER = datetime(2025, 3, 1, 9, 0)
 LATER = EARLIER + timedelta(days=60)
 

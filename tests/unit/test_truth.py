@@ -13,6 +13,8 @@ from services.memory.domain import truth
 from services.memory.domain.errors import Conflict
 from services.memory.domain.supersession import Candidate, decide_all
 
+pytestmark = pytest.mark.unit
+
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 

@@ -11,6 +11,8 @@ from services.memory.domain.keywords import SparseVector, document_vector
 from services.memory.search import indexing, vector_cache
 from services.memory.search.vector_cache import pack_sparse, recipe_fingerprint, unpack_sparse
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_keyword_vector_round_trips_as_the_index_stores_it() -> None:
     vector = document_vector("Marathon training for Berlin! Long run on Sunday, 30 km.")
