@@ -473,6 +473,8 @@ class EdgeVectorIndex(VectorIndex):
                 self._swap_in(compacting, copy)
                 self.compactions += 1
                 swap_s = time.monotonic() - swap_started
+                if self.segments() > COMPACT_ABOVE_SEGMENTS:  # the engine merged less than asked: not at once again
+                    self._compact_not_before = time.monotonic() + COMPACT_RETRY_S
             await asyncio.to_thread(shutil.rmtree, self._sibling("retired"), True)
             return Compaction(segments_before=before.segments_count, segments_after=merged,
                               points=before.points_count, replayed_points=replayed_points, merge_s=merge_s,
