@@ -98,6 +98,10 @@ EMBED_SECONDS = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 EMBEDDED_TEXTS = Counter("engram_embedded_texts_total", "Texts the embedder embedded", ["model"])
+VECTOR_SEGMENTS = Gauge("engram_vector_index_segments",
+                        "Segments of the embedded vector shard (each searched on its own), sampled every second")
+VECTOR_COMPACTIONS = Counter("engram_vector_index_compactions_total",
+                             "Compactions of the embedded vector shard, by result (done, failed)", ["result"])
 
 
 class _EmbeddingCacheCollector:

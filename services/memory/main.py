@@ -181,6 +181,7 @@ async def maintain_index(
                     _log_compaction(compaction)
                     compaction = None
                 await app.index.flush_if_due()
+                metrics.VECTOR_SEGMENTS.set(app.index.segments())
                 if compaction is not None:
                     continue
                 idle = loop.time() - app.service.last_activity >= idle_s
@@ -206,8 +207,10 @@ def _log_compaction(task: asyncio.Task[object | None]) -> None:
         return
     error = task.exception()
     if error is not None:
+        metrics.VECTOR_COMPACTIONS.labels(result="failed").inc()
         log.warning("vector index compaction did not finish (the shard is as it was): %s", error)
-    else:
+    elif task.result() is not None:
+        metrics.VECTOR_COMPACTIONS.labels(result="done").inc()
         log.info("vector index compacted: %s", task.result())
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kit import metrics
 from services.memory.main import maintain_index
 
 pytestmark = pytest.mark.unit
@@ -42,6 +43,9 @@ class FakeIndex:
     def needs_compaction(self) -> bool:
         return False
 
+    def segments(self) -> int:
+        return 3
+
 
 class SegmentedIndex(FakeIndex):
     """Many segments: a compaction is due until one finishes; ``compact`` runs until released."""
@@ -55,6 +59,9 @@ class SegmentedIndex(FakeIndex):
 
     def needs_compaction(self) -> bool:
         return self.segmented
+
+    def segments(self) -> int:
+        return 7 if self.segmented else 2
 
     async def compact(self) -> object | None:
         self.started += 1
@@ -129,8 +136,13 @@ async def test_an_engine_that_optimises_itself_is_left_alone() -> None:
     assert index.optimised == 0 and index.flush_checks == 0
 
 
+def compactions(result: str) -> float:
+    return metrics.REGISTRY.get_sample_value("engram_vector_index_compactions_total", {"result": result}) or 0.0
+
+
 async def test_a_segmented_shard_is_compacted_once_at_a_time_and_optimisation_waits_meanwhile() -> None:
     index = SegmentedIndex()
+    done_before = compactions("done")
 
     def points_arrive(tick: int) -> None:
         if tick == 1:  # while the compaction runs: enough new points for an optimisation
@@ -143,6 +155,8 @@ async def test_a_segmented_shard_is_compacted_once_at_a_time_and_optimisation_wa
     assert index.started == 1 and index.cancelled == 0 and not index.segmented
     assert index.optimised == 1  # once the compaction was done
     assert index.flush_checks >= 8  # flushes went on all along
+    assert compactions("done") == done_before + 1
+    assert metrics.REGISTRY.get_sample_value("engram_vector_index_segments") == 2
 
 
 async def test_stopping_the_service_cancels_a_running_compaction() -> None:
@@ -154,6 +168,8 @@ async def test_stopping_the_service_cancels_a_running_compaction() -> None:
 async def test_a_failed_compaction_is_logged_and_the_loop_goes_on(caplog: Any) -> None:
     index = SegmentedIndex(fails=True)
     index.release.set()
+    failed_before = compactions("failed")
     await run_ticks(index, busy=True, ticks=4)
+    assert compactions("failed") >= failed_before + 1
     assert index.started >= 2  # (the real index waits COMPACT_RETRY_S before it says so again)
     assert "compaction did not finish" in caplog.text and index.flush_checks >= 4

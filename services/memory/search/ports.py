@@ -210,6 +210,10 @@ class VectorIndex(Protocol):
         """Build search indexes now (blocking the engine); True if anything was optimised."""
         return False
 
+    def segments(self) -> int:
+        """How many pieces the index is split into, each searched on its own (0: not known here)."""
+        return 0
+
     def needs_compaction(self) -> bool:
         """Whether the index is split into enough pieces that ``compact`` would make searches cheaper."""
         return False
