@@ -246,7 +246,6 @@ class EdgeVectorIndex(VectorIndex):
         # in order, with the points it touched (None: no compaction is recording).
         self._journal: list[qe.UpdateOperation] | None = None
         self._journal_points = 0
-        self._journal_overflowed = False
         self._generation = 0  # bumped by drop() and close(): a compaction begun before is void
         self._compact_not_before = 0.0  # monotonic time before which no compaction is tried again
         self._compacting = False
@@ -273,7 +272,11 @@ class EdgeVectorIndex(VectorIndex):
             if self.path.exists():
                 shutil.rmtree(self.path)
             os.rename(retired, self.path)
-        for leftover in (retired, self._sibling("compacting")):
+        self._delete_leftovers()
+
+    def _delete_leftovers(self) -> None:
+        """Delete the directories a compaction works in (its copy, the shard it replaced)."""
+        for leftover in (self._sibling("retired"), self._sibling("compacting")):
             if leftover.exists():
                 shutil.rmtree(leftover)
 
@@ -371,9 +374,9 @@ class EdgeVectorIndex(VectorIndex):
                 self._shard = None
             self._generation += 1
             self._journal = None
-            for directory in (self.path, self._sibling("retired"), self._sibling("compacting")):
-                if directory.exists():
-                    shutil.rmtree(directory)
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            self._delete_leftovers()
             self._only_tenant, self._many_tenants = None, False
             self._unflushed = 0
 
@@ -443,7 +446,7 @@ class EdgeVectorIndex(VectorIndex):
                 before = self._require().info()
                 await self._flush_locked()
                 await asyncio.to_thread(self._make_copy, compacting)
-                self._journal, self._journal_points, self._journal_overflowed = [], 0, False
+                self._journal, self._journal_points = [], 0
             started = time.monotonic()
             merged = await _merge_in_child(compacting, self.dim, segments)
             merge_s = time.monotonic() - started
@@ -483,9 +486,7 @@ class EdgeVectorIndex(VectorIndex):
             self._compact_not_before = time.monotonic() + COMPACT_RETRY_S
             raise
         finally:
-            self._compacting = False
-            if self._generation == generation:
-                self._journal = None
+            self._compacting, self._journal = False, None
             if replayed is not None:
                 replayed.close()
             if compacting.exists():
@@ -586,7 +587,7 @@ class EdgeVectorIndex(VectorIndex):
             self._journal.append(operation)
             self._journal_points += points
             if self._journal_points > COMPACT_MAX_REPLAYED_POINTS:
-                self._journal, self._journal_overflowed = None, True
+                self._journal = None  # overflowed: the compaction is abandoned
 
     def _apply_upsert(self, shard: qe.EdgeShard, points: Sequence[VectorPoint]) -> None:
         self._update(shard, qe.UpdateOperation.upsert_points([self._to_point(p) for p in points]), len(points))
