@@ -485,6 +485,24 @@ class PinMemory(BaseModel):
         return self
 
 
+class ReinstateExpired(BaseModel):
+    """The memories ``memory_id`` superseded, current again once its ``forget_after`` has passed: a
+    fact is hidden only by the statement that changed it, and a statement past its expiry no longer
+    says anything in recall. The memory service's expiry round sends it (no MCP tool or REST route);
+    nothing happens while the memory has not expired."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_id: UUID
+
+
+class ReinstateExpiredResult(BaseModel):
+    expired: bool = Field(description="whether the memory's forget_after had passed")
+    reinstated: list[UUID] = Field(default_factory=list, exclude_if=lambda v: not v,
+                                   description="the memories it had superseded, current again")
+    message: str
+
+
 class ForgetMemoryResult(BaseModel):
     forgotten: bool
     match: Literal["id", "exact", "semantic"] | None = None
@@ -921,6 +939,7 @@ for _name, _model, _result in (
     ("unmerge_memory", UnmergeMemory, UnmergeMemoryResult),
     ("merge_memory", MergeMemory, MergeMemoryResult),
     ("move_memory", MoveMemory, MoveMemoryResult),
+    ("reinstate_expired", ReinstateExpired, ReinstateExpiredResult),
 ):
     command(MEMORY, _name, result=_result)(_model)
 for _name, _model, _result in (

@@ -7,8 +7,6 @@ import asyncio
 import logging
 import re
 import signal
-import time
-from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 
 import asyncpg
@@ -20,6 +18,7 @@ from kit.bus import Bus
 from kit.client import Client
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
+from kit.schedule import schedule
 from kit.stalls import freeze_startup_heap
 from services.extractor.adapters.builtin import BuiltinExtraction
 from services.extractor.adapters.ledger import PgTaskLedger
@@ -61,21 +60,6 @@ def build_engine(settings: ExtractorSettings) -> ExtractionEngine:
             max_chars=settings.extractor_llm_max_chars, max_tokens=settings.extractor_llm_max_tokens,
         )
     return BuiltinExtraction()
-
-
-async def schedule(stop: asyncio.Event, every_s: float, name: str, step: Callable[[str], Awaitable[None]]) -> None:
-    """Run ``step(round_id)`` every ``every_s`` seconds until stop (a failed round is logged, not fatal)."""
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=every_s)
-            return
-        except TimeoutError:
-            pass
-        round_id = f"{name}-{int(time.time() // every_s)}"
-        try:
-            await step(round_id)
-        except Exception:
-            log.exception("%s round failed", name)
 
 
 async def run(settings: ExtractorSettings, stop: asyncio.Event | None = None) -> None:

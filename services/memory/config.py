@@ -14,6 +14,10 @@ class MemorySettings(CommonSettings):
     log_retention_days: int = Field(
         14, ge=0, le=36_500, description="delete_logs' default: processed daily logs older than this many days go",
     )
+    expiry_interval_s: float = Field(
+        60.0, gt=0, le=86_400, description="how often the expiry round looks for memories past their forget_after "
+        "that still hide what they superseded, and brings those back (seconds)",
+    )
     qdrant_url: str | None = Field(None, description="Qdrant server URL; empty = embedded engine in ENGRAM_HOME")
     qdrant_collection: str = "memories"
     vector_search_threads: int = Field(

@@ -10,12 +10,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from contracts.envelope import utcnow
 from contracts.subjects import MEMORY
 from kit import metrics, tracing
 from kit.bus import Bus
+from kit.client import Client
 from kit.command_log import PgCommandLog
 from kit.config import run_service, setup_logging
 from kit.pg import create_pool
+from kit.schedule import schedule
 from kit.service import ServiceRuntime
 from kit.stalls import freeze_startup_heap, watch_stalls
 from services.memory.adapters.embedder import build_embedder
@@ -26,6 +29,7 @@ from services.memory.adapters.pg_portability import PgPortability
 from services.memory.adapters.pg_store import MemoryStore
 from services.memory.adapters.reranker import build_reranker
 from services.memory.adapters.vector_factory import build_vector_index
+from services.memory.application.expiry import expiry_round
 from services.memory.application.index_follow import IndexFollower
 from services.memory.application.service import MemoryService
 from services.memory.config import MemorySettings
@@ -202,6 +206,19 @@ async def maintain_index(
             await asyncio.gather(compaction, return_exceptions=True)
 
 
+async def expire_supersessions(app: MemoryApp, stop: asyncio.Event, every_s: float) -> None:
+    """Every ``every_s``: the expiry round (:func:`expiry_round`), its commands sent through the bus
+    like any other's."""
+    client = Client(app.bus)
+
+    async def expiry(round_id: str) -> None:
+        back = await expiry_round(app.store, client.send, utcnow())
+        if back:
+            log.info("%d memories current again: what superseded them has expired (round %s)", back, round_id)
+
+    await schedule(stop, every_s, "expiry", expiry)
+
+
 def _log_compaction(task: asyncio.Task[object | None]) -> None:
     if task.cancelled():
         return
@@ -232,6 +249,7 @@ async def run(settings: MemorySettings, stop: asyncio.Event | None = None) -> No
         tasks += metrics.start(MEMORY, app.bus, stop, port=settings.memory_metrics_port,  # /metrics, consumer lag
                                host=settings.metrics_host)
         tasks.append(asyncio.create_task(maintain_index(app, stop)))
+        tasks.append(asyncio.create_task(expire_supersessions(app, stop, settings.expiry_interval_s)))
         tasks.append(asyncio.create_task(watch_stalls(stop, threshold_ms=settings.stall_warning_ms)))
         await nats_entry.serve_queries(app.bus, app.service)
         freeze_startup_heap()

@@ -11,12 +11,13 @@ from uuid import UUID
 
 import pytest
 
-from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope
-from contracts.memory import Recall, RecallHit
+from contracts.envelope import CommandEnvelope, EventEnvelope, QueryEnvelope, utcnow
+from contracts.memory import Recall, RecallHit, ReinstateExpired, ReinstateExpiredResult
 from kit.bus import Bus
+from services.memory.application.expiry import expiry_round
 from services.memory.config import MemorySettings
 from services.memory.entrypoints import nats as nats_entry
-from services.memory.main import MemoryApp, memory_app
+from services.memory.main import MemoryApp, expire_supersessions, memory_app
 from services.memory.search.indexing import point_for
 from services.memory.search.late import late_order, maxsim, unpack
 
@@ -404,6 +405,69 @@ async def test_an_edit_stopped_before_it_brought_back_what_it_withdrew_is_finish
     other_key = await app.service.handle_command(cmd("update_memory", {
         "id": porto["memory_id"], "content": "I like port wine from the Douro valley"}, tenant=user))
     assert other_key.ok and not other_key.result["updated"]  # the same edit under a new key changes nothing
+
+
+async def _get(app: MemoryApp, user: str, memory_id: str) -> dict:  # type: ignore[type-arg]
+    found = await app.service.handle_query(QueryEnvelope(type="get_memory", tenant=user, payload={"memory_id": memory_id}))
+    assert found.ok, found.error
+    return found.result  # type: ignore[no-any-return]
+
+
+async def test_a_memory_past_its_expiry_no_longer_hides_what_it_superseded(app: MemoryApp) -> None:
+    """"I moved to Porto last month" superseded "I live in Lisbon", then was set to expire (a moment
+    already past). Recall had nothing left about where the user lives: the expired memory leaves
+    recall and Lisbon stayed superseded by it. The expiry round brings Lisbon back (once: a second
+    round finds nothing); clearing the expiry makes Porto supersede it again."""
+    user = "expiry-" + uuid.uuid4().hex[:8]
+    run = partial(done_ok, app, user)
+    lisbon = await run("save_memory", {"content": "I live in Lisbon"})
+    porto = await run("save_memory", {"content": "I moved to Porto last month"})
+    assert porto["supersedes"] == [lisbon["memory_id"]], porto
+    await run("pin_memory", {"memory_id": porto["memory_id"], "forget_after": "2001-01-01T00:00:00Z"})
+    assert await recall(app, "Where do I live?", tenant=user) == []  # the defect: nothing current
+
+    async def send(tenant: str, command: ReinstateExpired, *, key: str) -> ReinstateExpiredResult:
+        done = await app.service.handle_command(cmd("reinstate_expired", command.model_dump(mode="json"),
+                                                    tenant=tenant, key=key))
+        assert done.ok, done.error
+        return ReinstateExpiredResult.model_validate(done.result)
+
+    assert await expiry_round(app.store, send, utcnow()) >= 1  # (other tests' users may be found too)
+    assert (await _get(app, user, lisbon["memory_id"]))["status"] == "active"
+    assert await recall(app, "Where do I live?", tenant=user) == ["I live in Lisbon"]
+    assert (user, UUID(porto["memory_id"])) not in {(t, m) for t, m, _ in await app.store.expired_superseders(utcnow(), 1000)}
+    direct = await run("reinstate_expired", {"memory_id": porto["memory_id"]})
+    assert direct["expired"] and not direct.get("reinstated"), direct  # done already: nothing twice
+
+    await run("pin_memory", {"memory_id": porto["memory_id"], "clear_forget_after": True})
+    assert (await _get(app, user, lisbon["memory_id"]))["status"] == "superseded"
+    hits = (await app.service.recall(user, Recall(query="Where do I live?"))).hits
+    assert [(h.memory.content, [r.excerpt for r in h.relations]) for h in hits] == [
+        ("I moved to Porto last month", ["I live in Lisbon"])]
+    not_yet = await run("reinstate_expired", {"memory_id": porto["memory_id"]})
+    assert not not_yet["expired"] and (await _get(app, user, lisbon["memory_id"]))["status"] == "superseded"
+
+
+async def test_the_service_brings_back_what_an_expired_memory_hid_by_itself(app: MemoryApp) -> None:
+    """The same through the bus, as the running service does it: its expiry schedule sends
+    ``reinstate_expired`` as a command, and another user's memories are left as they are."""
+    user, other = "expiry-bus-" + uuid.uuid4().hex[:8], "expiry-other-" + uuid.uuid4().hex[:8]
+    lisbon = await done_ok(app, user, "save_memory", {"content": "I live in Lisbon"})
+    porto = await done_ok(app, user, "save_memory", {"content": "I moved to Porto last month"})
+    kept = await done_ok(app, other, "save_memory", {"content": "I live in Lisbon"})
+    await done_ok(app, other, "save_memory", {"content": "I moved to Porto last month"})
+    await done_ok(app, user, "pin_memory", {"memory_id": porto["memory_id"], "forget_after": "2001-01-01T00:00:00Z"})
+    stop = asyncio.Event()
+    tasks = [*nats_entry.start(app.bus, app.service, stop), asyncio.create_task(expire_supersessions(app, stop, 0.2))]
+    try:
+        async with asyncio.timeout(20):
+            while (await _get(app, user, lisbon["memory_id"]))["status"] != "active":
+                await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert (await _get(app, other, kept["memory_id"]))["status"] == "superseded"
+    assert await recall(app, "Where do I live?", tenant=user) == ["I live in Lisbon"]
 
 
 async def test_projects_and_profile(app: MemoryApp) -> None:

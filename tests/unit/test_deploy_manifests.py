@@ -45,6 +45,7 @@ ALLOWED_ENV = {
     "ENGRAM_STREAM_REPLICAS",
     "ENGRAM_LOG_LEVEL",
     "ENGRAM_STALL_WARNING_MS",
+    "ENGRAM_EXPIRY_INTERVAL_S",
     "ENGRAM_METRICS_HOST",  # /metrics of every service (kit/metrics.py), with each service's port:
     "ENGRAM_GATEWAY_METRICS_PORT",
     "ENGRAM_AUTH_METRICS_PORT",

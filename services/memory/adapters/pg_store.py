@@ -598,6 +598,17 @@ class MemoryStore(ReadModel):
     async def expired_log_ids(self, tenant: str, project: str | None, cutoff: datetime, limit: int) -> list[UUID]:
         return await self._log_ids("processing_status = 'processed' AND updated_at < $4", tenant, project, limit, cutoff)
 
+    async def expired_superseders(self, now: datetime, limit: int) -> list[tuple[str, UUID, int]]:
+        rows = await self.pool.fetch(
+            f"""SELECT m.tenant, m.id, m.version FROM {self.s}.memories m
+                WHERE m.truth ? 'forget_after' AND m.status = 'active' AND NOT m.truth ? 'superseded_by'
+                  AND (m.truth->>'forget_after')::timestamptz <= $1
+                  AND EXISTS (SELECT 1 FROM jsonb_array_elements(m.truth->'supersedes') w
+                              JOIN {self.s}.memories o ON o.tenant = m.tenant AND o.id = (w->>'memory_id')::uuid
+                              WHERE o.status = 'superseded' AND o.truth->'superseded_by'->>'memory_id' = m.id::text)
+                ORDER BY (m.truth->>'forget_after')::timestamptz LIMIT $2""", now, limit)
+        return [(r["tenant"], r["id"], r["version"]) for r in rows]
+
     async def get_task(self, tenant: str, task_uuid: UUID) -> ExtractionTaskState | None:
         raw = await self.pool.fetchval(
             f"SELECT state FROM {self.s}.extraction_tasks WHERE tenant = $1 AND id = $2", tenant, task_uuid

@@ -51,6 +51,8 @@ from contracts.memory import (
     Profile,
     ProjectList,
     RecallMemory,
+    ReinstateExpired,
+    ReinstateExpiredResult,
     SaveMemory,
     SaveMemoryResult,
     SettleConflict,
@@ -68,7 +70,7 @@ from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
 from services.memory.application.ports import EventLog, Judge, ReadModel, StandingOrder
 from services.memory.application.projection import MemoryProjection
-from services.memory.domain import model, paging, truth
+from services.memory.domain import decay, model, paging, truth
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.supersession import Opinion, Statement, Verdict, decide_all, second_opinion
 from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
@@ -582,8 +584,12 @@ class Memories:
         return reply
 
     async def pin(self, call: CommandCall, cmd: PinMemory) -> SaveMemoryResult:
-        """Pin or unpin a memory, or set or clear when it leaves recall (``forget_after``)."""
-        await visible(self.store, call, cmd.memory_id, "memory_id")
+        """Pin or unpin a memory, or set or clear when it leaves recall (``forget_after``). A memory
+        whose expiry is cleared or moved past now after it had passed supersedes again what it
+        superseded (:meth:`reinstate_expired` brought those back when it expired) and still stands
+        current, by the rules that judged them when it was said."""
+        before = await visible(self.store, call, cmd.memory_id, "memory_id")
+        lapsed = not decay.in_recall(self.clock(), before.forget_after) and bool(before.supersedes)
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
@@ -591,15 +597,34 @@ class Memories:
             current = model.state_of(loaded[0])
             if current.status is MemoryStatus.FORGOTTEN:
                 raise Conflict(f"memory {current.id} is forgotten", "memory_id")
-            state = truth.pinned(current, cmd.pinned, cmd.forget_after, cmd.clear_forget_after, self.clock())
+            now = self.clock()
+            state = truth.pinned(current, cmd.pinned, cmd.forget_after, cmd.clear_forget_after, now)
             if state is None:
                 return Answer(_unchanged(current))
             return Write(_event(call, state, MemoryEventType.PINNED),
                          lambda stored: _saved(model.state_of(stored), created=False))
 
-        reply = await self._write(call, cmd.memory_id, decide)
+        # with memories to supersede again, the outcome is recorded once they are (kit's runtime)
+        reply = await self._write(call, cmd.memory_id, decide, outcome=not lapsed)
         assert reply is not None
+        if lapsed and decay.in_recall(self.clock(), (await visible(self.store, call, cmd.memory_id,
+                                                                   "memory_id")).forget_after):
+            await self._carry_out(call, cmd.memory_id)  # (a retry too: what is superseded already stays)
         return reply
+
+    async def reinstate_expired(self, call: CommandCall, cmd: ReinstateExpired) -> ReinstateExpiredResult:
+        """The memories an expired memory (``forget_after`` passed) superseded, current again
+        (``MemoryReinstated``, :func:`truth.reinstated`, as when it is forgotten): a statement that
+        has left recall no longer hides the fact it changed. The expired memory itself is left as it
+        is, in its history, its expiry still clearable with pin_memory."""
+        state = await visible(self.store, call, cmd.memory_id, "memory_id")
+        if state.status is MemoryStatus.FORGOTTEN or decay.in_recall(self.clock(), state.forget_after):
+            return ReinstateExpiredResult(expired=False, message="That memory has not expired: nothing changed.")
+        back = await self._reinstate(call, state)
+        said = "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in back)
+        return ReinstateExpiredResult(expired=True, reinstated=[m.id for m in back],
+                                      message=f"Current again: {said}." if back else "Nothing it superseded was "
+                                      "still hidden by it.")
 
     async def unmerge(self, call: CommandCall, cmd: UnmergeMemory) -> UnmergeMemoryResult:
         """Undo the merge that wrote version ``cmd.version`` of a memory (:func:`truth.unmerged`): the

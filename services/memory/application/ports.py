@@ -190,6 +190,11 @@ class ReadModel(RecallReads, Protocol):
     async def expired_log_ids(self, tenant: str, project: str | None, cutoff: datetime, limit: int) -> list[UUID]:
         """Processed logs last updated before ``cutoff``."""
 
+    async def expired_superseders(self, now: datetime, limit: int) -> list[tuple[str, UUID, int]]:
+        """``(tenant, memory id, version)`` of current memories, of every user, whose ``forget_after``
+        has passed by ``now`` and that still hide a memory they superseded: the soonest expired
+        first, at most ``limit``."""
+
     async def get_task(self, tenant: str, task_uuid: UUID) -> ExtractionTaskState | None: ...
 
     async def tasks(
