@@ -431,6 +431,10 @@ class MoveMemoryResult(BaseModel):
     memory_id: UUID = Field(description="the memory in its new project")
     moved_from: UUID = Field(description="the memory left behind (forgotten)")
     project: str = Field(description="the project it is in now")
+    reinstated: list[UUID] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="the memories it had superseded in its old project, current again there: the moved memory "
+        "has no relation to that project's memories")
     message: str
 
 

@@ -420,6 +420,37 @@ async def test_a_memory_moves_to_another_project_with_its_sayings_and_key(runnin
         assert there["memory"]["id"] == hop["memory_id"] and there["memory"]["content"] == "My hometown is Guimaraes"
 
 
+def test_a_move_brings_back_in_the_old_project_what_the_moved_memory_superseded(running: Any) -> None:
+    """Found in review (2026-12-06): "I live in Lisbon", then "I moved to Porto last month" (which
+    supersedes it), then the move memory moved to another project. The one left behind is forgotten
+    and the moved one has no relation to the old project's memories, so Lisbon stayed superseded by a
+    forgotten memory: nothing current in the old project said where the user lives. Now the move
+    brings it back there, says so, and a second move request changes nothing more."""
+    home, work = "moved-from-" + uuid.uuid4().hex[:6], "moved-to-" + uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(running.key), timeout=60) as h:
+        def save(content: str) -> dict[str, Any]:
+            r = h.post("/memories", json={"content": content, "project": home})
+            assert r.status_code == 201, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+        lisbon = save("I live in Lisbon")
+        porto = save("I moved to Porto last month")
+        assert porto["supersedes"] == [lisbon["memory_id"]], porto
+        moved = h.post(f"/memories/{porto['memory_id']}/move", json={"to_project": work})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["reinstated"] == [lisbon["memory_id"]], moved.json()
+        assert "current again there: “I live in Lisbon”" in moved.json()["message"], moved.json()
+        hits = h.post("/recall", json={"query": "Where do I live?", "project": home}).json()["hits"]
+        assert [(x["memory"]["content"], x["memory"]["status"]) for x in hits] == [("I live in Lisbon", "active")], hits
+        there = h.post("/recall", json={"query": "Where do I live?", "project": work}).json()["hits"]
+        assert [(x["memory"]["content"], x.get("relations", [])) for x in there] == [
+            ("I moved to Porto last month", [])], there
+        again = h.post(f"/memories/{porto['memory_id']}/move", json={"to_project": work}).json()
+        assert not again["moved"] and "reinstated" not in again, again
+        versions = h.get(f"/memories/{lisbon['memory_id']}/history").json()["versions"]
+        assert [v["event"] for v in versions] == ["MemorySaved", "MemorySuperseded", "MemoryReinstated"], versions
+
+
 def test_a_move_does_not_hide_the_job_the_old_memory_also_named(running: Any) -> None:
     """Found from outside (2026-12-05): "I live in Lisbon and work as a nurse", then "I moved to Porto
     last month", left only the move in recall, so "what is my job?" found nothing current. Now the

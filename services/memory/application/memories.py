@@ -720,10 +720,11 @@ class Memories:
         await self._on_each(call, [w.memory_id for w in dup.supersedes],
                             lambda old: truth.repointed(old, dup.id, into, self.clock()), MemoryEventType.SUPERSEDED)
 
-    async def _left_behind(self, call: CommandCall, memory_id: UUID, reason: str, client: str | None) -> bool:
+    async def _left_behind(self, call: CommandCall, memory_id: UUID, reason: str, client: str | None,
+                           *, outcome: bool = True) -> bool:
         """The memory a merge or a move leaves behind, forgotten with ``reason`` (naming where it went);
         False when it already was (a retry, or the same request again). The command's outcome is
-        recorded with this write."""
+        recorded with this write (``outcome``), else by kit's runtime once the command is done."""
 
         def leave(loaded: Loaded) -> Write[bool] | Answer[bool]:
             if loaded is None:
@@ -735,12 +736,14 @@ class Memories:
             return Write(model.event_for(gone, MemoryEventType.FORGOTTEN, command_id=call.command_id,
                                          correlation_id=call.correlation_id, now=gone.updated_at), lambda _: True)
 
-        return bool(await self._write(call, memory_id, leave, what=f"memory {memory_id}"))
+        return bool(await self._write(call, memory_id, leave, what=f"memory {memory_id}", outcome=outcome))
 
     async def move(self, call: CommandCall, cmd: MoveMemory) -> MoveMemoryResult:
         """Move a memory to another project (:func:`model.moved`): the new one first (its identity
         derived from the old one, or its key there: a retry appends nothing), then the old one
-        forgotten naming it; the outcome is recorded after both."""
+        forgotten naming it, and what the old one superseded in its project current again (the moved
+        memory has no relation to that project's memories; as a forget would); the outcome is
+        recorded after all of them."""
         src = await visible(self.store, call, cmd.memory_id, "memory_id")
         call.require_project(cmd.to_project, "to_project")
         if src.project == cmd.to_project:
@@ -771,13 +774,20 @@ class Memories:
         arrived = await self._write(call, target.id, arrive, outcome=False)
         reason = f"moved to project {cmd.to_project} as memory {target.id}"
 
-        left = await self._left_behind(call, cmd.memory_id, reason, cmd.client)
+        left = await self._left_behind(call, cmd.memory_id, reason, cmd.client, outcome=not src.supersedes)
+        back: list[MemoryState] = []
+        if src.supersedes and (gone := await self.store.get(call.tenant, cmd.memory_id)) is not None \
+                and gone.status is MemoryStatus.FORGOTTEN:  # (a retry too: what is back already stays)
+            back = await self._reinstate(call, gone)
         moved = bool(arrived) or left
+        said = "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in back)
         return MoveMemoryResult(
             moved=moved, memory_id=target.id, moved_from=src.id, project=cmd.to_project,
+            reinstated=[m.id for m in back],
             message=(f"Moved to project {cmd.to_project}: it is memory {target.id} there; the one in project "
                      f"{src.project} is forgotten, naming it." if moved
-                     else f"It had been moved to project {cmd.to_project} already: memory {target.id}."))
+                     else f"It had been moved to project {cmd.to_project} already: memory {target.id}.")
+            + (f" What it had superseded in project {src.project} is current again there: {said}." if back else ""))
 
     async def forget(self, call: CommandCall, cmd: ForgetMemory) -> ForgetMemoryResult:
         """Forget by id, or by content: an exact match first, then the closest memory above the
