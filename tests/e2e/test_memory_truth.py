@@ -208,6 +208,28 @@ async def key_for_another_project(running) -> str:  # type: ignore[no-untyped-de
     return str(made.json()["key"])
 
 
+async def test_a_question_about_my_sister_is_answered_by_what_her_name_says(running) -> None:  # type: ignore[no-untyped-def]
+    """Over MCP (the SDK client): "My sister Marisol is a pilot", then "Marisol flies to Tokyo every
+    month"; "Where does my sister fly to?" puts the Tokyo memory first, though it never says
+    "sister". A key restricted to another project asks the same: none of these memories, and no
+    name from them, reaches it (its own "my sister" memory is all it finds)."""
+    project = "aliases-" + uuid.uuid4().hex[:8]
+    elsewhere = await key_for_another_project(running)
+    async with session(running) as client:
+        for content in ["My sister Marisol is a pilot", "Marisol flies to Tokyo every month",
+                        "My brother flies kites at the beach", "I fly to Lisbon for work twice a year"]:
+            saved = await client.call_tool("memory", {"content": content, "containerTag": project})
+            assert not saved.is_error, saved.content
+        found = hits_of(await recall(client, "Where does my sister fly to?", project))
+        assert found[0] == "Marisol flies to Tokyo every month", found
+    with httpx.Client(base_url=running.base_url + "/v1", headers=auth(elsewhere), timeout=60) as h:
+        saved = h.post("/memories", json={"content": "My sister enjoys long train rides"})
+        assert saved.status_code == 201, saved.text
+        hits = h.post("/recall", json={"query": "Where does my sister fly to?"}).json()["hits"]
+        assert hits and all(x["memory"]["project"] == "elsewhere" for x in hits), hits
+        assert not any("Marisol" in x["memory"]["content"] for x in hits), hits
+
+
 async def test_a_doubtful_change_is_flagged_listed_and_settled_and_a_memory_can_be_pinned(running) -> None:  # type: ignore[no-untyped-def]
     project = "truth-flag-" + uuid.uuid4().hex[:8]
     elsewhere = await key_for_another_project(running)

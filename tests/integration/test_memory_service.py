@@ -470,6 +470,38 @@ async def test_the_service_brings_back_what_an_expired_memory_hid_by_itself(app:
     assert await recall(app, "Where do I live?", tenant=user) == ["I live in Lisbon"]
 
 
+async def test_a_question_about_my_sister_finds_what_her_name_says(app: MemoryApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"My sister Ana is visiting next week" names her; "Ana loves sushi and ramen" says what she
+    likes, without the word "sister". Asked "What does my sister like to eat?", recall also asks
+    "What does Ana like to eat?" and fuses both: Ana's food comes first, where the question alone
+    ranks the food memories that share its words ("my brother", "I like") above it. A name given
+    in another project, which a recall of one project cannot see, is not used there."""
+    user = "alias-" + uuid.uuid4().hex[:8]
+    run = partial(done_ok, app, user)
+    for content in ["My sister Ana is visiting next week", "Ana loves sushi and ramen",
+                    "My brother likes to eat pizza on Fridays", "I like to eat oatmeal for breakfast",
+                    "My sister and I used to eat ice cream by the sea", "I cook pasta when friends visit"]:
+        await run("save_memory", {"content": content, "project": "family"})
+    await run("save_memory", {"content": "My sister Eva is a chef", "project": "work"})
+    await run("save_memory", {"content": "Eva likes to eat dumplings", "project": "work"})
+
+    question = "What does my sister like to eat?"
+    with_alias = await recall(app, question, tenant=user, project="family", limit=6)
+    assert with_alias[0] == "Ana loves sushi and ramen", with_alias
+    assert not any("Eva" in c for c in with_alias)
+
+    from services.memory.search import hops
+    monkeypatch.setattr(hops, "MAX_ASKED_RELATIONS", 0)  # the question alone, for comparison
+    alone = await recall(app, question, tenant=user, project="family", limit=6)
+    assert alone.index("Ana loves sushi and ramen") > 0, alone
+    monkeypatch.undo()
+
+    everywhere = await recall(app, question, tenant=user, limit=8)  # all projects: both sisters' names
+    assert {"Ana loves sushi and ramen", "Eva likes to eat dumplings"} <= set(everywhere[:4]), everywhere
+    await run("forget_memory", {"content": "My sister Ana is visiting next week", "project": "family"})
+    assert await app.store.alias_sources(user, "family", ["|sister"], 20) == []  # a forgotten memory names no one
+
+
 async def test_projects_and_profile(app: MemoryApp) -> None:
     await app.service.handle_command(cmd("save_memory", {"content": "Sprint ends Friday", "project": "work"}))
     await app.service.handle_command(

@@ -23,12 +23,12 @@ def cmd(type_: str, payload: dict) -> CommandEnvelope:  # type: ignore[type-arg]
 async def snapshot(app) -> dict:  # type: ignore[no-untyped-def,type-arg]
     rows = await app.store.pool.fetch(
         f"SELECT id, project, content, context, category, memory_key, version, status, forget_reason, importance, "
-        f"late_tokens FROM {app.store.s}.memories ORDER BY id"
+        f"late_tokens, alias_keys FROM {app.store.s}.memories ORDER BY id"
     )
     shared = await app.store.pool.fetch(f"SELECT id, title, event, version FROM {app.store.s}.shared_memories ORDER BY id")
     projects = await app.service.handle_query(QueryEnvelope(type="list_projects", tenant="alice", payload={}))
     recalls = {}
-    for q in ("tea", "marathon training", "猫", "where does my sister live", "trip to Japan"):
+    for q in ("tea", "marathon training", "猫", "where does my sister live", "trip to Japan", "what does my dog eat"):
         result = await app.service.recall("alice", Recall(query=q, limit=5))
         recalls[q] = [(str(h.memory.id), h.memory.version) for h in result.hits]
     return {"rows": [dict(r) for r in rows], "shared": [dict(r) for r in shared],
@@ -49,6 +49,7 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             await s.handle_command(cmd("save_memory", {"category": "goal", "memory_key": "goal.run", "content": "Marathon training for Berlin"}))
             await s.handle_command(cmd("save_memory", {"content": "Temporary note to delete"}))
             await s.handle_command(cmd("forget_memory", {"content": "Temporary note to delete"}))
+            await s.handle_command(cmd("save_memory", {"content": "My dog Biscuit eats salmon kibble"}))
             await s.handle_command(cmd("save_shared_memory", {"title": "Beach day", "event": "Sunset at Nazaré"}))
             await s.handle_command(cmd("save_shared_memory", {"title": "Beach day", "event": "Sunset and sardines at Nazaré"}))
             before = await snapshot(app)
@@ -56,7 +57,8 @@ async def test_replay_rebuilds_identical_read_models(infra, tmp_path: Path) -> N
             seen: list[tuple[int, int]] = []
             report = await rebuild(app, lambda done, total: seen.append((done, total)))
             after = await snapshot(app)
-            assert report.events == 9 and seen[-1] == (9, 9)
+            assert report.events == 10 and seen[-1] == (10, 10)
+            assert [r["alias_keys"] for r in after["rows"] if r["alias_keys"]] == [["|dog"]]  # who "my dog" is
             assert after == before
             assert after["recalls"]["marathon training"][0][1] == 2
             assert [r["context"] for r in after["rows"] if r["context"]] == ["Planning the trip to Japan"]

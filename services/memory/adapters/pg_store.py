@@ -28,6 +28,7 @@ from kit.bus import PoisonMessage
 from kit.command_log import OutcomeRecord, insert_outcome
 from kit.pg import migrate
 from services.memory.application.ports import LogRecord, ReadModel, ReadModelTx, StandingOrder
+from services.memory.domain.aliases import alias_keys
 from services.memory.domain.errors import Conflict
 from services.memory.domain.origin import origin_of
 
@@ -115,14 +116,15 @@ def _view(row: asyncpg.Record) -> MemoryView:
 
 def _memory_args(state: MemoryState, content_hash: str, seq: int, late_tokens: bytes | None,
                  imported: bool = False) -> tuple[object, ...]:
-    """The parameters of a memory row's upsert, in ``_COLUMNS`` order, then content hash and late tokens."""
+    """The parameters of a memory row's upsert, in ``_COLUMNS`` order, then content hash, late tokens
+    and the keys of the aliases its words state (:func:`~services.memory.domain.aliases.alias_keys`)."""
     return (
         state.id, state.tenant, state.project, state.content,
         state.category.value if state.category else None, state.memory_key, state.importance,
         state.confidence, state.source, state.version, state.status.value, state.forget_reason,
         state.created_at, state.updated_at, seq, state.context,
         state.provenance.model_dump_json() if state.provenance else None, _truth(state), imported, content_hash,
-        late_tokens,
+        late_tokens, alias_keys(state.content) or None,
     )
 
 
@@ -180,7 +182,8 @@ class Tx(ReadModelTx):
         await self.conn.execute(
             f"SET LOCAL synchronous_commit = off; "
             f"CREATE TEMP TABLE IF NOT EXISTS {temp} ON COMMIT DELETE ROWS AS "
-            f"SELECT {_COLUMNS}, content_hash, late_tokens, NULL::bytea AS late_digest FROM {self.s}.memories WITH NO DATA"
+            f"SELECT {_COLUMNS}, content_hash, late_tokens, alias_keys, NULL::bytea AS late_digest "
+            f"FROM {self.s}.memories WITH NO DATA"
         )
         await self.conn.copy_records_to_table(
             temp, records=[(*_memory_args(st, h, seq, late, imported), digest)
@@ -194,8 +197,8 @@ class Tx(ReadModelTx):
                       row["id"], row["tenant"])
         missing = await self.conn.fetch(
             f"""WITH written AS (
-                  INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
-                  SELECT {selected}, r.content_hash, coalesce(r.late_tokens, c.value)
+                  INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens, alias_keys)
+                  SELECT {selected}, r.content_hash, coalesce(r.late_tokens, c.value), r.alias_keys
                   FROM {temp} r LEFT JOIN {self.s}.embedding_cache c ON c.model = $1 AND c.digest = r.late_digest
                   {self._on_conflict()}
                   RETURNING id, late_tokens IS NULL AS unfilled)
@@ -219,8 +222,9 @@ class Tx(ReadModelTx):
                 [t for t, _ in pairs], [d for _, d in pairs])
 
     def _upsert_sql(self) -> str:
-        return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens)
-                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18::jsonb,$19,$20,$21)
+        return f"""INSERT INTO {self.s}.memories ({_COLUMNS}, content_hash, late_tokens, alias_keys)
+                VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17::jsonb,$18::jsonb,$19,$20,$21,
+                        $22::text[])
                 {self._on_conflict()}"""
 
     def _on_conflict(self) -> str:
@@ -232,7 +236,7 @@ class Tx(ReadModelTx):
                   updated_at=EXCLUDED.updated_at, last_seq=EXCLUDED.last_seq,
                   context=EXCLUDED.context, content_hash=EXCLUDED.content_hash,
                   late_tokens=EXCLUDED.late_tokens, provenance=EXCLUDED.provenance, truth=EXCLUDED.truth,
-                  imported=EXCLUDED.imported
+                  imported=EXCLUDED.imported, alias_keys=EXCLUDED.alias_keys
                 WHERE {self.s}.memories.last_seq < EXCLUDED.last_seq AND {self.s}.memories.tenant = EXCLUDED.tenant"""
 
     async def record_outcome(self, outcome: OutcomeRecord) -> None:
@@ -403,6 +407,17 @@ class MemoryStore(ReadModel):
                               WHERE o.status = 'active')
                 ORDER BY updated_at DESC LIMIT $3""", tenant, project, limit)
         return [_state(r) for r in rows]
+
+    async def alias_sources(self, tenant: str, project: str | None, keys: Sequence[str],
+                            limit: int) -> list[str]:
+        """The words of the tenant's current memories (of ``project``, or all) that state an alias under
+        one of ``keys``, the most recently changed first (index ``memories_alias_keys``)."""
+        rows = await self.pool.fetch(
+            f"""SELECT content FROM {self.s}.memories
+                WHERE tenant = $1 AND ($2::text IS NULL OR project = $2) AND status = 'active'
+                  AND alias_keys && $3::text[]
+                ORDER BY updated_at DESC LIMIT $4""", tenant, project, list(keys), limit)
+        return [r["content"] for r in rows]
 
     async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]:
         """The packed late-interaction token vectors of the tenant's active memories among ``ids``

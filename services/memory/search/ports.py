@@ -326,10 +326,13 @@ class CachedEncoders(Protocol):
 # the read model, as a recall reads it -------------------------------------------------------------
 class RecallReads(Protocol):
     """What a recall reads of the memories' read model: the views of hits whose points carry none,
-    and the candidates' stored late-interaction tokens."""
+    the candidates' stored late-interaction tokens, and the memories naming a relation asked for."""
 
     async def active_views(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, MemoryView]: ...
 
     async def views(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, MemoryView]: ...
 
     async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]: ...
+
+    async def alias_sources(self, tenant: str, project: str | None, keys: Sequence[str], limit: int) -> list[str]:
+        """The words of current memories stating an alias under one of ``keys`` (newest first)."""

@@ -11,8 +11,10 @@
 3. **late interaction** (hybrid mode, when an encoder is configured): the best
    ``max(limit, late_candidates)`` scored by MaxSim over their stored token vectors, then put in
    the learned order (:func:`~services.memory.search.late.late_order`);
-4. **deep** (``mode="deep"``): the candidates about whom the question names, and each part of a
-   question joining two things recalled alone, fused with the above (:mod:`services.memory.search.hops`);
+4. **aliases**: a question naming someone by their relation to the user ("my sister") is asked
+   again with the name the user's memories give them, fused with the above; **deep**
+   (``mode="deep"``): the candidates about whom the question names, and each part of a question
+   joining two things recalled alone, fused with the above (:mod:`services.memory.search.hops`);
 5. **rerank** (on request): the best ``max(limit, rerank_candidates)`` re-ordered by the
    cross-encoder.
 
@@ -50,7 +52,7 @@ from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
 from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
 from services.memory.search.encoders import Encoders
-from services.memory.search.hops import deep_hops
+from services.memory.search.hops import ALIAS_SOURCES, alias_hops, deep_hops
 from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
 from services.memory.search.late import (
     LATE_CANDIDATES,
@@ -214,6 +216,9 @@ class RecallPipeline:
                 found = [RecallHit(memory=found[i].memory, score=round(score, 6)) for i, score in order]
             else:
                 await query_tokens
+        found = await alias_hops(  # "my sister" asked with the name the user's memories give her
+            query, found, lambda keys: self.store.alias_sources(tenant, query.project, keys, ALIAS_SOURCES),
+            lambda sub: self.recall(tenant, sub))
         if query.mode is RecallMode.DEEP and len(found) > 1:
             found = await deep_hops(query, found, lambda sub: self.recall(tenant, sub))
         if query.rerank and found:

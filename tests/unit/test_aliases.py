@@ -1,0 +1,65 @@
+"""Who "my sister" is (services/memory/domain/aliases.py): the aliases a memory's words state, the
+relations a question names, and the question asked with a name."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.memory.domain.aliases import Alias, alias_keys, aliases_in, asked_relations, with_name
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("My sister Ana is visiting next week", [Alias("", "sister", "Ana")]),
+    ("my dog, Biscuit, loves the beach", [Alias("", "dog", "Biscuit")]),
+    ("Ana, my little sister, is a nurse", [Alias("", "sister", "Ana")]),
+    ("Ana is my sister", [Alias("", "sister", "Ana")]),
+    ("My sister's name is Ana Silva", [Alias("", "sister", "Ana Silva")]),
+    ("my dog is called Biscuit", [Alias("", "dog", "Biscuit")]),
+    ("I walked my dog Biscuit on Monday", [Alias("", "dog", "Biscuit")]),
+    ("my sister Ana's birthday is in May", [Alias("", "sister", "Ana")]),
+    ("My mum Rosa and my dad Jorge came over", [Alias("", "mother", "Rosa"), Alias("", "father", "Jorge")]),
+    ("Mary-Jane is my cousin", [Alias("", "cousin", "Mary-Jane")]),
+    # whose: the user for "the user's" (the extractor's words), the label's person for a turn
+    ("The user's sister Ana lives in Porto", [Alias("", "sister", "Ana")]),
+    ("Caroline: my husband Tom got a new job", [Alias("caroline", "husband", "Tom")]),
+    ("Melanie's husband Tom likes hiking", [Alias("melanie", "husband", "Tom")]),
+    # no name: openers, days and pronouns are not names; a relation without one gives nothing
+    ("Yesterday, my sister called", []),
+    ("I met my friend at the gym on Friday", []),
+    ("my sister Yesterday said hi", []),
+    ("My sister is a nurse", []),
+    # found on LoCoMo's turns: an opener, a list, the relation's own
+    ("Melanie: Thankfully, my son's ok", []),
+    ("Deborah: Yeah, my mom really loved flowers", []),
+    ("Andrew: My girlfriend, Toby and I are going camping", []),
+    ("Deborah: Max is my mother's cat", []),
+    ("Andrew: meet Toby, my puppy", [Alias("andrew", "puppy", "Toby")]),
+])
+def test_the_aliases_a_memory_states(content: str, expected: list[Alias]) -> None:
+    assert aliases_in(content) == expected
+
+
+def test_a_memorys_keys_are_whose_and_which_relation() -> None:
+    assert alias_keys("My sister Ana and my sister Eva came; Ana is my sister") == ["|sister"]
+    assert alias_keys("Caroline: my dog Max and my husband Tom") == ["caroline|dog", "caroline|husband"]
+    assert alias_keys("I like tea") == []
+
+
+@pytest.mark.parametrize(("question", "keys", "asked_with_ana"), [
+    ("What does my sister like to eat?", [("", "sister")], ["What does Ana like to eat?"]),
+    ("What is my sister's job?", [("", "sister")], ["What is Ana’s job?"]),
+    ("Where does my older brother live?", [("", "brother")], ["Where does Ana live?"]),
+    ("Where does Caroline's husband work?", [("caroline", "husband")], ["Where does Ana work?"]),
+    ("What did the user's boss say about the deadline?", [("", "boss")], ["What did Ana say about the deadline?"]),
+    ("What's my mom's favourite flower?", [("", "mother")], ["What's Ana’s favourite flower?"]),
+    ("What's up with the deadline?", [], []),
+    ("Where did I go hiking?", [], []),
+])
+def test_the_relations_a_question_names_and_the_question_with_a_name(
+    question: str, keys: list[tuple[str, str]], asked_with_ana: list[str],
+) -> None:
+    asked = asked_relations(question)
+    assert [(a.whose, a.relation) for a in asked] == keys
+    assert [with_name(question, a, "Ana") for a in asked] == asked_with_ana
