@@ -22,7 +22,7 @@ reported on 5–9 beside them.
 **Aliases** (every recall, default and deep): a question that names someone by their relation to
 the user ("What does my sister like to eat?") is also recalled with the name the user's memories
 give that relation ("My sister Ana is visiting…" → "What does Ana like to eat?",
-:mod:`services.memory.domain.aliases`), and the lists are fused (:func:`alias_hops`). Nothing runs
+:mod:`services.memory.domain.aliases`), and the lists are fused (:func:`alias_recalls`, run beside the question's own recall, then :func:`alias_fusion`). Nothing runs
 for a question without such words (a regular expression), nor when no memory names the relation.
 """
 
@@ -44,7 +44,8 @@ __all__ = [
     "ENTITY_WEIGHT",
     "HOP_FUSION_K",
     "SUBQUESTION_WEIGHT",
-    "alias_hops",
+    "alias_fusion",
+    "alias_recalls",
     "deep_fusion",
     "deep_hops",
     "fuse_rankings",
@@ -147,35 +148,40 @@ async def deep_hops(
     return [RecallHit(memory=by_id[i].memory, score=round(score, 6)) for i, score in fused]
 
 
-async def alias_hops(
-    query: Recall, found: Sequence[RecallHit], sources: Callable[[list[str]], Awaitable[list[str]]],
-    recall: Callable[[Recall], Awaitable[RecallResult]],
-) -> list[RecallHit]:
-    """``found`` (the question's own hits, best first) fused with the hits of the question asked with
-    each name the user's memories give a relation it names (``sources``: the words of the memories
-    stating an alias under the given keys; ``recall``: the default recall, side by side), by
-    :func:`fuse_rankings`. ``found`` unchanged when the question names no relation or none has a name."""
+async def alias_recalls(
+    query: Recall, sources: Callable[[list[str]], Awaitable[list[str]]],
+    recall: Callable[[Recall], Awaitable[RecallResult]], limit: int,
+) -> list[RecallResult]:
+    """The question asked again with each name the user's memories give a relation it names
+    (``sources``: the words of the memories stating an alias under the given keys; ``recall``: the
+    default recall, ``limit`` hits each, side by side). ``[]`` when the question names no relation or
+    none has a name. Independent of the question's own recall, so it runs beside it."""
     asked = asked_relations(query.query)[:MAX_ASKED_RELATIONS]
     if not asked:
-        return list(found)
+        return []
     texts = await sources([alias_key(a.whose, a.relation) for a in asked])
     named = [alias for text in texts for alias in aliases_in(text)]
     questions = []
     for a in asked:
         names = dict.fromkeys(n.name for n in named if (n.whose, n.relation) == (a.whose, a.relation))
         questions.extend(with_name(query.query, a, name) for name in list(names)[:MAX_ALIAS_NAMES])
-    if not questions:
-        return list(found)
-    limit = min(max(query.limit, len(found)), MAX_RECALL_LIMIT)
-    results = await asyncio.gather(*(
+    return list(await asyncio.gather(*(
         recall(query.model_copy(update={"query": q, "mode": RecallMode.HYBRID, "rerank": False,
                                         "include_profile": False, "limit": limit}))
         for q in questions
-    ))
+    )))
+
+
+def alias_fusion(found: Sequence[RecallHit], named: Sequence[RecallResult]) -> list[RecallHit]:
+    """``found`` (the question's own hits, best first) fused with the hits of the question asked with
+    names (:func:`alias_recalls`) by :func:`fuse_rankings` (:data:`ASKED_WEIGHT`, :data:`ALIAS_WEIGHT`);
+    ``found`` unchanged without them."""
+    if not named:
+        return list(found)
     by_id = {h.memory.id: h for h in found}
-    for result in results:
+    for result in named:
         for hit in result.hits:
             by_id.setdefault(hit.memory.id, hit)
-    fused = fuse_rankings([[h.memory.id for h in found], *([h.memory.id for h in r.hits] for r in results)],
-                          [ASKED_WEIGHT, *(ALIAS_WEIGHT for _ in results)])
+    fused = fuse_rankings([[h.memory.id for h in found], *([h.memory.id for h in r.hits] for r in named)],
+                          [ASKED_WEIGHT, *(ALIAS_WEIGHT for _ in named)])
     return [RecallHit(memory=by_id[i].memory, score=round(score, 6)) for i, score in fused]

@@ -52,7 +52,7 @@ from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
 from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
 from services.memory.search.encoders import Encoders
-from services.memory.search.hops import ALIAS_SOURCES, alias_hops, deep_hops
+from services.memory.search.hops import ALIAS_SOURCES, alias_fusion, alias_recalls, deep_hops
 from services.memory.search.indexing import SEARCH_MODES, active_filter, rerank_text, reranked, view_of
 from services.memory.search.late import (
     LATE_CANDIDATES,
@@ -170,7 +170,23 @@ class RecallPipeline:
         """Hybrid (dense + keyword, RRF) search within the tenant, optionally one project; in
         hybrid mode the best ``max(limit, late_candidates)`` are re-ordered by late interaction
         (when an encoder is configured); with ``rerank``, the best ``max(limit,
-        rerank_candidates)`` are then re-ordered by the cross-encoder."""
+        rerank_candidates)`` are then re-ordered by the cross-encoder. A question naming a relation
+        ("my sister") is asked again with the names the user's memories give it, beside the
+        question's own recall, and the lists are fused (:func:`alias_recalls`)."""
+        named = asyncio.ensure_future(alias_recalls(
+            query, lambda keys: self.store.alias_sources(tenant, query.project, keys, ALIAS_SOURCES),
+            lambda sub: self._recall(tenant, sub),
+            min(max(query.limit, self.late_candidates), MAX_RECALL_LIMIT)))
+        try:
+            found = await self._recall(tenant, query, named)
+        finally:
+            if not named.done():
+                named.cancel()
+        return found
+
+    async def _recall(self, tenant: str, query: Recall,
+                      named: asyncio.Future[list[RecallResult]] | None = None) -> RecallResult:
+        """:meth:`recall`, with ``named``: the alias recalls to fuse with the question's own hits."""
         reranker = self.models.reranker
         if query.rerank and reranker is None:
             raise InvalidArgument(
@@ -216,9 +232,8 @@ class RecallPipeline:
                 found = [RecallHit(memory=found[i].memory, score=round(score, 6)) for i, score in order]
             else:
                 await query_tokens
-        found = await alias_hops(  # "my sister" asked with the name the user's memories give her
-            query, found, lambda keys: self.store.alias_sources(tenant, query.project, keys, ALIAS_SOURCES),
-            lambda sub: self.recall(tenant, sub))
+        if named is not None:  # "my sister" asked with the name the user's memories give her
+            found = alias_fusion(found, await named)
         if query.mode is RecallMode.DEEP and len(found) > 1:
             found = await deep_hops(query, found, lambda sub: self.recall(tenant, sub))
         if query.rerank and found:
