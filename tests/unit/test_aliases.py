@@ -3,9 +3,14 @@ relations a question names, and the question asked with a name."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
+
 import pytest
 
+from contracts.memory import MemoryStatus, MemoryView, Recall, RecallHit, RecallResult
 from services.memory.domain.aliases import Alias, alias_keys, aliases_in, asked_relations, with_name
+from services.memory.search.hops import alias_fusion, alias_recalls
 
 pytestmark = pytest.mark.unit
 
@@ -63,3 +68,37 @@ def test_the_relations_a_question_names_and_the_question_with_a_name(
     asked = asked_relations(question)
     assert [(a.whose, a.relation) for a in asked] == keys
     assert [with_name(question, a, "Ana") for a in asked] == asked_with_ana
+
+
+def _hit(content: str) -> RecallHit:
+    now = datetime(2026, 12, 6, tzinfo=UTC)
+    return RecallHit(memory=MemoryView(id=uuid.uuid5(uuid.NAMESPACE_URL, content), tenant="u", project="default",
+                                       content=content, importance=3, confidence=1.0, source="test", version=1,
+                                       status=MemoryStatus.ACTIVE, created_at=now, updated_at=now), score=1.0)
+
+
+async def test_the_named_question_leads_the_fusion_and_the_question_as_asked_adds_the_rest() -> None:
+    """The question alone ranks Ana's food fifth; asked with her name, first: fused, it is first, and
+    what only the question as asked found stays in the list. Without a name, nothing changes."""
+    asked = [_hit(c) for c in ("I like to eat oatmeal", "My brother eats pizza", "My sister Ana visits",
+                               "I cook pasta", "Ana loves sushi", "My sister and I ate ice cream")]
+    named = RecallResult(hits=[_hit(c) for c in ("Ana loves sushi", "I like to eat oatmeal", "My sister Ana visits")])
+    fused = [h.memory.content for h in alias_fusion(asked, [named])]
+    assert fused[:3] == ["Ana loves sushi", "I like to eat oatmeal", "My sister Ana visits"], fused
+    assert sorted(fused) == sorted(h.memory.content for h in asked)
+    assert alias_fusion(asked, []) == asked
+
+    looked_up: list[list[str]] = []
+
+    async def sources(keys: list[str]) -> list[str]:
+        looked_up.append(keys)
+        return ["My sister Ana visits next week", "Caroline: my sister Eva is a chef"]  # Eva is Caroline's
+
+    async def recall(q: Recall) -> RecallResult:
+        return RecallResult(hits=[_hit(q.query)])
+
+    results = await alias_recalls(Recall(query="What does my sister like to eat?"), sources, recall, 10)
+    assert looked_up == [["|sister"]]
+    assert [r.hits[0].memory.content for r in results] == ["What does Ana like to eat?"]
+    assert await alias_recalls(Recall(query="What do I like to eat?"), sources, recall, 10) == []
+    assert looked_up == [["|sister"]]  # no relation named: nothing read
