@@ -621,7 +621,7 @@ class Memories:
         if state.status is MemoryStatus.FORGOTTEN or decay.in_recall(self.clock(), state.forget_after):
             return ReinstateExpiredResult(expired=False, message="That memory has not expired: nothing changed.")
         back = await self._reinstate(call, state)
-        said = "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in back)
+        said = _named(back)
         return ReinstateExpiredResult(expired=True, reinstated=[m.id for m in back],
                                       message=f"Current again: {said}." if back else "Nothing it superseded was "
                                       "still hidden by it.")
@@ -780,7 +780,7 @@ class Memories:
                 and gone.status is MemoryStatus.FORGOTTEN:  # (a retry too: what is back already stays)
             back = await self._reinstate(call, gone)
         moved = bool(arrived) or left
-        said = "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in back)
+        said = _named(back)
         return MoveMemoryResult(
             moved=moved, memory_id=target.id, moved_from=src.id, project=cmd.to_project,
             reinstated=[m.id for m in back],
@@ -831,7 +831,7 @@ class Memories:
         back = await self._reinstate(call, gone[-1]) if gone and gone[-1].supersedes else []
         if not back:
             return reply
-        said = "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in back)
+        said = _named(back)
         return reply.model_copy(update={
             "reinstated": [m.id for m in back],
             "message": f"{reply.message} It had superseded {len(back)} memor{'y' if len(back) == 1 else 'ies'}, "
@@ -929,6 +929,11 @@ def _keepable(state: MemoryState | MemoryView) -> None:
 def _event(call: CommandCall, state: MemoryState, event_type: MemoryEventType) -> EventEnvelope:
     return model.event_for(state, event_type, command_id=call.command_id, correlation_id=call.correlation_id,
                            now=state.updated_at)
+
+
+def _named(memories: Sequence[MemoryState]) -> str:
+    """The memories brought back, as an answer names them: “excerpt” (id); …"""
+    return "; ".join(f"“{excerpt(m.content)}” ({m.id})" for m in memories)
 
 
 def _saved(state: MemoryState, created: bool, merged: bool = False) -> SaveMemoryResult:

@@ -48,6 +48,7 @@ from contracts.memory import (
 )
 from kit.service import Call
 from services.memory.domain import decay, paging, truth
+from services.memory.domain.aliases import asked_relations
 from services.memory.domain.errors import InvalidArgument
 from services.memory.domain.keywords import expand_query, query_vector
 from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
@@ -173,6 +174,8 @@ class RecallPipeline:
         rerank_candidates)`` are then re-ordered by the cross-encoder. A question naming a relation
         ("my sister") is asked again with the names the user's memories give it, beside the
         question's own recall, and the lists are fused (:func:`alias_recalls`)."""
+        if not asked_relations(query.query):  # (most questions: no task, no read)
+            return await self._recall(tenant, query)
         named = asyncio.ensure_future(alias_recalls(
             query, lambda keys: self.store.alias_sources(tenant, query.project, keys, ALIAS_SOURCES),
             lambda sub: self._recall(tenant, sub),
