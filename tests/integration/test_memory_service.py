@@ -377,10 +377,7 @@ async def test_an_edit_stopped_before_it_brought_back_what_it_withdrew_is_finish
     memories = app.service.memories
     reinstate = memories._reinstate
 
-    async def stops(*args, **kwargs):  # type: ignore[no-untyped-def]
-        raise RuntimeError("stopped")
-
-    monkeypatch.setattr(memories, "_reinstate", stops)
+    monkeypatch.setattr(memories, "_reinstate", _stops)
     edit = cmd("update_memory", {"id": porto["memory_id"], "content": "I like port wine from the Douro valley"},
                tenant=user)
     with pytest.raises(RuntimeError):
@@ -405,6 +402,11 @@ async def test_an_edit_stopped_before_it_brought_back_what_it_withdrew_is_finish
     other_key = await app.service.handle_command(cmd("update_memory", {
         "id": porto["memory_id"], "content": "I like port wine from the Douro valley"}, tenant=user))
     assert other_key.ok and not other_key.result["updated"]  # the same edit under a new key changes nothing
+
+
+async def _stops(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """A step that stops half-way (a crash), for a retry to finish."""
+    raise RuntimeError("stopped")
 
 
 async def _get(app: MemoryApp, user: str, memory_id: str) -> dict:  # type: ignore[type-arg]
@@ -446,6 +448,39 @@ async def test_a_memory_past_its_expiry_no_longer_hides_what_it_superseded(app: 
         ("I moved to Porto last month", ["I live in Lisbon"])]
     not_yet = await run("reinstate_expired", {"memory_id": porto["memory_id"]})
     assert not not_yet["expired"] and (await _get(app, user, lisbon["memory_id"]))["status"] == "superseded"
+
+
+async def test_a_retried_pin_that_clears_an_expiry_supersedes_again(app: MemoryApp,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clearing an expired memory's expiry stopped between its new version and superseding again
+    what the expiry round had brought back: the retry (same key) finds the expiry cleared already,
+    and still finishes the first attempt's work. Before, Lisbon stayed current beside Porto."""
+    user = "expiry-retry-" + uuid.uuid4().hex[:8]
+    run = partial(done_ok, app, user)
+    lisbon = await run("save_memory", {"content": "I live in Lisbon"})
+    porto = await run("save_memory", {"content": "I moved to Porto last month"})
+    await run("pin_memory", {"memory_id": porto["memory_id"], "forget_after": "2001-01-01T00:00:00Z"})
+    back = await run("reinstate_expired", {"memory_id": porto["memory_id"]})
+    assert back["reinstated"] == [lisbon["memory_id"]], back
+    memories = app.service.memories
+    carry_out = memories._carry_out
+
+    monkeypatch.setattr(memories, "_carry_out", _stops)
+    clear = cmd("pin_memory", {"memory_id": porto["memory_id"], "clear_forget_after": True}, tenant=user)
+    with pytest.raises(RuntimeError):
+        await app.service.handle_command(clear)
+    assert (await _get(app, user, lisbon["memory_id"]))["status"] == "active"  # half-way
+    assert (await _get(app, user, porto["memory_id"])).get("forget_after") is None
+    monkeypatch.setattr(memories, "_carry_out", carry_out)
+    again = await app.service.handle_command(clear)
+    assert again.ok and again.result["updated"] and again.result["version"] == 3, again.result
+    assert (await _get(app, user, lisbon["memory_id"]))["status"] == "superseded"
+    assert await recall(app, "Where do I live?", tenant=user) == ["I moved to Porto last month"]
+    third = await app.service.handle_command(clear)  # its outcome is kept now: the same answer
+    assert third.result == again.result
+    other_key = await app.service.handle_command(cmd("pin_memory", {
+        "memory_id": porto["memory_id"], "clear_forget_after": True}, tenant=user))
+    assert other_key.ok and not other_key.result["updated"]
 
 
 async def test_the_service_brings_back_what_an_expired_memory_hid_by_itself(app: MemoryApp) -> None:

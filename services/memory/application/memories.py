@@ -590,6 +590,7 @@ class Memories:
         current, by the rules that judged them when it was said."""
         before = await visible(self.store, call, cmd.memory_id, "memory_id")
         lapsed = not decay.in_recall(self.clock(), before.forget_after) and bool(before.supersedes)
+        resumed: list[MemoryState] = []  # the version a first attempt of this command wrote
 
         def decide(loaded: Loaded) -> Write[SaveMemoryResult] | Answer[SaveMemoryResult]:
             if loaded is None:
@@ -600,6 +601,9 @@ class Memories:
             now = self.clock()
             state = truth.pinned(current, cmd.pinned, cmd.forget_after, cmd.clear_forget_after, now)
             if state is None:
+                if loaded[0].causation_id == call.command_id and loaded[0].type == MemoryEventType.PINNED.value:
+                    resumed[:] = [current]  # a retry whose first attempt stopped half-way: answered as it was
+                    return Answer(_saved(current, created=False))
                 return Answer(_unchanged(current))
             return Write(_event(call, state, MemoryEventType.PINNED),
                          lambda stored: _saved(model.state_of(stored), created=False))
@@ -607,10 +611,22 @@ class Memories:
         # with memories to supersede again, the outcome is recorded once they are (kit's runtime)
         reply = await self._write(call, cmd.memory_id, decide, outcome=not lapsed)
         assert reply is not None
+        if resumed:  # had the version before the first attempt's lapsed, that attempt may not have finished
+            lapsed = await self._had_lapsed(call, resumed[0])
         if lapsed and decay.in_recall(self.clock(), (await visible(self.store, call, cmd.memory_id,
                                                                    "memory_id")).forget_after):
             await self._carry_out(call, cmd.memory_id)  # (a retry too: what is superseded already stays)
         return reply
+
+    async def _had_lapsed(self, call: CommandCall, written: MemoryState) -> bool:
+        """Whether the version before ``written`` (a pin's) had passed its expiry while it still
+        superseded memories: the expiry round may have brought those back, and the pin that cleared
+        the expiry supersedes them again."""
+        states = [model.state_of(e) for e, _ in await self.events.history(
+            memory_subject(self.names, call.tenant, written.id))]
+        before = next((v for v in reversed(states) if v.version < written.version), None)
+        return before is not None and bool(before.supersedes) and \
+            not decay.in_recall(self.clock(), before.forget_after)
 
     async def reinstate_expired(self, call: CommandCall, cmd: ReinstateExpired) -> ReinstateExpiredResult:
         """The memories an expired memory (``forget_after`` passed) superseded, current again
