@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fit_order as fo  # noqa: E402  (bench/fit_order.py: the learned order's fit)
 import locomo as lc  # noqa: E402  (bench/locomo.py: the data and the production functions it imports)
 
+from contracts.memory import MemoryState  # noqa: E402
 from services.memory.domain.candidate_order import WEIGHTS, Candidate, candidate_features, learned_order  # noqa: E402
 from services.memory.search.late import LATE_CANDIDATES  # noqa: E402
 
@@ -55,7 +56,17 @@ class Asked:
     search: list[float]
 
 
-async def build() -> tuple[list[Asked], dict[str, np.ndarray], dict[str, object], dict[str, str], set[str]]:
+@dataclass
+class Built:
+    asked: list[Asked]
+    tokens: dict[str, np.ndarray]  # each turn's late tokens (rows × 384, as scored)
+    vectors: dict[str, np.ndarray]  # each turn's dense vector (what the graph's similar edges compare)
+    memory: dict[str, MemoryState]
+    dia_of: dict[str, str]  # memory id → LoCoMo dia_id ("D3:7": session 3, turn 7)
+    fit_ids: set[str]  # the turns of conversations 0–4
+
+
+async def build() -> Built:
     """Every turn indexed as bench/locomo.py does; each question's 50 candidates and late tokens."""
     convs = lc.load(context=True)
     embedder, late = lc.MiniLMEmbedder(), lc.ColbertEncoder()
@@ -64,6 +75,7 @@ async def build() -> tuple[list[Asked], dict[str, np.ndarray], dict[str, object]
     home = Path(tempfile.mkdtemp(prefix="engram-late-dims-"))
     index = lc.build_vector_index(qdrant_url=None, path=home / "shard", dim=embedder.dim)
     tokens: dict[str, np.ndarray] = {}
+    dense: dict[str, np.ndarray] = {}
     memory = {str(m.id): m for m in states}
     dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
     asked: list[Asked] = []
@@ -77,6 +89,7 @@ async def build() -> tuple[list[Asked], dict[str, np.ndarray], dict[str, object]
                 await index.upsert([lc.point_for(s, v) for s, v in zip(chunk, vectors, strict=True)])
                 encoded = late.encode_documents([lc.late_document(s) for s in chunk])
                 tokens.update((str(s.id), lc.document_matrix(e)) for s, e in zip(chunk, encoded, strict=True))
+                dense.update((str(s.id), np.asarray(v, dtype=np.float32)) for s, v in zip(chunk, vectors, strict=True))
                 progress.advance(task, len(chunk))
             questions = [(n, q) for n, c in enumerate(convs) for q in c.questions]
             task = progress.add_task("searching questions", total=len(questions))
@@ -92,7 +105,7 @@ async def build() -> tuple[list[Asked], dict[str, np.ndarray], dict[str, object]
     finally:
         await index.close()
         shutil.rmtree(home, ignore_errors=True)
-    return asked, tokens, memory, dia_of, fit_ids
+    return Built(asked, tokens, dense, memory, dia_of, fit_ids)
 
 
 def projection(tokens: dict[str, np.ndarray], fit_ids: set[str], dims: int) -> np.ndarray:
@@ -111,7 +124,8 @@ def main() -> None:
     if not lc.LOCOMO.exists():
         sys.exit(f"LoCoMo data not found at {lc.LOCOMO} (set ENGRAM_LOCOMO)")
     t = time.perf_counter()
-    asked, tokens, memory, dia_of, fit_ids = asyncio.run(build())
+    built = asyncio.run(build())
+    asked, tokens, memory, dia_of, fit_ids = built.asked, built.tokens, built.memory, built.dia_of, built.fit_ids
     print(f"candidates built in {time.perf_counter() - t:.0f} s; {len(fit_ids):,} turns of conversations 0–4 "
           f"fit the projections ({sum(len(tokens[i]) for i in fit_ids):,} token rows)")
     for dims in args.dims:
