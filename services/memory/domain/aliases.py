@@ -9,9 +9,13 @@ their relation to the speaker gives an **alias**: the relation ("sister") stands
 * ``my [little|older|best|new …] <relation>[,] [called|named] <Name>``: "my sister Ana", "my dog,
   Biscuit", "my dog named Biscuit";
 * ``<Name>[,] [is] my <relation>``: "Ana, my sister", "Ana is my sister";
-* ``my <relation>'s name is <Name>``, ``my <relation> is called|named <Name>``.
+* ``my <relation>'s name is <Name>``, ``my <relation> is called|named <Name>``;
+* ``<I|we|the user|Name> have|has|got|adopted … a [little …] <relation>[,] [called|named] <Name>``:
+  "I have a sister named Ana", "we adopted a dog called Biscuit", "the user has a brother, Tom";
+* the same followed, in the same memory, by ``her|his|its name is <Name>``, ``she|he|it is
+  called|named <Name>`` or ``we named her|him|it <Name>``: "I have a sister. Her name is Ana."
 
-"my" is the speaker's: the user for a memory without a label, the person a conversation turn is
+"my" and "our" (and "I" and "we" who have one) are the speaker's: the user for a memory without a label, the person a conversation turn is
 labelled with (``"Caroline: my husband Tom …"``: Caroline's husband); "the user's <relation>"
 (how the extractor writes) is the user's too, and "Caroline's <relation>" is Caroline's. An alias is
 kept under a key, :func:`alias_key` ``(whose, relation)``, and a question's own relations are read
@@ -36,8 +40,9 @@ RELATIONS: dict[str, str] = {
         "sister brother sibling wife husband partner spouse girlfriend boyfriend son daughter kid child baby "
         "grandmother grandfather grandma grandpa aunt uncle cousin niece nephew stepmother stepfather stepson "
         "stepdaughter friend roommate flatmate housemate boss manager colleague teammate mentor coach therapist "
-        "doctor dentist teacher landlord landlady neighbour dog cat puppy kitten pet horse rabbit bunny parrot "
+        "doctor dentist teacher landlord landlady neighbour dog cat pet horse rabbit parrot "
         "bird hamster turtle tortoise snake fish").split()},
+    "puppy": "dog", "pup": "dog", "kitten": "cat", "kitty": "cat", "bunny": "rabbit",
     "mom": "mother", "mum": "mother", "mother": "mother", "mommy": "mother", "mama": "mother",
     "dad": "father", "father": "father", "daddy": "father", "papa": "father",
     "fiance": "fiance", "fiancee": "fiance", "fiancé": "fiance", "fiancée": "fiance",
@@ -50,15 +55,26 @@ _ADJECTIVES = ("little|older|younger|big|baby|elder|eldest|oldest|youngest|best|
 _REL = "|".join(sorted((re.escape(w) for w in RELATIONS), key=len, reverse=True))
 _NAME_WORD = r"[A-Z][a-zà-ÿ]+(?:-[A-Za-zà-ÿ]+)?"
 _NAME = rf"(?P<name>{_NAME_WORD}(?:\s{_NAME_WORD})?)"
-_OWNER = rf"(?P<owner>(?i:my|the user['’]s|user['’]s)|{_NAME_WORD}['’]s)"
+_OWNER = rf"(?P<owner>(?i:my|our|the user['’]s|user['’]s)|{_NAME_WORD}['’]s)"
 _ADJ = rf"(?:(?i:{_ADJECTIVES})\s+)?"
 _RELATION = rf"(?P<rel>(?i:{_REL}))"
+#: who has one: "I", "we", "the user" (the extractor's words), or a person by name
+_HOLDER = rf"(?P<holder>(?i:I|we|the user|user)|{_NAME_WORD})"
+_HAS = (r"(?i:have|has|had|got|get|adopted|adopt|rescued|welcomed|hired|bought|brought home)(?:\s+(?i:got))?"
+        r"(?:\s+(?i:just|finally|recently))?")
+_A_RELATION = rf"\b{_HOLDER}\s+(?:(?i:just|finally|recently|also)\s+)?{_HAS}\s+(?i:a|an|another)\s+{_ADJ}{_RELATION}"
 _PATTERNS = (
     re.compile(rf"\b{_OWNER}\s+{_ADJ}{_RELATION}(?:['’]s\s+name\s+is|\s+is\s+(?i:called|named))\s+{_NAME}"),
     # (not "my girlfriend, Toby and I": a list)
     re.compile(rf"\b{_OWNER}\s+{_ADJ}{_RELATION}\s*,?\s+(?:(?i:called|named)\s+)?{_NAME}\b(?!\s+and\s+(?:I|me)\b)"),
     # (not "Max is my mother's cat": the relation's own)
-    re.compile(rf"\b{_NAME}(?:\s*,\s*|\s+is\s+){_OWNER}\s+{_ADJ}{_RELATION}\b(?!['’]s)"),
+    re.compile(rf"\b{_NAME}(?:\s*,\s*|\s+is\s+|\s*\(\s*){_OWNER}\s+{_ADJ}{_RELATION}\b(?!['’]s)"),
+    # "I have a sister named Ana", "we adopted a dog, Biscuit" (not "a dog, and …": a name is capitalised)
+    re.compile(rf"{_A_RELATION}\s*(?:,\s*|\s+(?i:called|named)\s+){_NAME}\b(?!\s+and\s+(?:I|me)\b)"),
+    # "I have a sister. Her name is Ana." / "… a puppy; we named him Rex" (within one sentence more)
+    re.compile(rf"{_A_RELATION}\b[^.!?;]{{0,80}}[.!?;,]?\s+(?:(?i:her|his|its|their)\s+name\s+is|"
+               rf"(?i:she|he|it)(?:\s+is|['’]s)\s+(?i:called|named)|(?i:we|I)\s+(?i:named|called)\s+(?i:her|him|it))"
+               rf"\s+{_NAME}"),
 )
 _ASKED = re.compile(rf"\b{_OWNER}\s+{_ADJ}{_RELATION}(?P<possessive>['’]s)?\b")
 _LABEL = re.compile(r"^\s*([^:\n]{1,40}):\s")
@@ -102,11 +118,11 @@ def alias_key(whose: str, relation: str) -> str:
 
 def _whose(owner: str, speaker: str) -> str:
     o = owner.casefold()
-    if o == "my":
+    if o in ("my", "our", "i", "we"):
         return speaker
-    if o.endswith(("user's", "user’s")):
+    if o in ("the user", "user") or o.endswith(("user's", "user’s")):
         return ""
-    return o[:-2]  # "caroline's" → "caroline"
+    return o[:-2] if o.endswith(("'s", "’s")) else o  # "caroline's" → "caroline"; a holder's name as it is
 
 
 def _speaker(content: str) -> tuple[str, str]:
@@ -124,12 +140,15 @@ def aliases_in(content: str) -> list[Alias]:
     for pattern in _PATTERNS:
         for m in pattern.finditer(body):
             name = m.group("name")
-            if name.split()[0].casefold() in _NOT_NAMES:
+            if name.split()[0].casefold() in _NOT_NAMES or name.split()[0].casefold() in RELATIONS:
                 continue
             if len(name.split()) > 1 and name.split()[1].casefold() in _NOT_NAMES:
                 name = name.split()[0]
+            owner = m.groupdict().get("owner") or m.group("holder")
+            if owner.casefold() in _NOT_NAMES - {"i", "we", "my", "our"}:  # ("Yesterday got a dog …": no holder)
+                continue
             relation = RELATIONS[m.group("rel").casefold()]
-            found.setdefault(Alias(_whose(m.group("owner"), speaker), relation, name), None)
+            found.setdefault(Alias(_whose(owner, speaker), relation, name), None)
     return list(found)
 
 
