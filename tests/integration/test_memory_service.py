@@ -513,6 +513,7 @@ async def test_a_question_about_my_sister_finds_what_her_name_says(app: MemoryAp
     in another project, which a recall of one project cannot see, is not used there."""
     user = "alias-" + uuid.uuid4().hex[:8]
     run = partial(done_ok, app, user)
+    start = utcnow()
     for content in ["My sister Ana is visiting next week", "Ana loves sushi and ramen",
                     "My brother likes to eat pizza on Fridays", "I like to eat oatmeal for breakfast",
                     "My sister and I used to eat ice cream by the sea", "I cook pasta when friends visit"]:
@@ -530,6 +531,11 @@ async def test_a_question_about_my_sister_finds_what_her_name_says(app: MemoryAp
     alone = await recall(app, question, tenant=user, project="family", limit=6)
     assert alone.index("Ana loves sushi and ramen") > 0, alone
     monkeypatch.undo()
+
+    # a recall as_of a moment reads the names given by then only (none before the first save)
+    assert await app.store.alias_sources(user, "family", ["|sister"], 20, said_by=start) == []
+    assert await app.store.alias_sources(user, "family", ["|sister"], 20, said_by=utcnow()) == [
+        "My sister Ana is visiting next week"]
 
     everywhere = await recall(app, question, tenant=user, limit=8)  # all projects: both sisters' names
     assert {"Ana loves sushi and ramen", "Eva likes to eat dumplings"} <= set(everywhere[:4]), everywhere

@@ -409,14 +409,15 @@ class MemoryStore(ReadModel):
         return [_state(r) for r in rows]
 
     async def alias_sources(self, tenant: str, project: str | None, keys: Sequence[str],
-                            limit: int) -> list[str]:
+                            limit: int, said_by: datetime | None = None) -> list[str]:
         """The words of the tenant's current memories (of ``project``, or all) that state an alias under
-        one of ``keys``, the most recently changed first (index ``memories_alias_keys``)."""
+        one of ``keys``, the most recently changed first (index ``memories_alias_keys``); with
+        ``said_by``, only those created by then."""
         rows = await self.pool.fetch(
             f"""SELECT content FROM {self.s}.memories
                 WHERE tenant = $1 AND ($2::text IS NULL OR project = $2) AND status = 'active'
-                  AND alias_keys && $3::text[]
-                ORDER BY updated_at DESC LIMIT $4""", tenant, project, list(keys), limit)
+                  AND alias_keys && $3::text[] AND ($5::timestamptz IS NULL OR created_at <= $5)
+                ORDER BY updated_at DESC LIMIT $4""", tenant, project, list(keys), limit, said_by)
         return [r["content"] for r in rows]
 
     async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
@@ -334,5 +335,7 @@ class RecallReads(Protocol):
 
     async def late_tokens(self, tenant: str, ids: Sequence[UUID]) -> dict[UUID, bytes | None]: ...
 
-    async def alias_sources(self, tenant: str, project: str | None, keys: Sequence[str], limit: int) -> list[str]:
-        """The words of current memories stating an alias under one of ``keys`` (newest first)."""
+    async def alias_sources(self, tenant: str, project: str | None, keys: Sequence[str], limit: int,
+                            said_by: datetime | None = None) -> list[str]:
+        """The words of current memories stating an alias under one of ``keys`` (newest first); with
+        ``said_by``, only those created by then (a recall ``as_of`` a moment)."""

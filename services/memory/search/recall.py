@@ -177,7 +177,7 @@ class RecallPipeline:
         if not asked_relations(query.query):  # (most questions: no task, no read)
             return await self._recall(tenant, query)
         named = asyncio.ensure_future(alias_recalls(
-            query, lambda keys: self.store.alias_sources(tenant, query.project, keys, ALIAS_SOURCES),
+            query, lambda keys: self.store.alias_sources(tenant, query.project, keys, ALIAS_SOURCES, query.as_of),
             lambda sub: self._recall(tenant, sub),
             min(max(query.limit, self.late_candidates), MAX_RECALL_LIMIT)))
         try:
