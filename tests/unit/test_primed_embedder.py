@@ -141,8 +141,10 @@ class RecordingLate:
 
     def __init__(self) -> None:
         self.calls: list[list[tuple[str | None, str]]] = []
+        self.queries: list[str] = []
 
     def encode_query(self, text: str) -> np.ndarray:
+        self.queries.append(text)
         return np.ones((len(text), self.dim), dtype=np.float32)
 
     def encode_documents(self, documents: Sequence[tuple[str | None, str]]) -> list[DocumentTokens]:
@@ -206,3 +208,26 @@ def test_a_query_falls_back_to_one_text_embed_for_an_embedder_without_a_query_pa
     for wrapped in (PrimedEmbedder(inner), PrimedEmbedder(TimedEmbedder(inner))):
         np.testing.assert_array_equal(wrapped.embed_query("hello"), Recording().embed(["hello"])[0])
     assert inner.calls == [["hello"], ["hello"]]
+
+
+def test_primed_late_encoder_keeps_the_recent_queries_tokens() -> None:
+    """A question asked again is not encoded again (the most recent ``query_capacity``); the tokens
+    are read-only, and forgetting anything (a purge) forgets them."""
+    inner = RecordingLate()
+    primed = PrimedLateEncoder(inner, query_capacity=2)
+    first = primed.encode_query("Where do I live?")
+    assert primed.encode_query("Where do I live?") is first and inner.queries == ["Where do I live?"]
+    with pytest.raises(ValueError):
+        first[0, 0] = 5.0
+    primed.encode_query("b")
+    primed.encode_query("Where do I live?")  # (most recent again)
+    primed.encode_query("c")  # "b" leaves
+    primed.encode_query("b")
+    assert inner.queries == ["Where do I live?", "b", "c", "b"]
+    primed.forget([(None, "I live in Porto")])
+    primed.encode_query("c")
+    assert inner.queries[-1] == "c" and len(inner.queries) == 5
+    uncached = PrimedLateEncoder(inner, query_capacity=0)
+    uncached.encode_query("d")
+    uncached.encode_query("d")
+    assert inner.queries[-2:] == ["d", "d"]

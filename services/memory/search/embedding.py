@@ -139,18 +139,37 @@ class PrimedLateEncoder:
 
     Primed entries stay cached (least recently used evicted past ``capacity``). A document primed
     twice at once is encoded twice; the results are identical (every document is encoded alone).
+
+    A query's tokens are kept too, for the ``query_capacity`` most recent queries (as the sentence
+    embedder keeps query vectors): a question asked again — a client's retry, the same question at
+    each session's start, deep recall's parts — skips the encoder's ~4–5 CPU-ms. Forgetting anything
+    forgets them all (a purge).
     """
 
-    def __init__(self, inner: LateEncoder, capacity: int = 2048) -> None:
+    def __init__(self, inner: LateEncoder, capacity: int = 2048, query_capacity: int = 256) -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.dim = inner.dim
         self.capacity = capacity
+        self.query_capacity = query_capacity
         self._primed: OrderedDict[tuple[str | None, str], DocumentTokens] = OrderedDict()
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def encode_query(self, text: str) -> np.ndarray:
-        return self.inner.encode_query(text)
+        """The query's unit token vectors (read-only), from the most recent queries' when asked before."""
+        with self._lock:
+            (hit,) = _recently_used(self._queries, [text])
+        if hit is not None:
+            return hit
+        tokens = self.inner.encode_query(text)
+        tokens.setflags(write=False)
+        if self.query_capacity:
+            with self._lock:
+                self._queries[text] = tokens
+                while len(self._queries) > self.query_capacity:
+                    self._queries.popitem(last=False)
+        return tokens
 
     def prime(self, documents: Sequence[tuple[str | None, str]]) -> int:
         """Encode the documents not primed yet in one call; return how many were encoded."""
@@ -169,8 +188,10 @@ class PrimedLateEncoder:
                 self._primed.popitem(last=False)
 
     def forget(self, documents: Iterable[tuple[str | None, str]] | None) -> None:
-        """Drop ``documents`` from the primed token vectors (a purged user's texts); None: every one."""
+        """Drop ``documents`` from the primed token vectors (a purged user's texts); None: every one.
+        The recent queries' tokens are dropped either way."""
         with self._lock:
+            self._queries.clear()
             if documents is None:
                 self._primed.clear()
             for document in documents or ():
