@@ -25,6 +25,7 @@ deletes a memory.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import date, datetime
 from enum import StrEnum
@@ -142,6 +143,14 @@ class TaskStatus(StrEnum):
     RUNNING = "running"
     SUCCESS = "success"
     FAILED = "failed"
+
+
+def turn_digest(speaker: str, text: str) -> str:
+    """A turn's identity whatever its place in the log: 16 hex digits of its speaker (case-folded) and
+    words (spaces collapsed). A memory's provenance keeps the digests of the turns it was learnt
+    from, so a later save of the log that removes those turns is recognised."""
+    said = f"{speaker.strip().casefold()}\x00{' '.join(text.split())}"
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
 
 
 class Turn(BaseModel):
@@ -342,6 +351,10 @@ class SaveDailyLogResult(BaseModel):
     version: int
     created: bool = Field(description="true when this save started the day's log")
     updated: bool = Field(description="true when an existing log's fields changed")
+    forgotten: list[UUID] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="memories learnt only from turns this save removed from the log: forgotten (their history "
+        "keeps them; get_memory_history shows why)")
 
 
 class ClaimDailyLog(BaseModel):

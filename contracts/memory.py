@@ -97,6 +97,11 @@ class Provenance(BaseModel):
     turns: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=1_000,
                              description="indices into the log's turns (0-based)")
     log_date: date | None = Field(None, description="the log's date (set by the service)")
+    turn_digests: list[Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]] = Field(
+        default_factory=list, max_length=1_000, exclude_if=lambda v: not v,
+        description="a digest of each of those turns' speaker and words, in order (set by the service from the "
+        "log as stored, unless given for every turn): a later save of the log without them is recognised "
+        "whatever their indices become")
 
     @field_validator("turns")
     @classmethod

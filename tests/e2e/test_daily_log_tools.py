@@ -23,6 +23,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.e2e.test_project_restriction import auth
+
 pytestmark = pytest.mark.e2e
 
 
@@ -44,6 +46,17 @@ async def maintainer(running: Any) -> dict[str, str]:
     key = (await asyncio.to_thread(running.stack.create_key, running.user_id, "agent-" + uuid.uuid4().hex[:6],
                                    ["memory:read", "memory:write", "memory:maintenance"]))["key"]
     return {"Authorization": f"Bearer {key}", "X-Engram-Toolsets": "maintenance"}
+
+
+async def key_for_another_project(running) -> str:  # type: ignore[no-untyped-def]
+    """A key of the same user restricted to project "elsewhere" (made over REST by an admin key)."""
+    admin = (await asyncio.to_thread(running.stack.create_key, running.user_id, "admin", ["admin"]))["key"]
+    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
+        made = h.post("/keys", headers=auth(admin), json={
+            "user_id": running.user_id, "name": "elsewhere", "scopes": ["memory:read", "memory:write"],
+            "project": "elsewhere"})
+        assert made.status_code == 201, made.text
+    return str(made.json()["key"])
 
 
 async def agents_only(rest: httpx.AsyncClient, project: str) -> None:
@@ -217,3 +230,43 @@ async def test_rest_twins(running) -> None:  # type: ignore[no-untyped-def]
         refused = await rest.get("/daily-logs/unprocessed", headers=plain)
         assert refused.status_code == 403 and "memory:maintenance" in refused.text
 
+
+
+async def test_a_turn_taken_out_of_the_log_takes_what_was_learnt_from_it(running) -> None:  # type: ignore[no-untyped-def]
+    """The agent learnt "Prefers green tea" from turn 0 and "Lives in Porto" from turn 1. The user saves
+    the day again over MCP without turn 1: the Porto memory is forgotten and named in the answer; the
+    tea memory stays. Then over REST without turn 0 as well. A key restricted to another project,
+    saving the same date there, reaches none of it."""
+    headers = await maintainer(running)
+    project = "dl-" + uuid.uuid4().hex[:8]
+    turns = ["user: I prefer green tea over coffee", "user: I live in Porto now"]
+    async with session(running.mcp_url, headers) as client, rest_client(running, headers) as rest:
+        await agents_only(rest, project)
+        saved = await call(client, "save_daily_log", log_date="2025-02-05", turns="\n".join(turns), containerTag=project)
+        await hand_over(rest, saved["id"])
+        assert await extract(client, f"agent-{project}", project) == 1
+        ours = {m["memory_key"]: m["id"] for m in (await call(client, "recall_memory", limit=100,
+                                                              containerTag=project))["memories"]}
+        city, drink = ours["profile.city"], ours["preference.drink"]
+
+        pinned = {"Authorization": f"Bearer {await key_for_another_project(running)}"}
+        elsewhere = (await rest.post("/daily-logs", headers=pinned, json={
+            "log_date": "2025-02-05", "turns": [{"speaker": "user", "text": "Nothing here"}]})).json()
+        assert elsewhere["project"] == "elsewhere" and "forgotten" not in elsewhere, elsewhere
+        refused = await rest.post("/daily-logs", headers=pinned, json={"log_date": "2025-02-05", "project": project,
+                                                                      "turns": [{"speaker": "user", "text": "x"}]})
+        assert refused.status_code == 403, refused.text
+        assert (await rest.get(f"/memories/{city}")).json()["status"] == "active"
+
+        again = await call(client, "save_daily_log", log_date="2025-02-05", turns=turns[0], containerTag=project)
+        assert again["id"] == saved["id"] and again["forgotten"] == [city], again
+        gone = (await rest.get(f"/memories/{city}")).json()
+        assert gone["status"] == "forgotten", gone
+        assert (await rest.get(f"/memories/{drink}")).json()["status"] == "active"
+        text = (await client.call_tool("recall", {"query": "where does the user live?",
+                                                  "containerTag": project})).content[0].text
+        assert "Porto" not in text
+
+        last = (await rest.post("/daily-logs", json={"log_date": "2025-02-05", "project": project, "turns": [
+            {"speaker": "user", "text": "We talked about the weather"}]})).json()
+        assert last["forgotten"] == [drink], last

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_daily_log_tools import maintainer
+from tests.e2e.test_daily_log_tools import key_for_another_project, maintainer
 from tests.e2e.test_extraction_end_to_end import call, session, text_of
 from tests.e2e.test_project_restriction import auth
 
@@ -195,17 +195,6 @@ async def test_the_same_through_daily_logs_and_a_fact_said_in_twenty_logs_is_one
         sayings = (await call(client, "get_memory_history", memory_id=tea_id))["sayings"]
         assert sorted(s["provenance"]["log_id"] for s in sayings) == sorted(ids), sayings  # ...with twenty sources
         assert sorted(s["said_at"][:10] for s in sayings) == [f"2025-08-{day:02d}" for day in range(1, 21)], sayings
-
-
-async def key_for_another_project(running) -> str:  # type: ignore[no-untyped-def]
-    """A key of the same user restricted to project "elsewhere" (made over REST by an admin key)."""
-    admin = (await asyncio.to_thread(running.stack.create_key, running.user_id, "admin", ["admin"]))["key"]
-    with httpx.Client(base_url=running.base_url + "/v1", timeout=60) as h:
-        made = h.post("/keys", headers=auth(admin), json={
-            "user_id": running.user_id, "name": "elsewhere", "scopes": ["memory:read", "memory:write"],
-            "project": "elsewhere"})
-        assert made.status_code == 201, made.text
-    return str(made.json()["key"])
 
 
 async def test_a_question_about_my_sister_is_answered_by_what_her_name_says(running) -> None:  # type: ignore[no-untyped-def]

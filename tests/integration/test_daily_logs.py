@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from contracts.daily_logs import turn_digest
 from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply
 from services.memory.config import MemorySettings
 from services.memory.main import MemoryApp, memory_app
@@ -213,7 +214,8 @@ async def test_tasks_scope_provenance_and_replay(app: MemoryApp) -> None:
                                                                            "turns": [5]}})
     assert not reply.ok and reply.error.field == "provenance.turns"
     found = (await ok(ask(app, "get_memory_by_key", {"project": "work", "memory_key": "preference.tea"})))["memory"]
-    assert found["provenance"] == {"log_id": log_id, "task_id": "nightly-1", "turns": [0], "log_date": "2025-03-01"}
+    assert found["provenance"] == {"log_id": log_id, "task_id": "nightly-1", "turns": [0], "log_date": "2025-03-01",
+                                   "turn_digests": [turn_digest("Alice", "I love sencha")]}
     history = (await ok(ask(app, "memory_history", {"memory_id": saved["memory_id"]})))["versions"]
     assert history[0]["provenance"]["log_id"] == log_id
     hits = (await ok(ask(app, "recall", {"query": "sencha", "project": "work"})))["hits"]
@@ -223,3 +225,68 @@ async def test_tasks_scope_provenance_and_replay(app: MemoryApp) -> None:
     await rebuild(app)
     assert (await ok(ask(app, "get_daily_log", {"id": log_id})))["log"] == before
     assert (await ok(ask(app, "get_extraction_tasks", {"task_id": "nightly-1"})))["tasks"][0]["status"] == "success"
+
+
+async def test_a_log_saved_without_some_turns_takes_what_was_learnt_only_from_them(app: MemoryApp) -> None:
+    """A user removes a turn from the day's log ("forget I told you my PIN"): the memory learnt only
+    from it is forgotten with the save, and says why. What another turn still says, what was said
+    elsewhere too, and what a person touched since stay; the turns' order does not matter; another
+    user is untouched; the save sent again (same key, or a new one) forgets nothing twice; and a
+    memory that had superseded another brings it back."""
+    day = "2025-04-02"
+    turns = ["user: I adopted a cat named Luna", "user: my bank PIN is 4321", "user: I work at Acme now",
+             "user: I live in Porto now"]
+    log_id = await new_log(app, day, turns="\n".join(turns))
+    other_log = await new_log(app, "2025-04-01", turns="user: my bank PIN is 4321\nuser: I live in Lisbon")
+    lisbon = await ok(send(app, "save_memory", {"content": "The user lives in Lisbon", "provenance": {
+        "log_id": other_log, "task_id": "agent-1", "turns": [1]}}))  # said the day before
+
+    async def learnt(content: str, turn_ids: list[int], log: str = log_id, tenant: str = "alice") -> str:
+        saved = await ok(send(app, "save_memory", {"content": content, "provenance": {
+            "log_id": log, "task_id": "agent-1", "turns": turn_ids}}, tenant=tenant))
+        return saved["memory_id"]  # type: ignore[no-any-return]
+
+    pin = await learnt("The user's bank PIN is 4321", [1])
+    luna = await learnt("The user has a cat named Luna", [0])
+    acme = await learnt("The user works at Acme; the PIN was mentioned too", [1, 2])
+    pinned = await learnt("The user has a bank PIN", [1])
+    await ok(send(app, "pin_memory", {"memory_id": pinned, "pinned": True}))
+    twice = await learnt("The user keeps the PIN 4321 for the bank", [1])
+    await ok(send(app, "save_memory", {"content": "The user keeps the PIN 4321 for the bank", "provenance": {
+        "log_id": other_log, "task_id": "agent-1", "turns": [0]}}))  # said in another log too
+    porto = await learnt("The user lives in Porto", [3])
+    assert (await ok(ask(app, "get_memory", {"memory_id": lisbon["memory_id"]})))["status"] == "superseded"
+
+    key = uuid.uuid4().hex
+    kept_turns = [turns[2], turns[0]]  # the PIN and Porto removed, the rest reordered
+    saved = await ok(send(app, "save_daily_log", {"log_date": day, "turns": "\n".join(kept_turns)}, key=key))
+    assert saved["updated"] and sorted(saved["forgotten"]) == sorted([pin, porto]), saved
+
+    async def status(memory_id: str) -> str:
+        return (await ok(ask(app, "get_memory", {"memory_id": memory_id})))["status"]  # type: ignore[no-any-return]
+
+    assert [await status(m) for m in (pin, porto)] == ["forgotten", "forgotten"]
+    assert [await status(m) for m in (luna, acme, pinned, twice)] == ["active"] * 4
+    assert await status(lisbon["memory_id"]) == "active"  # Porto's turn gone: Lisbon stands again
+    history = (await ok(ask(app, "memory_history", {"memory_id": pin})))["versions"]
+    assert history[-1]["forget_reason"] == f"learnt only from turns removed from the daily log of {day}"
+    again = await ok(send(app, "save_daily_log", {"log_date": day, "turns": "\n".join(kept_turns)}, key=key))
+    assert again == saved  # the same key: the same answer
+    fresh = await ok(send(app, "save_daily_log", {"log_date": day, "turns": "\n".join(kept_turns)}))
+    assert not fresh["updated"] and "forgotten" not in fresh
+    shuffled = await ok(send(app, "save_daily_log", {"log_date": day, "turns": "\n".join(kept_turns[::-1])}))
+    assert shuffled["updated"] and "forgotten" not in shuffled
+
+
+async def test_a_log_saved_without_some_turns_leaves_another_users_memories(app: MemoryApp) -> None:
+    """The same log date and turns for two users: Bob's edit forgets only what Bob's log taught."""
+    day, turns = "2025-04-03", "user: my bank PIN is 4321\nuser: I like tea"
+    memories = {}
+    for tenant in ("alice", "bob"):
+        log = (await ok(send(app, "save_daily_log", {"log_date": day, "turns": turns}, tenant=tenant)))["id"]
+        memories[tenant] = (await ok(send(app, "save_memory", {"content": "The user's bank PIN is 4321", "provenance": {
+            "log_id": log, "task_id": "agent-1", "turns": [0]}}, tenant=tenant)))["memory_id"]
+    saved = await ok(send(app, "save_daily_log", {"log_date": day, "turns": "user: I like tea"}, tenant="bob"))
+    assert saved["forgotten"] == [memories["bob"]]
+    alice = await ok(ask(app, "get_memory", {"memory_id": memories["alice"]}))
+    assert alice["status"] == "active"

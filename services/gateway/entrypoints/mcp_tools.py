@@ -363,8 +363,9 @@ def daily_log_tools(ops: Operations) -> list[tuple[Callable[..., Awaitable[Any]]
         """Save today's conversation log (one per day and project) so that durable memories are extracted from it.
 
         Call it at the end of a conversation day with what happened and, ideally, the turns themselves.
-        Saving the same date again updates the fields given; changed content is extracted again.
-        Answers with the log's id.
+        Saving the same date again updates the fields given; changed content is extracted again. Turns
+        left out of a new save are unlearnt: memories learnt only from them are forgotten (listed in
+        `forgotten`). Answers with the log's id.
         """
         cmd = contract(SaveDailyLog, log_date=log_date, events=events, user_state=user_state, mood_changes=mood_changes,
                        topics=topics, relationship_state=relationship_state, mood=mood, turns=turns)

@@ -614,6 +614,16 @@ class MemoryStore(ReadModel):
     async def expired_log_ids(self, tenant: str, project: str | None, cutoff: datetime, limit: int) -> list[UUID]:
         return await self._log_ids("processing_status = 'processed' AND updated_at < $4", tenant, project, limit, cutoff)
 
+    async def learnt_from_log(self, tenant: str, log_id: UUID, limit: int = 1000) -> list[MemoryState]:
+        """The tenant's current memories whose provenance names daily log ``log_id`` (index
+        ``memories_provenance_log``), oldest first."""
+        rows = await self.pool.fetch(
+            f"""SELECT {_COLUMNS} FROM {self.s}.memories
+                WHERE tenant = $1 AND status = 'active' AND provenance IS NOT NULL
+                  AND provenance->>'log_id' = $2::text
+                ORDER BY created_at LIMIT $3""", tenant, str(log_id), limit)
+        return [_state(r) for r in rows]
+
     async def expired_superseders(self, now: datetime, limit: int) -> list[tuple[str, UUID, int]]:
         rows = await self.pool.fetch(
             f"""SELECT m.tenant, m.id, m.version FROM {self.s}.memories m

@@ -101,7 +101,7 @@ class Records(Generic[S]):
     async def upsert(
         self, call: CommandCall, record_id: UUID, decide: Callable[[S | None], S | None],
         event_of: Callable[[S, bool], EventEnvelope], answer: Callable[[S, bool, bool], R], *,
-        fresh: Callable[[S | None], bool] = lambda current: current is None,
+        fresh: Callable[[S | None], bool] = lambda current: current is None, outcome: bool = True,
     ) -> R:
         """Create or change one record with a command, its outcome recorded with its projection.
 
@@ -120,7 +120,7 @@ class Records(Generic[S]):
             created = fresh(current)
             return Write(event_of(state, created), lambda stored: answer(stored.data, created, True))
 
-        return await self.write(call, record_id, step)
+        return await self.write(call, record_id, step, outcome=outcome)
 
 
 class DailyLogs:
@@ -136,8 +136,9 @@ class DailyLogs:
         self.retention_days = retention_days
 
     # save ---------------------------------------------------------------------------------
-    async def save(self, call: CommandCall, cmd: SaveDailyLog) -> SaveDailyLogResult:
-        """The day's log: created pending, or its fields updated (status untouched)."""
+    async def save(self, call: CommandCall, cmd: SaveDailyLog, *, outcome: bool = True) -> SaveDailyLogResult:
+        """The day's log: created pending, or its fields updated (status untouched). ``outcome=False``:
+        the caller has more to do before the command's outcome is recorded (kit's runtime)."""
         call.require_project(cmd.project)
         day = rules.log_date_of(cmd, self.clock())
 
@@ -148,7 +149,7 @@ class DailyLogs:
         return await self.logs.upsert(
             call, daily_log_id(call.tenant, cmd.project, day),
             lambda current: rules.save(current, call.tenant, cmd, day, self.clock()), event_of, _saved,
-            fresh=lambda current: current is None or current.deleted,
+            fresh=lambda current: current is None or current.deleted, outcome=outcome,
         )
 
     # the lifecycle ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from uuid import UUID
 import numpy as np
 from pydantic import BaseModel
 
+from contracts.daily_logs import DailyLogState, turn_digest
 from contracts.envelope import EventEnvelope, utcnow
 from contracts.events import Event
 from contracts.memory import (
@@ -70,7 +71,7 @@ from kit.service import Call, CommandCall
 from services.memory.application.common import HINTS_MAX, memory_subject
 from services.memory.application.ports import EventLog, Judge, ReadModel, StandingOrder
 from services.memory.application.projection import MemoryProjection
-from services.memory.domain import decay, model, paging, truth
+from services.memory.domain import decay, log_edits, model, paging, truth
 from services.memory.domain.errors import Conflict, InvalidArgument, NotFound
 from services.memory.domain.supersession import Opinion, Statement, Verdict, decide_all, second_opinion
 from services.memory.search.as_of import as_they_stood, mark_superseded, nameable, superseded_since
@@ -359,7 +360,28 @@ class Memories:
         if beyond:
             raise InvalidArgument(f"daily log {prov.log_id} has {len(log.turns or [])} turns; no turn {beyond[0]}",
                                   "provenance.turns")
-        return cmd.model_copy(update={"provenance": prov.model_copy(update={"log_date": log.log_date})})
+        digests = prov.turn_digests if len(prov.turn_digests) == len(prov.turns) else [
+            turn_digest(log.turns[i].speaker, log.turns[i].text) for i in prov.turns] if log.turns else []
+        return cmd.model_copy(update={"provenance": prov.model_copy(update={"log_date": log.log_date,
+                                                                            "turn_digests": digests})})
+
+    async def forget_unlearnt(self, call: CommandCall, log: DailyLogState) -> list[MemoryState]:
+        """The memories learnt only from turns the log no longer holds (:func:`log_edits.unlearnt`),
+        forgotten, what each had superseded current again first (so that a command stopped half-way
+        and run again finds the memory still to forget, and finishes). The memories forgotten."""
+        kept = {turn_digest(t.speaker, t.text) for t in log.turns or []}
+
+        def gone(state: MemoryState) -> bool:
+            return log_edits.unlearnt(state, log.id, log.created_at, kept) and call.sees(state.project)
+
+        found = [m for m in await self.store.learnt_from_log(call.tenant, log.id) if gone(m)]
+        for memory in found:
+            if memory.supersedes:
+                await self._reinstate(call, memory)
+        reason = log_edits.unlearnt_reason(log.log_date)
+        return await self._on_each(call, [m.id for m in found],
+                                   lambda current: model.forget(current, reason, self.clock()) if gone(current) else None,
+                                   MemoryEventType.FORGOTTEN)
 
     async def _save_keyed(self, call: CommandCall, cmd: SaveMemory, key: str) -> SaveMemoryResult:
         """Save by memory_key: the first save creates, every later save writes a new version (the

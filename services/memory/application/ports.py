@@ -190,6 +190,9 @@ class ReadModel(RecallReads, Protocol):
     async def expired_log_ids(self, tenant: str, project: str | None, cutoff: datetime, limit: int) -> list[UUID]:
         """Processed logs last updated before ``cutoff``."""
 
+    async def learnt_from_log(self, tenant: str, log_id: UUID, limit: int = 1000) -> list[MemoryState]:
+        """Current memories whose provenance names the daily log."""
+
     async def expired_superseders(self, now: datetime, limit: int) -> list[tuple[str, UUID, int]]:
         """``(tenant, memory id, version)`` of current memories, of every user, whose ``forget_after``
         has passed by ``now`` and that still hide a memory they superseded: the soonest expired

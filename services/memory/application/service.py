@@ -44,6 +44,7 @@ from contracts.daily_logs import (
     RecordExtractionTask,
     RecoverStuckLogs,
     SaveDailyLog,
+    SaveDailyLogResult,
     UpdateLogStatus,
 )
 from contracts.envelope import CommandEnvelope, QueryEnvelope, Reply, utcnow
@@ -73,7 +74,7 @@ from contracts.portability import ExportPage, PurgeMemoryUser, RestoreRecords
 from contracts.subjects import Names
 from kit.aggregates import WritePath
 from kit.events import EventWriter, TypedEventLog
-from kit.service import ServiceRuntime
+from kit.service import CommandCall, ServiceRuntime
 from services.memory.application.daily_logs import DailyLogs
 from services.memory.application.extraction import Extraction
 from services.memory.application.memories import Memories, MemoryReads
@@ -114,6 +115,7 @@ class MemoryService:
     ) -> None:
         typed_events: EventLog = TypedEventLog(events)  # events read back reach the application typed (kit.events)
         self.encoders = encoders
+        self.store = store
         self.projection = MemoryProjection(store, index, encoders)
         #: every command's write of an aggregate (kit.aggregates): appended, projected inline with its outcome
         writes = WritePath(typed_events, self.projection.project_inline, self.projection.inline)
@@ -138,7 +140,7 @@ class MemoryService:
                 UnmergeMemory: self.memories.unmerge, MergeMemory: self.memories.merge,
                 MoveMemory: self.memories.move, ReinstateExpired: self.memories.reinstate_expired,
                 ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save,
-                SaveDailyLog: self.daily_logs.save, ClaimDailyLog: self.daily_logs.claim,
+                SaveDailyLog: self.save_daily_log, ClaimDailyLog: self.daily_logs.claim,
                 MarkLogProcessed: self.daily_logs.mark_processed, MarkLogFailed: self.daily_logs.mark_failed,
                 UpdateLogStatus: self.daily_logs.update_status, RecoverStuckLogs: self.daily_logs.recover_stuck,
                 ReconcileLogStatuses: self.daily_logs.reconcile, DeleteLogs: self.daily_logs.delete,
@@ -156,6 +158,19 @@ class MemoryService:
                 GetDailyLog: self.daily_logs.get, ListDailyLogs: self.daily_logs.list_logs, GetExtractionTasks: self.extraction.list_tasks,
                 GetExtractionResults: self.extraction.list_results, SimilarMemories: self.similar.similar,
                 **({ExportPage: self.portability.export_page} if self.portability else {})}
+
+    async def save_daily_log(self, call: CommandCall, cmd: SaveDailyLog) -> SaveDailyLogResult:
+        """A day's log saved; when the save gives turns and the log was there already, the memories
+        learnt only from turns it no longer holds are forgotten (``forgotten``): the outcome is
+        recorded after them, so a save stopped half-way and sent again finishes."""
+        result = await self.daily_logs.save(call, cmd, outcome=cmd.turns is None)
+        if cmd.turns is None or result.created:
+            return result
+        log = await self.store.get_log(call.tenant, result.id)
+        if log is None:
+            return result
+        gone = await self.memories.forget_unlearnt(call, log)
+        return result.model_copy(update={"forgotten": [m.id for m in gone]}) if gone else result
 
     def forget_caches(self, tenant: str) -> None:
         """Drop what this process holds of a purged user (cached profiles, content hints, and the
