@@ -290,3 +290,23 @@ async def test_a_log_saved_without_some_turns_leaves_another_users_memories(app:
     assert saved["forgotten"] == [memories["bob"]]
     alice = await ok(ask(app, "get_memory", {"memory_id": memories["alice"]}))
     assert alice["status"] == "active"
+
+
+async def test_a_turn_removed_while_the_log_is_extracted_is_unlearnt_when_the_attempt_ends(app: MemoryApp) -> None:
+    """The log is saved again without a turn while an extraction attempt holds it; the attempt, which
+    read the log as claimed, then writes a memory from that turn (its provenance naming the turn's
+    digest, as the extractor sends it). Marking the attempt processed forgets it."""
+    day = "2025-04-04"
+    turns = ["user: my bank PIN is 4321", "user: I like tea"]
+    log_id = await new_log(app, day, turns="\n".join(turns))
+    assert (await ok(send(app, "claim_daily_log", {"id": log_id})))["claimed"]
+    resaved = await ok(send(app, "save_daily_log", {"log_date": day, "turns": turns[1]}))
+    assert "forgotten" not in resaved  # nothing learnt yet
+    pin = (await ok(send(app, "save_memory", {"content": "The user's bank PIN is 4321", "provenance": {
+        "log_id": log_id, "task_id": "pipeline", "turns": [0],
+        "turn_digests": [turn_digest("user", "my bank PIN is 4321")]}})))["memory_id"]
+    tea = (await ok(send(app, "save_memory", {"content": "The user likes tea", "provenance": {
+        "log_id": log_id, "task_id": "pipeline", "turns": [0], "turn_digests": [turn_digest("user", "I like tea")]}})))
+    await ok(send(app, "mark_log_processed", {"id": log_id}))
+    assert (await ok(ask(app, "get_memory", {"memory_id": pin})))["status"] == "forgotten"
+    assert (await ok(ask(app, "get_memory", {"memory_id": tea["memory_id"]})))["status"] == "active"

@@ -28,6 +28,7 @@ from contracts.daily_logs import (
     SaveDailyLogResult,
     TaskStatus,
     Turn,
+    turn_digest,
 )
 from contracts.memory import MAX_RECALL_LIMIT, MemoryHistory, MemoryHistoryQuery, MemoryList, RecallMemory
 from contracts.subjects import Names
@@ -164,6 +165,7 @@ async def test_a_saved_log_becomes_memories_with_provenance_and_is_processed_onc
             assert CHAT[i].speaker == "user"
     lyon = next(m for m in listed if "Lyon" in m.content)
     assert lyon.provenance is not None and lyon.provenance.turns == [2]
+    assert lyon.provenance.turn_digests == [turn_digest(CHAT[2].speaker, CHAT[2].text)]  # as the extractor read it
     history: MemoryHistory = await p.client.ask("alice", MemoryHistoryQuery(memory_id=lyon.id))
     assert history.versions[-1].provenance is not None and history.versions[-1].provenance.log_id == saved.id
     assert "alice" in await PgTenants(p.pool, p.schema).all()

@@ -40,7 +40,10 @@ def turn_indices(refs: tuple[str, ...]) -> list[int]:
 def provenance_of(fact: Fact, origin: Origin | None) -> Provenance | None:
     if origin is None:
         return None
-    return Provenance(log_id=UUID(origin.log_id), task_id=origin.task_id, turns=turn_indices(fact.turn_refs))
+    turns = turn_indices(fact.turn_refs)
+    digests = [origin.turn_digests[i] for i in turns if i in origin.turn_digests]
+    return Provenance(log_id=UUID(origin.log_id), task_id=origin.task_id, turns=turns,
+                      turn_digests=digests if len(digests) == len(turns) else [])
 
 
 class ClientMemoryWriter:

@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from contracts.daily_logs import turn_digest
 from services.extractor.application.ports import (
     ClaimedLog,
     ExtractedMemories,
@@ -195,7 +196,8 @@ class Extractor:
         """Merge each fact with what is known, through the memory service's commands."""
         report = TaskReport(Outcome.DONE, facts=len(facts))
         ids: list[UUID] = []
-        origin = Origin(claimed.log_id, self.task_id)
+        origin = Origin(claimed.log_id, self.task_id, {
+            int(t.ref[5:]): turn_digest(t.speaker, t.text) for t in claimed.turns if t.ref.startswith("turn:")})
         log_date = date.fromisoformat(claimed.log_date)
         for fact in facts:
             key = memory_key_of(fact)

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Protocol
@@ -125,10 +125,13 @@ class LogSource(Protocol):
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a fact was extracted: the log and the task (its provenance, with the fact's turns)."""
+    """Where a fact was extracted: the log and the task (its provenance, with the fact's turns), and
+    the digest of each turn of the log as claimed (``turn_digest``, by index): what the memory keeps
+    of the turns it came from, even when the log is saved again while it is being extracted."""
 
     log_id: str
     task_id: str
+    turn_digests: Mapping[int, str] = field(default_factory=dict)
 
 
 class MemoryWriter(Protocol):

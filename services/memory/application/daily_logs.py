@@ -192,9 +192,9 @@ class DailyLogs:
 
         return await self._step(call, cmd.id, lambda s: rules.claim(s, self.clock()), DailyLogEventType.CLAIMED, answer)
 
-    async def mark_processed(self, call: CommandCall, cmd: MarkLogProcessed) -> DailyLogResult:
+    async def mark_processed(self, call: CommandCall, cmd: MarkLogProcessed, *, outcome: bool = True) -> DailyLogResult:
         return await self._single(call, cmd.id, lambda s: rules.mark_processed(s, self.clock()),
-                                  DailyLogEventType.PROCESSED)
+                                  DailyLogEventType.PROCESSED, outcome=outcome)
 
     async def mark_failed(self, call: CommandCall, cmd: MarkLogFailed) -> DailyLogResult:
         return await self._single(call, cmd.id, lambda s: rules.mark_failed(s, cmd.error_reason, self.clock()),
@@ -207,9 +207,10 @@ class DailyLogs:
         )
 
     async def _single(
-        self, call: CommandCall, log_id: UUID, step: Step[DailyLogState], event_type: DailyLogEventType,
+        self, call: CommandCall, log_id: UUID, step: Step[DailyLogState], event_type: DailyLogEventType, *,
+        outcome: bool = True,
     ) -> DailyLogResult:
-        return await self._step(call, log_id, step, event_type, _result)
+        return await self._step(call, log_id, step, event_type, _result, outcome=outcome)
 
     # batches ------------------------------------------------------------------------------
     async def _each(

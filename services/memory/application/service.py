@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from contracts.daily_logs import (
     DEFAULT_LOG_RETENTION_DAYS,
     ClaimDailyLog,
+    DailyLogResult,
     DeleteLogs,
     GetDailyLog,
     GetExtractionResults,
@@ -141,7 +142,7 @@ class MemoryService:
                 MoveMemory: self.memories.move, ReinstateExpired: self.memories.reinstate_expired,
                 ForgetMemory: self.memories.forget, SaveSharedMemory: self.shared.save,
                 SaveDailyLog: self.save_daily_log, ClaimDailyLog: self.daily_logs.claim,
-                MarkLogProcessed: self.daily_logs.mark_processed, MarkLogFailed: self.daily_logs.mark_failed,
+                MarkLogProcessed: self.mark_log_processed, MarkLogFailed: self.daily_logs.mark_failed,
                 UpdateLogStatus: self.daily_logs.update_status, RecoverStuckLogs: self.daily_logs.recover_stuck,
                 ReconcileLogStatuses: self.daily_logs.reconcile, DeleteLogs: self.daily_logs.delete,
                 RecordExtractionTask: self.extraction.record_task,
@@ -171,6 +172,15 @@ class MemoryService:
             return result
         gone = await self.memories.forget_unlearnt(call, log)
         return result.model_copy(update={"forgotten": [m.id for m in gone]}) if gone else result
+
+    async def mark_log_processed(self, call: CommandCall, cmd: MarkLogProcessed) -> DailyLogResult:
+        """A log marked processed; what its attempt learnt from turns that a save removed meanwhile
+        (the attempt read the log as it was claimed) is forgotten now, as the save would have."""
+        result = await self.daily_logs.mark_processed(call, cmd, outcome=False)
+        log = await self.store.get_log(call.tenant, cmd.id)
+        if log is not None and log.turns is not None:
+            await self.memories.forget_unlearnt(call, log)
+        return result
 
     def forget_caches(self, tenant: str) -> None:
         """Drop what this process holds of a purged user (cached profiles, content hints, and the
