@@ -199,6 +199,29 @@ async def test_a_saved_log_becomes_memories_with_provenance_and_is_processed_onc
     assert final is not None and final.log is not None and final.log.retry_count == 0
 
 
+async def test_a_turn_taken_out_of_a_learnt_log_takes_its_memories_and_moves_no_other(pipeline: Pipeline) -> None:
+    """The pipeline learns a day; the user saves the day again without its first turns (the Lyon and
+    Biscuit turn removed, every other turn at another index). The memories of the removed turn are
+    forgotten with the save; the log is learnt from again, and the memories of the turns that stayed
+    are not counted as said again for having moved (their sayings stay one)."""
+    p = pipeline
+    await p.worker("a")
+    saved = await save_log(p, "carol", "2025-05-02")
+    await until(lambda: processed(p, "carol", saved.id), "the log processed")
+    before = {m.content: m for m in (await memories(p, "carol")).memories}
+    from_lyon_turn = {m.id for m in before.values() if m.provenance is not None and m.provenance.turns == [2]}
+    assert from_lyon_turn and any("Lyon" in c for c in before), before.keys()
+
+    edited = await save_log(p, "carol", "2025-05-02", turns=[CHAT[3], CHAT[4]])
+    assert edited.updated and set(edited.forgotten) == from_lyon_turn, edited
+    await until(lambda: processed(p, "carol", saved.id), "the edited log processed again")
+    after = {m.content: m for m in (await memories(p, "carol")).memories}
+    assert not any("Lyon" in c or "Biscuit" in c for c in after), after.keys()
+    kept = [m for m in after.values() if m.id not in from_lyon_turn]
+    assert kept and all(m.repeats == 1 and m.version == before[m.content].version for m in kept), \
+        [(m.content, m.repeats, m.version) for m in kept]
+
+
 async def test_two_workers_share_the_queue_with_no_duplicate(pipeline: Pipeline) -> None:
     p = pipeline
     await p.worker("a")

@@ -13,9 +13,10 @@ from contracts.envelope import EventEnvelope
 from contracts.events import Event
 from kit.events import typed
 from services.extractor.adapters.log_source import turns_of
-from services.extractor.adapters.memory_client import provenance_of, turn_indices
+from services.extractor.adapters.memory_client import provenance_of
 from services.extractor.application.extraction import recover_stuck, retention, run_maintenance
 from services.extractor.application.ports import Origin
+from services.extractor.domain.merge import turn_indices
 from services.extractor.domain.model import Fact
 from services.extractor.entrypoints.nats import notice_from_event
 

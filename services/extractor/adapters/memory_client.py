@@ -22,19 +22,10 @@ from contracts.portability import MAX_EXPORT_PAGE, ExportPage, ExportPageResult,
 from kit.client import Client
 from services.extractor.application.ports import KnownMemory, Origin, Written
 from services.extractor.domain.consolidate import Held
+from services.extractor.domain.merge import turn_indices
 from services.extractor.domain.model import Fact
 
 SOURCE = "extractor"
-
-
-def turn_indices(refs: tuple[str, ...]) -> list[int]:
-    """``turn:<i>`` refs as indices, in order, once each (``field:<name>`` refs name no turn)."""
-    found: list[int] = []
-    for ref in refs:
-        kind, _, index = ref.partition(":")
-        if kind == "turn" and index.isdigit() and int(index) not in found:
-            found.append(int(index))
-    return found
 
 
 def provenance_of(fact: Fact, origin: Origin | None) -> Provenance | None:
@@ -58,8 +49,9 @@ class ClientMemoryWriter:
         as_of = (m.updated_at.date(), -1)
         if m.provenance is not None and m.provenance.log_date is not None:
             as_of = (m.provenance.log_date, min(m.provenance.turns, default=-1))
+        said = frozenset((str(m.provenance.log_id), d) for d in m.provenance.turn_digests) if m.provenance else frozenset()
         return KnownMemory(memory_id=m.id, content=m.content, memory_key=m.memory_key, version=m.version,
-                           as_of=as_of)
+                           as_of=as_of, turns_said=said)
 
     async def save(self, tenant: str, project: str, fact: Fact, memory_key: str, *, key: str,
                    origin: Origin | None = None) -> Written:

@@ -52,6 +52,7 @@ from services.extractor.domain.merge import (
     memory_key_of,
     person_keys,
     step_key,
+    turn_indices,
 )
 from services.extractor.domain.model import Extraction, Fact
 
@@ -204,8 +205,13 @@ class Extractor:
             known = await self.memories.by_key(claimed.tenant, claimed.project, key)
             said = as_of(fact, log_date)
             action = decide(fact, known.content if known else None, said, known.as_of if known else None)
-            if action is Action.REPEAT and known is not None and known.as_of == said:
-                action = Action.KEEP  # this very saying (a task resumed after a crash): nothing to count
+            turns = {(claimed.log_id, origin.turn_digests[i]) for i in turn_indices(fact.turn_refs)
+                     if i in origin.turn_digests}
+            if action is Action.REPEAT and known is not None and (
+                    known.as_of == said or (turns and turns <= known.turns_said)):
+                # this very saying (a task resumed after a crash; the log saved again with its turns
+                # moved, or more turns added before it): nothing to count
+                action = Action.KEEP
             if action is Action.KEEP and known is not None:
                 report.kept += 1
                 ids.append(known.memory_id)

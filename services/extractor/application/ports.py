@@ -65,6 +65,9 @@ class KnownMemory:
     #: when its content was said: (its log's date, its first turn) for an extracted memory, (the day
     #: it was last written, -1) for another; None when unknown
     as_of: tuple[date, int] | None = None
+    #: (log id, turn digest) of the turns its provenance names: the same turns said again, wherever
+    #: a later save of the log has put them, are not a new saying
+    turns_said: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,14 @@ def as_of(fact: Fact, log_date: date) -> AsOf:
     return day, min(turns) if turns else -1
 
 
+def turn_indices(refs: tuple[str, ...]) -> list[int]:
+    """``turn:<i>`` refs as indices, in order, once each (``field:<name>`` refs name no turn)."""
+    found: list[int] = []
+    for ref in refs:
+        kind, _, index = ref.partition(":")
+        if kind == "turn" and index.isdigit() and int(index) not in found:
+            found.append(int(index))
+    return found
 
 
 def person_keys(facts: Sequence[Fact], people: Sequence[str]) -> list[Fact]:
