@@ -34,14 +34,17 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import locomo as lc  # noqa: E402  (bench/locomo.py: the data and the production functions it imports)
 
+from contracts.memory import MemoryState  # noqa: E402
 from services.memory.domain.candidate_order import (  # noqa: E402
     FEATURES,
     WEIGHTS,
@@ -68,6 +71,33 @@ class Asked:
     parts: list[list[tuple[str, str]]]  # each sub-question's (memory id, dia_id) in its fused order (deep recall)
 
 
+async def index_turns(states: list[MemoryState], embedder: lc.MiniLMEmbedder, late: lc.ColbertEncoder,
+                      index: lc.VectorIndex, progress: Progress) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every turn embedded and indexed as recall's write path does it (64 at a time): each one's late
+    tokens as they are scored (before packing) and its dense vector, by memory id."""
+    tokens: dict[str, np.ndarray] = {}
+    dense: dict[str, np.ndarray] = {}
+    task = progress.add_task("embedding + indexing turns", total=len(states))
+    for start in range(0, len(states), 64):
+        chunk = states[start : start + 64]
+        vectors = lc.embed_memories(embedder, chunk)
+        await index.upsert([lc.point_for(s, v) for s, v in zip(chunk, vectors, strict=True)])
+        encoded = late.encode_documents([lc.late_document(s) for s in chunk])
+        tokens.update((str(s.id), lc.document_matrix(e)) for s, e in zip(chunk, encoded, strict=True))
+        dense.update((str(s.id), np.asarray(v, dtype=np.float32)) for s, v in zip(chunk, vectors, strict=True))
+        progress.advance(task, len(chunk))
+    return tokens, dense
+
+
+async def hybrid_search(index: lc.VectorIndex, embedder: lc.MiniLMEmbedder, text: str, conv: str) -> list[Any]:
+    """The hybrid search's best LATE_CANDIDATES hits for ``text`` in conversation ``conv``, as recall asks."""
+    return await lc.recall_search(
+        index, dense=[float(x) for x in embedder.embed_query(text)], sparse=lc.query_vector(text),
+        mode="hybrid", limit=LATE_CANDIDATES, filter=lc.active_filter(lc.TENANT, conv),
+        prefetch_limit=lc.late_prefetch_limit(LATE_CANDIDATES),
+    )
+
+
 async def build_candidates() -> list[Asked]:
     """Index every conversation as bench/locomo.py does; each question's 50 candidates, in order."""
     convs = lc.load(context=True)
@@ -75,28 +105,17 @@ async def build_candidates() -> list[Asked]:
     states = [m for c in convs for m in c.memories]
     home = Path(tempfile.mkdtemp(prefix="engram-fit-order-"))
     index = lc.build_vector_index(qdrant_url=None, path=home / "shard", dim=embedder.dim)
-    tokens: dict[str, bytes] = {}
     memory = {str(m.id): m for m in states}
     dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
     asked: list[Asked] = []
     try:
         await index.ensure()
         with lc._progress() as progress:
-            task = progress.add_task("embedding + indexing turns", total=len(states))
-            for start in range(0, len(states), 64):
-                chunk = states[start : start + 64]
-                vectors = lc.embed_memories(embedder, chunk)
-                await index.upsert([lc.point_for(s, v) for s, v in zip(chunk, vectors, strict=True)])
-                encoded = late.encode_documents([lc.late_document(s) for s in chunk])
-                tokens.update((str(s.id), lc.pack(lc.document_matrix(e))) for s, e in zip(chunk, encoded, strict=True))
-                progress.advance(task, len(chunk))
+            matrices, _ = await index_turns(states, embedder, late, index, progress)
+            tokens = {i: lc.pack(m) for i, m in matrices.items()}
 
             async def first_hop(text: str, conv: str) -> list[tuple[Candidate, str, str]]:
-                found = await lc.recall_search(
-                    index, dense=[float(x) for x in embedder.embed_query(text)], sparse=lc.query_vector(text),
-                    mode="hybrid", limit=LATE_CANDIDATES, filter=lc.active_filter(lc.TENANT, conv),
-                    prefetch_limit=lc.late_prefetch_limit(LATE_CANDIDATES),
-                )
+                found = await hybrid_search(index, embedder, text, conv)
                 ids, search = [h.id for h in found], [h.score for h in found]
                 maxsim = lc.maxsim_packed(late.encode_query(text), [tokens[i] for i in ids], late.dim).tolist()
                 out = []

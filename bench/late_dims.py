@@ -38,7 +38,6 @@ import locomo as lc  # noqa: E402  (bench/locomo.py: the data and the production
 
 from contracts.memory import MemoryState  # noqa: E402
 from services.memory.domain.candidate_order import WEIGHTS, Candidate, candidate_features, learned_order  # noqa: E402
-from services.memory.search.late import LATE_CANDIDATES  # noqa: E402
 
 FIT_CONVS = range(0, 5)
 KS = (5, 10, 25)
@@ -74,31 +73,17 @@ async def build() -> Built:
     fit_ids = {str(m.id) for n, c in enumerate(convs) if n in FIT_CONVS for m in c.memories}
     home = Path(tempfile.mkdtemp(prefix="engram-late-dims-"))
     index = lc.build_vector_index(qdrant_url=None, path=home / "shard", dim=embedder.dim)
-    tokens: dict[str, np.ndarray] = {}
-    dense: dict[str, np.ndarray] = {}
     memory = {str(m.id): m for m in states}
     dia_of = {mid: dia for c in convs for mid, dia in c.dia_of.items()}
     asked: list[Asked] = []
     try:
         await index.ensure()
         with lc._progress() as progress:
-            task = progress.add_task("embedding + indexing turns", total=len(states))
-            for start in range(0, len(states), 64):
-                chunk = states[start : start + 64]
-                vectors = lc.embed_memories(embedder, chunk)
-                await index.upsert([lc.point_for(s, v) for s, v in zip(chunk, vectors, strict=True)])
-                encoded = late.encode_documents([lc.late_document(s) for s in chunk])
-                tokens.update((str(s.id), lc.document_matrix(e)) for s, e in zip(chunk, encoded, strict=True))
-                dense.update((str(s.id), np.asarray(v, dtype=np.float32)) for s, v in zip(chunk, vectors, strict=True))
-                progress.advance(task, len(chunk))
+            tokens, dense = await fo.index_turns(states, embedder, late, index, progress)
             questions = [(n, q) for n, c in enumerate(convs) for q in c.questions]
             task = progress.add_task("searching questions", total=len(questions))
             for n, q in questions:
-                found = await lc.recall_search(
-                    index, dense=[float(x) for x in embedder.embed_query(q.question)],
-                    sparse=lc.query_vector(q.question), mode="hybrid", limit=LATE_CANDIDATES,
-                    filter=lc.active_filter(lc.TENANT, q.conv), prefetch_limit=lc.late_prefetch_limit(LATE_CANDIDATES),
-                )
+                found = await fo.hybrid_search(index, embedder, q.question, q.conv)
                 asked.append(Asked(n, q.question, q.category, q.evidence, late.encode_query(q.question),
                                    [h.id for h in found], [h.score for h in found]))
                 progress.advance(task)

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from services.memory.search.embedding import keep_recent
 from services.memory.search.ports import Embedder
 
 log = logging.getLogger("engram.memory.embedder")
@@ -233,9 +234,7 @@ class MiniLMEmbedder(Embedder):
         vector.setflags(write=False)
         if self._cache_size:
             with self._cache_lock:
-                self._query_cache[text] = vector
-                while len(self._query_cache) > self._cache_size:
-                    self._query_cache.popitem(last=False)
+                keep_recent(self._query_cache, [(text, vector)], self._cache_size)
         return vector
 
     @staticmethod
@@ -272,10 +271,7 @@ class MiniLMEmbedder(Embedder):
         vector: np.ndarray = self._embed_batch([text])[0]
         vector.setflags(write=False)
         with self._cache_lock:
-            self._cache[text] = vector
-            self._cache.move_to_end(text)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            keep_recent(self._cache, [(text, vector)], self._cache_size)
         return vector
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:

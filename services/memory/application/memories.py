@@ -356,12 +356,13 @@ class Memories:
         log = await self.store.get_log(call.tenant, prov.log_id)
         if log is None or not call.sees(log.project):
             raise NotFound(f"no daily log with id {prov.log_id}", "provenance.log_id")
-        beyond = [i for i in prov.turns if i >= len(log.turns or [])]
+        turns = log.turns or []
+        beyond = [i for i in prov.turns if i >= len(turns)]
         if beyond:
-            raise InvalidArgument(f"daily log {prov.log_id} has {len(log.turns or [])} turns; no turn {beyond[0]}",
+            raise InvalidArgument(f"daily log {prov.log_id} has {len(turns)} turns; no turn {beyond[0]}",
                                   "provenance.turns")
         digests = prov.turn_digests if len(prov.turn_digests) == len(prov.turns) else [
-            turn_digest(log.turns[i].speaker, log.turns[i].text) for i in prov.turns] if log.turns else []
+            turn_digest(turns[i].speaker, turns[i].text) for i in prov.turns]
         return cmd.model_copy(update={"provenance": prov.model_copy(update={"log_date": log.log_date,
                                                                             "turn_digests": digests})})
 

@@ -18,7 +18,7 @@ deleted by retention and saved again on the same date is another log with the sa
 from __future__ import annotations
 
 from collections.abc import Set
-from datetime import datetime
+from datetime import date, datetime
 from uuid import UUID
 
 from contracts.memory import MemoryState, MemoryStatus
@@ -42,5 +42,6 @@ def unlearnt(state: MemoryState, log_id: UUID, log_created: datetime, kept: Set[
     return True
 
 
-def unlearnt_reason(log_date: object) -> str:
+def unlearnt_reason(log_date: date) -> str:
+    """The reason a memory unlearnt this way is forgotten with (its history shows it)."""
     return f"learnt only from turns removed from the daily log of {log_date}"

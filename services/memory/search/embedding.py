@@ -16,6 +16,16 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
+def keep_recent(cache: OrderedDict[K, V], items: Iterable[tuple[K, V]], capacity: int) -> None:
+    """``items`` kept in ``cache`` as the most recently used, the least recently used evicted past
+    ``capacity`` (the caller holds the cache's lock)."""
+    for key, value in items:
+        cache[key] = value
+        cache.move_to_end(key)
+    while len(cache) > capacity:
+        cache.popitem(last=False)
+
+
 def _recently_used(cache: OrderedDict[K, V], keys: Sequence[K]) -> list[V | None]:
     """``cache``'s values of ``keys`` (None where absent); the ones found become most recently used."""
     found = [cache.get(k) for k in keys]
@@ -67,10 +77,7 @@ class PrimedEmbedder:
             if missing:
                 vectors = self.inner.embed(missing)
                 with self._lock:
-                    for text, vector in zip(missing, vectors, strict=True):
-                        self._primed[text] = vector
-                    while len(self._primed) > self.capacity:
-                        self._primed.popitem(last=False)
+                    keep_recent(self._primed, zip(missing, vectors, strict=True), self.capacity)
         finally:
             with self._lock:
                 for text in missing:
@@ -83,11 +90,7 @@ class PrimedEmbedder:
     def preload(self, vectors: Mapping[str, np.ndarray]) -> None:
         """Prime texts with vectors computed earlier (the embedding cache), without embedding."""
         with self._lock:
-            for text, vector in vectors.items():
-                self._primed[text] = vector
-                self._primed.move_to_end(text)
-            while len(self._primed) > self.capacity:
-                self._primed.popitem(last=False)
+            keep_recent(self._primed, vectors.items(), self.capacity)
 
     def forget(self, texts: Iterable[str] | None) -> None:
         """Drop ``texts`` from the primed vectors (a purged user's texts); None: every text, the
@@ -166,9 +169,7 @@ class PrimedLateEncoder:
         tokens.setflags(write=False)
         if self.query_capacity:
             with self._lock:
-                self._queries[text] = tokens
-                while len(self._queries) > self.query_capacity:
-                    self._queries.popitem(last=False)
+                keep_recent(self._queries, [(text, tokens)], self.query_capacity)
         return tokens
 
     def prime(self, documents: Sequence[tuple[str | None, str]]) -> int:
@@ -181,11 +182,7 @@ class PrimedLateEncoder:
 
     def _store(self, documents: Sequence[tuple[str | None, str]], tokens: Sequence[DocumentTokens]) -> None:
         with self._lock:
-            for document, encoded in zip(documents, tokens, strict=True):
-                self._primed[document] = encoded
-                self._primed.move_to_end(document)
-            while len(self._primed) > self.capacity:
-                self._primed.popitem(last=False)
+            keep_recent(self._primed, zip(documents, tokens, strict=True), self.capacity)
 
     def forget(self, documents: Iterable[tuple[str | None, str]] | None) -> None:
         """Drop ``documents`` from the primed token vectors (a purged user's texts); None: every one.

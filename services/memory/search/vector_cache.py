@@ -46,6 +46,7 @@ import numpy as np
 
 from contracts.memory import MemoryState
 from services.memory.domain.keywords import SparseVector
+from services.memory.search.embedding import keep_recent
 from services.memory.search.indexing import (
     embedding_texts,
     keyword_text,
@@ -202,11 +203,7 @@ class VectorCache:
 
     def _keep(self, packed: dict[Document, bytes]) -> None:
         with self._lock:
-            for document, value in packed.items():
-                self._packed[document] = value
-                self._packed.move_to_end(document)
-            while len(self._packed) > self.capacity:
-                self._packed.popitem(last=False)
+            keep_recent(self._packed, packed.items(), self.capacity)
 
     # a batch --------------------------------------------------------------------------------
     async def load(
